@@ -1,0 +1,100 @@
+//! The seam between front ends (NBD now, iSCSI later) and the volume engine.
+//!
+//! Front ends see exports (volumes or snapshots) as byte-addressed devices with a 4 KiB block
+//! size. They never see layers, block ids or segments. Every call here is synchronous and may
+//! block (journal writes, chunk reads, fdatasync): front ends call it from a blocking pool,
+//! never directly on the async runtime's worker threads when the call can wait on a disk.
+
+use std::sync::Arc;
+
+/// The block size every export has: the unit of mapping, dedup and compression.
+pub const EXPORT_BLOCK_SIZE_BYTES: u32 = 4096;
+
+/// What a front end needs to list and describe an export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportInfo {
+    pub name: String,
+    pub description: String,
+    pub size_bytes: u64,
+    pub read_only: bool,
+}
+
+/// Why an export could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    #[error("no export named {name:?}")]
+    UnknownExport { name: String },
+}
+
+/// Why an I/O on an open export failed. Each front end maps these to its status codes in one
+/// function (NBD errno, SCSI sense).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExportIoError {
+    /// The request is outside the export, misaligned, or otherwise malformed: EINVAL.
+    #[error("invalid request: {reason}")]
+    Invalid { reason: &'static str },
+    /// The export is read-only (a snapshot): EPERM.
+    #[error("export is read-only")]
+    ReadOnly,
+    /// The datastore is full: ENOSPC. Reads still work.
+    #[error("no space left in the datastore")]
+    NoSpace,
+    /// A disk error or a checksum mismatch: EIO. Never served as data.
+    #[error("i/o error: {detail}")]
+    Io { detail: String },
+    /// The export was deleted, refreshed or rolled back under the client, or the server is
+    /// shutting down: the front end disconnects the client (ESHUTDOWN where a reply is needed).
+    #[error("export is gone or the server is shutting down")]
+    Gone,
+}
+
+/// One run of a block-status answer: `length_bytes` bytes that share `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtentStatus {
+    pub length_bytes: u64,
+    /// Nothing is allocated here (reads return zeroes, writes will allocate).
+    pub hole: bool,
+    /// Reads return zeroes.
+    pub zero: bool,
+}
+
+/// Lists and opens exports.
+pub trait ExportBackend: Send + Sync + 'static {
+    fn list_exports(&self) -> Vec<ExportInfo>;
+    fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError>;
+}
+
+/// An open export. Offsets and lengths are in bytes and must be multiples of
+/// [`EXPORT_BLOCK_SIZE_BYTES`] and inside the export; implementations check this too and return
+/// [`ExportIoError::Invalid`].
+pub trait ExportHandle: Send + Sync + 'static {
+    fn info(&self) -> ExportInfo;
+    /// Fill `buf` from `offset_bytes`.
+    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ExportIoError>;
+    /// Returns once the write is durable against a process crash (in the journal, handed to the
+    /// OS); with `fua`, once it is durable against power loss.
+    fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), ExportIoError>;
+    /// Makes every write acknowledged so far (on any connection, any export) durable against
+    /// power loss.
+    fn flush(&self) -> Result<(), ExportIoError>;
+    /// Deallocate the range; it reads back as zeroes.
+    fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), ExportIoError>;
+    /// Make the range read as zeroes. With `may_trim` (NBD without NO_HOLE) the range may be
+    /// deallocated; without it, it stays allocated as written zeroes.
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        may_trim: bool,
+        fua: bool,
+    ) -> Result<(), ExportIoError>;
+    /// Allocation status of the range, as consecutive extents covering at least the first block.
+    fn block_status(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<ExtentStatus>, ExportIoError>;
+    /// True once the export was deleted, refreshed or rolled back: connected clients are
+    /// disconnected cleanly rather than served a mix of old and new data.
+    fn is_gone(&self) -> bool;
+}
