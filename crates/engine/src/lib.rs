@@ -1,1 +1,33 @@
-//! placeholder
+//! The volume engine of a c.node: everything between a front end's block request and the
+//! chunks on a d.node's disk.
+//!
+//! Write path: [`journal`] (durable write buffer) → [`write_buffer`] (read-your-writes, FIFO to
+//! destage) → [`reduce`] (zero elimination, fingerprint, lz4) → [`family`] (dedup index, block
+//! table, block maps, open segment) → [`segment`] (self-describing log unit) →
+//! [`chunk_store`] (stripes of k+m chunks; k=1, m=0 on one d.node).
+//! Read path: write buffer → block map → block table → chunk byte range, checksum verified,
+//! decompressed. Recovery: [`checkpoint`] + replay of sealed segments + replay of the journal.
+//!
+//! The pure state (maps, tables, dedup, segment building) has no I/O and is tested against
+//! simple models; [`engine`] owns the threads and files and drives it.
+
+pub mod block_map;
+pub mod block_table;
+pub mod checkpoint;
+pub mod chunk_store;
+pub mod engine;
+pub mod error;
+pub mod family;
+pub mod journal;
+pub mod metastore;
+pub mod reduce;
+pub mod segment;
+pub mod units;
+pub mod write_buffer;
+
+mod destage;
+mod recovery;
+
+pub use engine::{Engine, EngineConfig, EngineStats, GcReport, ReductionStats, VolumeInfo};
+pub use error::{EngineError, IoFailure};
+pub use units::{BlockId, FamilyId, Lba, SegmentId, VolumeId, BLOCK_SIZE_BYTES};

@@ -1,0 +1,612 @@
+//! The destager thread and the engine's data-path helpers that touch several parts of the
+//! state: destage (reduce, dedup, append, map), sealing stripes, GC, checkpoints, and reads
+//! that resolve blocks through buffer, maps and chunks.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::block_map::Mapping;
+use crate::block_table::BlockLocation;
+use crate::checkpoint::{self, SealedSegment};
+use crate::chunk_store::ChunkId;
+use crate::engine::{release_journal, Command, EngineStats, GcReport, GcStats, ReductionStats, SealingSegment, Shared, State};
+use crate::error::{EngineError, IoFailure};
+use crate::journal::RecordKind;
+use crate::reduce::{self, Reduced};
+use crate::segment::{self, SegmentBuilder, StripeLayout, SummaryEntry, SEGMENT_HEADER_BYTES};
+use crate::units::{FamilyId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
+use crate::write_buffer::Pending;
+
+/// Records taken from the FIFO per destage batch: big enough to amortise the lock, small
+/// enough that the lock is never held long.
+const DESTAGE_BATCH_RECORDS_MAX: usize = 64;
+/// How long the destager sleeps when there is nothing to do.
+const IDLE_WAIT: Duration = Duration::from_millis(20);
+/// After a failed stripe write (full disk), wait this long before trying again.
+const SEAL_RETRY_INTERVAL: Duration = Duration::from_millis(500);
+/// One GC run moves at most this many live bytes, so it never starves destage for long.
+const GC_MOVE_PER_RUN_BYTES_MAX: u64 = 256 << 20;
+
+/// The destager thread's loop.
+pub(crate) fn run(shared: &Shared) {
+    let mut last_activity = Instant::now();
+    let mut last_gc = Instant::now();
+    let mut last_seal_failure: Option<Instant> = None;
+    loop {
+        if shared.abandon.load(Ordering::Acquire) {
+            return;
+        }
+        let commands: Vec<Command> = std::mem::take(&mut *shared.commands.lock());
+        for command in commands {
+            execute(shared, command);
+        }
+        if let Some(at) = last_seal_failure {
+            if at.elapsed() < SEAL_RETRY_INTERVAL {
+                std::thread::sleep(IDLE_WAIT);
+                if !shared.shutdown.load(Ordering::Acquire) {
+                    continue;
+                }
+            }
+            match retry_sealing(shared) {
+                Ok(()) => last_seal_failure = None,
+                Err(_) if shared.shutdown.load(Ordering::Acquire) => return,
+                Err(_) => {
+                    last_seal_failure = Some(Instant::now());
+                    continue;
+                }
+            }
+        }
+        let did = match destage_batch(shared) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(error = %e, "stripe write failed; writes get ENOSPC/EIO until it succeeds");
+                last_seal_failure = Some(Instant::now());
+                continue;
+            }
+        };
+        if did > 0 {
+            last_activity = Instant::now();
+            shared.space.notify_all();
+            continue;
+        }
+        // Idle: seal open segments, checkpoint, GC.
+        if last_activity.elapsed() >= Duration::from_millis(shared.config.idle_seal_ms) {
+            if let Err(e) = seal_all(shared) {
+                tracing::error!(error = %e, "idle seal failed");
+                last_seal_failure = Some(Instant::now());
+                continue;
+            }
+        }
+        let due = shared.state.lock().sealed_bytes_since_checkpoint >= shared.config.checkpoint_every_bytes;
+        if due {
+            if let Err(e) = take_checkpoint(shared) {
+                tracing::error!(error = %e, "checkpoint failed");
+            }
+        }
+        if last_gc.elapsed() >= Duration::from_millis(shared.config.gc_interval_ms) {
+            last_gc = Instant::now();
+            if let Err(e) = collect_garbage(shared, shared.config.gc_live_fraction_max) {
+                tracing::error!(error = %e, "gc failed");
+            }
+        }
+        if shared.shutdown.load(Ordering::Acquire) {
+            let drained = shared.state.lock().buffer.is_empty();
+            if drained {
+                if let Err(e) = seal_all(shared).and_then(|()| take_checkpoint(shared)) {
+                    tracing::error!(error = %e, "final checkpoint failed; the next start replays the journal");
+                }
+                return;
+            }
+            continue;
+        }
+        let mut st = shared.state.lock();
+        if st.buffer.is_empty() && shared.commands.lock().is_empty() {
+            shared.work.wait_for(&mut st, IDLE_WAIT);
+        }
+    }
+}
+
+fn execute(shared: &Shared, command: Command) {
+    match command {
+        Command::Sync(reply) => {
+            let result = drain(shared).and_then(|()| seal_all(shared));
+            let _ = reply.send(result.map_err(|e| e.to_string()));
+        }
+        Command::Gc(reply) => {
+            let result = take_checkpoint(shared).and_then(|()| collect_garbage(shared, 1.0));
+            let _ = reply.send(result.map_err(|e| e.to_string()));
+        }
+        Command::Checkpoint(reply) => {
+            let result = drain(shared).and_then(|()| take_checkpoint(shared));
+            let _ = reply.send(result.map_err(|e| e.to_string()));
+        }
+    }
+}
+
+fn drain(shared: &Shared) -> Result<(), IoFailure> {
+    while destage_batch(shared)? > 0 {
+        shared.space.notify_all();
+    }
+    Ok(())
+}
+
+/// Buffer a trim or zeroing: applied to the map at once, its releases deferred to destage.
+pub(crate) fn buffer_range(st: &mut State, seq: u64, volume: VolumeId, lba: u64, count: u64, kind: RecordKind) {
+    let Some(v) = st.volumes.get(&volume) else { return };
+    let (family_id, layer) = (v.record.family, v.record.layer);
+    let mapping = if kind == RecordKind::Trim { Mapping::Absent } else { Mapping::Zero };
+    let released = match st.families.get_mut(&family_id) {
+        Some(f) => f.set_range(layer, lba, count, mapping),
+        None => return,
+    };
+    let pending = if kind == RecordKind::Trim {
+        Pending::Trim { seq, volume, lba, count, released }
+    } else {
+        Pending::Zero { seq, volume, lba, count, released }
+    };
+    st.buffer.push_range(pending);
+}
+
+/// A block of a write taken for destage, with its reduction computed off the lock.
+struct Work {
+    seq: u64,
+    volume: VolumeId,
+    lba: u64,
+    reduced: Reduced,
+}
+
+/// Destage one batch; returns how many records it took.
+fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
+    let batch = {
+        let mut st = shared.state.lock();
+        let batch = st.buffer.pop_front(DESTAGE_BATCH_RECORDS_MAX);
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        batch
+    };
+    let taken = batch.len();
+    let batch_last_seq = batch.last().map_or(0, Pending::seq);
+    // Reduce the blocks that are still current, without the lock.
+    let mut ranges = Vec::new();
+    let mut work = Vec::new();
+    for p in batch {
+        match p {
+            Pending::Write { seq, volume, lba, data } => {
+                let current: Vec<u64> = {
+                    let st = shared.state.lock();
+                    (0..(data.len() / BLOCK_SIZE_BYTES) as u64).filter(|&i| st.buffer.is_current(volume, lba + i, seq)).collect()
+                };
+                for i in current {
+                    let start = i as usize * BLOCK_SIZE_BYTES;
+                    let reduced = reduce::reduce(&data[start..start + BLOCK_SIZE_BYTES]);
+                    work.push((work.len(), Work { seq, volume, lba: lba + i, reduced }));
+                }
+            }
+            other => ranges.push((work.len(), other)),
+        }
+    }
+    let mut to_seal = Vec::new();
+    {
+        let mut guard = shared.state.lock();
+        let st = &mut *guard;
+        let cap = shared.config.segment_size_bytes;
+        let mut ranges = ranges.into_iter().peekable();
+        let mut next_segment = st.next_segment_id;
+        let mut alloc = || {
+            let id = SegmentId(next_segment);
+            next_segment += 1;
+            id
+        };
+        let mut last_seq = st.processed_seq;
+        let apply_range = |st: &mut State, p: Pending, alloc: &mut dyn FnMut() -> SegmentId, to_seal: &mut Vec<_>| {
+            let (seq, volume, lba, count, released, zero) = match p {
+                Pending::Trim { seq, volume, lba, count, released } => (seq, volume, lba, count, released, false),
+                Pending::Zero { seq, volume, lba, count, released } => (seq, volume, lba, count, released, true),
+                Pending::Write { .. } => unreachable!("only ranges are queued here"),
+            };
+            let Some(v) = st.volumes.get(&volume) else { return seq };
+            let (fid, layer) = (v.record.family, v.record.layer);
+            if let Some(f) = st.families.get_mut(&fid) {
+                let entry = if zero {
+                    SummaryEntry::MapZero { layer, lba, count }
+                } else {
+                    SummaryEntry::Unmap { layer, lba, count }
+                };
+                f.destage_range(entry, &released, seq, alloc, cap);
+                if let Some(b) = f.take_open_if_full(cap) {
+                    to_seal.push(b);
+                }
+            }
+            seq
+        };
+        for (position, w) in work {
+            while ranges.peek().is_some_and(|(at, _)| *at <= position) {
+                let (_, p) = ranges.next().expect("peeked");
+                last_seq = last_seq.max(apply_range(st, p, &mut alloc, &mut to_seal));
+            }
+            last_seq = last_seq.max(w.seq);
+            if !st.buffer.is_current(w.volume, w.lba, w.seq) {
+                continue;
+            }
+            let Some(v) = st.volumes.get(&w.volume) else { continue };
+            let (fid, layer) = (v.record.family, v.record.layer);
+            let Some(f) = st.families.get_mut(&fid) else { continue };
+            f.apply_block(layer, w.lba, &w.reduced, w.seq, &mut alloc, cap);
+            if let Some(b) = f.take_open_if_full(cap) {
+                to_seal.push(b);
+            }
+            st.buffer.retire(w.volume, w.lba, w.seq);
+        }
+        for (_, p) in ranges {
+            last_seq = last_seq.max(apply_range(st, p, &mut alloc, &mut to_seal));
+        }
+        st.next_segment_id = next_segment;
+        st.processed_seq = st.processed_seq.max(last_seq).max(batch_last_seq);
+        for (b, since) in to_seal {
+            start_sealing(st, b, since);
+        }
+    }
+    finish_sealing(shared)?;
+    Ok(taken)
+}
+
+/// Move a taken open segment to the sealing set (still readable from memory).
+/// `since_seq` is the seq of the first journal record the segment reflects: the journal must
+/// keep it until the stripe is durable.
+fn start_sealing(st: &mut State, builder: SegmentBuilder, since_seq: Option<u64>) {
+    let id = builder.id;
+    let family = builder.family;
+    let data_bytes = builder.data_bytes() as u64;
+    let hwm = st.processed_seq;
+    let bytes = Arc::new(builder.seal(hwm, StripeLayout::SINGLE));
+    st.sealing.insert(id, SealingSegment { bytes, family, since_seq, journal_hwm: hwm, data_bytes });
+}
+
+/// Write every sealing segment's stripe, in id order; stop at the first failure.
+fn finish_sealing(shared: &Shared) -> Result<(), IoFailure> {
+    loop {
+        let next = {
+            let st = shared.state.lock();
+            st.sealing.iter().next().map(|(&id, s)| (id, s.bytes.clone()))
+        };
+        let Some((id, bytes)) = next else { break };
+        match shared.store.put(ChunkId { segment: id, index: 0 }, &bytes) {
+            Ok(()) => {}
+            Err(e) => {
+                if e.is_no_space() {
+                    shared.state.lock().out_of_space = true;
+                }
+                return Err(e);
+            }
+        }
+        shared.counters.chunk_written_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let orphan = {
+            let mut st = shared.state.lock();
+            let s = st.sealing.remove(&id).expect("only the destager removes sealing segments");
+            st.out_of_space = false;
+            match st.families.get_mut(&s.family) {
+                Some(f) => {
+                    f.journal_hwm = f.journal_hwm.max(s.journal_hwm);
+                    st.sealed.insert(id, SealedSegment { family: s.family, data_bytes: s.data_bytes, stored_bytes: bytes.len() as u64 });
+                    st.sealed_bytes_since_checkpoint += bytes.len() as u64;
+                    false
+                }
+                None => true,
+            }
+        };
+        if orphan {
+            shared.store.delete(ChunkId { segment: id, index: 0 })?;
+        }
+    }
+    release_journal(shared);
+    Ok(())
+}
+
+fn retry_sealing(shared: &Shared) -> Result<(), IoFailure> {
+    finish_sealing(shared)
+}
+
+/// Seal every open segment (idle, sync, checkpoint, GC).
+fn seal_all(shared: &Shared) -> Result<(), IoFailure> {
+    {
+        let mut st = shared.state.lock();
+        let open: Vec<FamilyId> = st.families.iter().filter(|(_, f)| f.open.is_some()).map(|(&id, _)| id).collect();
+        for fid in open {
+            if let Some((b, since)) = st.families.get_mut(&fid).and_then(|f| f.take_open()) {
+                start_sealing(&mut st, b, since);
+            }
+        }
+    }
+    finish_sealing(shared)
+}
+
+/// Checkpoint: drain trims (so refcounts match maps), seal everything, write the image.
+fn take_checkpoint(shared: &Shared) -> Result<(), IoFailure> {
+    let _gate = shared.range_gate.lock();
+    while shared.state.lock().buffer.pending_ranges() > 0 {
+        destage_batch(shared)?;
+    }
+    seal_all(shared)?;
+    let (body, below) = {
+        let st = shared.state.lock();
+        if !st.sealing.is_empty() {
+            return Err(IoFailure::CorruptMetadata { what: "checkpoint".into(), detail: "stripes still being written".into() });
+        }
+        (checkpoint::encode(st.next_segment_id, &st.families, &st.sealed), st.next_segment_id)
+    };
+    checkpoint::store(&shared.config.data_dir.join("meta"), &body)?;
+    let mut st = shared.state.lock();
+    st.checkpoint_below = below;
+    st.sealed_bytes_since_checkpoint = 0;
+    tracing::debug!(bytes = body.len(), segments_below = below, "checkpoint written");
+    Ok(())
+}
+
+/// Compact segments whose live fraction is below `live_fraction_max`.
+fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, IoFailure> {
+    let mut report = GcReport::default();
+    let (victims, uncovered_garbage) = {
+        let st = shared.state.lock();
+        let mut victims = Vec::new();
+        let mut uncovered = false;
+        for (&id, s) in &st.sealed {
+            let Some(f) = st.families.get(&s.family) else { continue };
+            let usage = f.table.segment_usage(id);
+            let fraction = if s.data_bytes == 0 { 0.0 } else { usage.live_bytes as f64 / s.data_bytes as f64 };
+            let garbage = fraction < live_fraction_max && (usage.live_bytes < s.data_bytes || s.data_bytes == 0);
+            if !garbage {
+                continue;
+            }
+            if id.0 < st.checkpoint_below {
+                victims.push((fraction, id, s.family, usage.live_bytes));
+            } else {
+                uncovered = true;
+            }
+        }
+        victims.sort_by(|a, b| a.0.total_cmp(&b.0));
+        (victims, uncovered)
+    };
+    if victims.is_empty() {
+        if uncovered_garbage && live_fraction_max < 1.0 {
+            // Segments not yet in a checkpoint cannot be deleted (replay needs them).
+            take_checkpoint(shared)?;
+        }
+        return Ok(report);
+    }
+    shared.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
+    let mut moved_budget = GC_MOVE_PER_RUN_BYTES_MAX;
+    let mut done = Vec::new();
+    for (_, id, fid, live_bytes) in victims {
+        if live_bytes > moved_budget {
+            break;
+        }
+        moved_budget -= live_bytes;
+        let stored_bytes = match shared.state.lock().sealed.get(&id) {
+            Some(s) => s.stored_bytes,
+            None => continue,
+        };
+        let mut bytes = vec![0u8; usize::try_from(stored_bytes).expect("segment fits in memory")];
+        if live_bytes > 0 {
+            shared.store.read(ChunkId { segment: id, index: 0 }, 0, &mut bytes)?;
+        }
+        let mut st = shared.state.lock();
+        let cap = shared.config.segment_size_bytes;
+        let mut next_segment = st.next_segment_id;
+        let mut to_seal = Vec::new();
+        if let Some(f) = st.families.get_mut(&fid) {
+            let mut alloc = || {
+                let s = SegmentId(next_segment);
+                next_segment += 1;
+                s
+            };
+            for (block, entry) in f.table.live_blocks_in(id) {
+                let loc = entry.location;
+                let start = loc.offset_bytes as usize;
+                let stored = &bytes[start..start + usize::from(loc.stored_len_bytes)];
+                if crc32c::crc32c(stored) != loc.crc32c {
+                    shared.counters.corrupt_reads.fetch_add(1, Ordering::Relaxed);
+                    return Err(IoFailure::Corrupt { block, segment: id, offset_bytes: u64::from(loc.offset_bytes) });
+                }
+                f.relocate(block, stored, loc.compressed, &mut alloc, cap);
+                report.bytes_moved += u64::from(loc.stored_len_bytes);
+                if let Some(b) = f.take_open_if_full(cap) {
+                    to_seal.push(b);
+                }
+            }
+        }
+        st.next_segment_id = next_segment;
+        for (b, since) in to_seal {
+            start_sealing(&mut st, b, since);
+        }
+        drop(st);
+        done.push((id, stored_bytes));
+    }
+    // The relocated blocks must be durable before their old copies go.
+    seal_all(shared)?;
+    for (id, stored_bytes) in done {
+        shared.state.lock().sealed.remove(&id);
+        shared.store.delete(ChunkId { segment: id, index: 0 })?;
+        report.segments_reclaimed += 1;
+        report.bytes_reclaimed += stored_bytes;
+    }
+    let c = &shared.counters;
+    c.gc_segments_reclaimed.fetch_add(report.segments_reclaimed, Ordering::Relaxed);
+    c.gc_bytes_moved.fetch_add(report.bytes_moved, Ordering::Relaxed);
+    c.gc_bytes_reclaimed.fetch_add(report.bytes_reclaimed, Ordering::Relaxed);
+    shared.state.lock().out_of_space = false;
+    Ok(report)
+}
+
+/// Where a block to read comes from, decided under the lock.
+enum Source {
+    Ready,
+    Disk { index: usize, location: BlockLocation },
+}
+
+/// Read `count` blocks from `lba` into `buf`: buffer, then map, then chunk.
+pub(crate) fn read_blocks(shared: &Shared, volume: VolumeId, lba: u64, count: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+    let mut disk = Vec::new();
+    {
+        let st = shared.state.lock();
+        let v = st.volume(volume)?;
+        let family = st.families.get(&v.record.family).ok_or(EngineError::Gone)?;
+        let chain = [v.record.layer];
+        for i in 0..count as usize {
+            let out = &mut buf[i * BLOCK_SIZE_BYTES..(i + 1) * BLOCK_SIZE_BYTES];
+            let l = lba + i as u64;
+            let source = if let Some(data) = st.buffer.lookup(volume, l) {
+                out.copy_from_slice(data);
+                Source::Ready
+            } else {
+                match family.lookup(&chain, l) {
+                    Mapping::Absent | Mapping::Zero => {
+                        out.fill(0);
+                        Source::Ready
+                    }
+                    Mapping::Block(b) => {
+                        let location = family.location(b).expect("mapped blocks are live");
+                        let in_memory = match (&family.open, st.sealing.get(&location.segment)) {
+                            (Some(open), _) if open.id == location.segment => {
+                                Some(open.bytes(location.offset_bytes, location.stored_len_bytes))
+                            }
+                            (_, Some(s)) => {
+                                let start = location.offset_bytes as usize;
+                                Some(&s.bytes[start..start + usize::from(location.stored_len_bytes)])
+                            }
+                            _ => None,
+                        };
+                        match in_memory {
+                            Some(stored) => {
+                                restore_block(shared, stored, location, out)?;
+                                Source::Ready
+                            }
+                            None => Source::Disk { index: i, location },
+                        }
+                    }
+                }
+            };
+            if let Source::Disk { index, location } = source {
+                disk.push((index, location));
+            }
+        }
+    }
+    // Coalesce runs of blocks stored back to back in one segment into one chunk read.
+    let mut i = 0;
+    let mut scratch = Vec::new();
+    while i < disk.len() {
+        let (_, first) = disk[i];
+        let mut j = i + 1;
+        let mut end = u64::from(first.offset_bytes) + u64::from(first.stored_len_bytes);
+        while j < disk.len()
+            && disk[j].1.segment == first.segment
+            && u64::from(disk[j].1.offset_bytes) == end
+            && end - u64::from(first.offset_bytes) < (1 << 20)
+        {
+            end += u64::from(disk[j].1.stored_len_bytes);
+            j += 1;
+        }
+        let start = u64::from(first.offset_bytes);
+        scratch.resize(usize::try_from(end - start).expect("bounded run"), 0);
+        shared.store.read(ChunkId { segment: first.segment, index: 0 }, start, &mut scratch)?;
+        for &(index, loc) in &disk[i..j] {
+            let at = usize::try_from(u64::from(loc.offset_bytes) - start).expect("inside run");
+            let stored = &scratch[at..at + usize::from(loc.stored_len_bytes)];
+            restore_block(shared, stored, loc, &mut buf[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES])?;
+        }
+        i = j;
+    }
+    Ok(())
+}
+
+fn restore_block(shared: &Shared, stored: &[u8], loc: BlockLocation, out: &mut [u8]) -> Result<(), EngineError> {
+    let corrupt = || {
+        shared.counters.corrupt_reads.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(segment = loc.segment.0, offset = loc.offset_bytes, "checksum mismatch: block not served");
+        EngineError::Io(IoFailure::Corrupt {
+            block: crate::units::BlockId(u64::MAX),
+            segment: loc.segment,
+            offset_bytes: u64::from(loc.offset_bytes),
+        })
+    };
+    if crc32c::crc32c(stored) != loc.crc32c {
+        return Err(corrupt());
+    }
+    reduce::restore(stored, loc.compressed, out).ok_or_else(corrupt)
+}
+
+/// Engine-wide statistics.
+pub(crate) fn stats(shared: &Shared) -> EngineStats {
+    let st = shared.state.lock();
+    let mut r = ReductionStats::default();
+    let mut map_entries = 0u64;
+    let mut per_family: HashMap<FamilyId, ()> = HashMap::new();
+    for v in st.volumes.values() {
+        if let Some(f) = st.families.get(&v.record.family) {
+            let c = f.counts(v.record.layer);
+            r.logical_bytes += c.mapped_blocks * BLOCK_SIZE_U64;
+            r.zero_bytes += c.zero_blocks * BLOCK_SIZE_U64;
+            per_family.insert(v.record.family, ());
+        }
+    }
+    let mut nonzero_refs = 0;
+    for (fid, f) in &st.families {
+        if !per_family.contains_key(fid) {
+            continue;
+        }
+        r.unique_blocks += f.table.live_blocks();
+        r.stored_bytes += f.table.stored_bytes();
+        for map in f.layers.values() {
+            map_entries += map.allocated_pages() as u64 * crate::block_map::PAGE_ENTRIES as u64;
+            nonzero_refs += map.present_entries() - map.zero_entries();
+        }
+    }
+    r.dedup_saved_bytes = nonzero_refs.saturating_sub(r.unique_blocks) * BLOCK_SIZE_U64;
+    r.compression_saved_bytes = (r.unique_blocks * BLOCK_SIZE_U64).saturating_sub(r.stored_bytes);
+    r.ratio = (r.stored_bytes > 0).then(|| r.logical_bytes as f64 / r.stored_bytes as f64);
+    let c = &shared.counters;
+    let host = c.host_written_bytes.load(Ordering::Relaxed);
+    let chunk = c.chunk_written_bytes.load(Ordering::Relaxed);
+    EngineStats {
+        write_amplification: (host > 0).then(|| chunk as f64 / host as f64),
+        host_written_bytes: host,
+        chunk_written_bytes: chunk,
+        gc: GcStats {
+            runs: c.gc_runs.load(Ordering::Relaxed),
+            segments_reclaimed: c.gc_segments_reclaimed.load(Ordering::Relaxed),
+            bytes_moved: c.gc_bytes_moved.load(Ordering::Relaxed),
+            bytes_reclaimed: c.gc_bytes_reclaimed.load(Ordering::Relaxed),
+        },
+        buffer_bytes: st.buffer.data_bytes(),
+        buffer_records: st.buffer.len() as u64,
+        capacity_bytes: shared.store.capacity_bytes(),
+        used_bytes: shared.store.used_bytes(),
+        sealed_segments: st.sealed.len() as u64,
+        journal_files: shared.journal.file_count() as u64,
+        corrupt_reads: c.corrupt_reads.load(Ordering::Relaxed),
+        out_of_space: st.out_of_space,
+        volumes: st.volumes.len() as u64,
+        metadata_memory_bytes: map_entries * 8 + r.unique_blocks * 80,
+        reduction: r,
+    }
+}
+
+/// Read a sealed segment's header and summary (recovery).
+pub(crate) fn read_summary(shared_store: &dyn crate::chunk_store::ChunkStore, id: SegmentId) -> Result<Option<(segment::SegmentHeader, Vec<SummaryEntry>)>, IoFailure> {
+    let chunk = ChunkId { segment: id, index: 0 };
+    let mut head = vec![0u8; SEGMENT_HEADER_BYTES];
+    if shared_store.read(chunk, 0, &mut head).is_err() {
+        return Ok(None);
+    }
+    let Ok(header) = segment::parse_header(&head) else { return Ok(None) };
+    let mut summary = vec![0u8; header.summary_len_bytes as usize];
+    if shared_store.read(chunk, u64::from(header.data_end_bytes), &mut summary).is_err() {
+        return Ok(None);
+    }
+    match segment::parse_summary(&header, &summary) {
+        Ok(entries) => Ok(Some((header, entries))),
+        Err(_) => Ok(None),
+    }
+}

@@ -1,0 +1,684 @@
+//! The engine: owns the journal, the write buffer, the families, the chunk store and the
+//! destager thread, and serves the calls of front ends and the management API.
+//!
+//! Locks, in the order they may be taken: `meta` → `range_gate` → journal (inside
+//! [`Journal::append`]) → `state`. Disk reads and writes happen with `state` released; data in
+//! open or sealing segments is read from memory under it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use serde::Serialize;
+
+use crate::block_map::Mapping;
+use crate::checkpoint::SealedSegment;
+use crate::chunk_store::{ChunkId, ChunkStore};
+use crate::error::{EngineError, IoFailure};
+use crate::family::Family;
+use crate::journal::{Journal, RecordKind, JOURNAL_PAYLOAD_MAX_BYTES};
+use crate::metastore::{MetaStore, VolumeRecord};
+use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
+use crate::write_buffer::WriteBuffer;
+
+/// Volume names: what an NBD export name and a URL path segment can carry without escaping.
+const VOLUME_NAME_MAX_BYTES: usize = 64;
+/// Largest volume: 2^52 bytes (4 PiB) keeps every LBA and byte offset far from overflow.
+const VOLUME_SIZE_MAX_BYTES: u64 = 1 << 52;
+/// A read that finds its segment gone (moved by GC meanwhile) looks the blocks up again.
+const READ_RETRIES_MAX: usize = 4;
+/// How long a writer waits for buffer space before checking again for shutdown or a full disk.
+const BACKPRESSURE_WAIT: Duration = Duration::from_millis(50);
+
+/// Tunables of one engine; see the `weft serve` flags for defaults and units.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    /// A family's open segment is sealed when its block data reaches this size.
+    pub segment_size_bytes: usize,
+    /// Writers wait when this much acknowledged data is waiting for destage.
+    pub write_buffer_max_bytes: u64,
+    /// The most the chunk store may hold; `None`: until the file system is full.
+    pub capacity_bytes: Option<u64>,
+    /// Read chunks with O_DIRECT (no page cache).
+    pub direct_io: bool,
+    /// Take a checkpoint after this many bytes of segments were sealed.
+    pub checkpoint_every_bytes: u64,
+    /// Seal an open segment that saw no new block for this long.
+    pub idle_seal_ms: u64,
+    /// GC compacts segments whose live fraction is below this.
+    pub gc_live_fraction_max: f64,
+    /// How often the destager considers GC.
+    pub gc_interval_ms: u64,
+}
+
+impl EngineConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> EngineConfig {
+        EngineConfig {
+            data_dir: data_dir.into(),
+            segment_size_bytes: 8 << 20,
+            write_buffer_max_bytes: 512 << 20,
+            capacity_bytes: None,
+            direct_io: true,
+            checkpoint_every_bytes: 1 << 30,
+            idle_seal_ms: 1000,
+            gc_live_fraction_max: 0.5,
+            gc_interval_ms: 2000,
+        }
+    }
+
+    /// Tiny limits, so tests reach "segment full", "buffer full" and "GC" quickly.
+    pub fn for_tests(data_dir: impl Into<PathBuf>) -> EngineConfig {
+        EngineConfig {
+            segment_size_bytes: 64 << 10,
+            write_buffer_max_bytes: 1 << 20,
+            checkpoint_every_bytes: 1 << 20,
+            idle_seal_ms: 50,
+            gc_interval_ms: 100,
+            ..EngineConfig::new(data_dir)
+        }
+    }
+}
+
+/// A volume as the API shows it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct VolumeInfo {
+    pub name: String,
+    pub id: u64,
+    pub size_bytes: u64,
+    pub block_size_bytes: u64,
+    /// Blocks written (data or zeroes) and not trimmed, in bytes.
+    pub mapped_bytes: u64,
+    /// Blocks that read as written zeroes, in bytes (eliminated: no space used).
+    pub zero_bytes: u64,
+    pub created_unix_s: u64,
+}
+
+/// Data reduction across all volumes.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ReductionStats {
+    /// 4096 × mapped blocks (written data or zeroes, not trimmed).
+    pub logical_bytes: u64,
+    /// 4096 × blocks eliminated as zero.
+    pub zero_bytes: u64,
+    /// 4096 × (non-zero mapped blocks − unique stored blocks).
+    pub dedup_saved_bytes: u64,
+    /// 4096 × unique stored blocks − stored bytes.
+    pub compression_saved_bytes: u64,
+    /// Bytes of live stored blocks, after compression.
+    pub stored_bytes: u64,
+    pub unique_blocks: u64,
+    /// logical / stored; absent when nothing is stored.
+    pub ratio: Option<f64>,
+}
+
+/// GC counters since start.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct GcStats {
+    pub runs: u64,
+    pub segments_reclaimed: u64,
+    pub bytes_moved: u64,
+    pub bytes_reclaimed: u64,
+}
+
+/// What one GC run did.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct GcReport {
+    pub segments_reclaimed: u64,
+    pub bytes_moved: u64,
+    pub bytes_reclaimed: u64,
+}
+
+/// Engine-wide figures for the API and metrics.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineStats {
+    pub reduction: ReductionStats,
+    /// Bytes written to chunks (segments, GC moves, summaries) per byte written by hosts.
+    pub write_amplification: Option<f64>,
+    pub host_written_bytes: u64,
+    pub chunk_written_bytes: u64,
+    pub gc: GcStats,
+    pub buffer_bytes: u64,
+    pub buffer_records: u64,
+    pub capacity_bytes: Option<u64>,
+    pub used_bytes: u64,
+    pub sealed_segments: u64,
+    pub journal_files: u64,
+    pub corrupt_reads: u64,
+    pub out_of_space: bool,
+    pub volumes: u64,
+    /// Estimated metadata memory: 8 bytes per map entry of allocated pages + 80 per stored block.
+    pub metadata_memory_bytes: u64,
+}
+
+/// One extent of a block-status answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub length_bytes: u64,
+    pub hole: bool,
+    pub zero: bool,
+}
+
+/// A volume as the engine state holds it.
+#[derive(Debug)]
+pub(crate) struct Volume {
+    pub record: VolumeRecord,
+    pub gone: Arc<AtomicBool>,
+}
+
+/// A segment whose stripe is being written (or failed to be): still readable from memory.
+#[derive(Debug)]
+pub(crate) struct SealingSegment {
+    pub bytes: Arc<Vec<u8>>,
+    pub family: FamilyId,
+    pub since_seq: Option<u64>,
+    pub journal_hwm: u64,
+    pub data_bytes: u64,
+}
+
+/// Everything behind the state lock.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub volumes: HashMap<VolumeId, Volume>,
+    pub families: HashMap<FamilyId, Family>,
+    pub buffer: WriteBuffer,
+    pub sealing: BTreeMap<SegmentId, SealingSegment>,
+    pub sealed: BTreeMap<SegmentId, SealedSegment>,
+    pub next_segment_id: u64,
+    /// Seq of the last record the destager took from the FIFO.
+    pub processed_seq: u64,
+    /// Segments with id below this are reflected in the checkpoint (GC may delete them).
+    pub checkpoint_below: u64,
+    pub sealed_bytes_since_checkpoint: u64,
+    /// A stripe write failed for lack of space: writers get ENOSPC until one succeeds.
+    pub out_of_space: bool,
+}
+
+impl State {
+    pub fn volume(&self, id: VolumeId) -> Result<&Volume, EngineError> {
+        self.volumes.get(&id).ok_or(EngineError::Gone)
+    }
+
+    /// Journal records with seq <= this are reflected in sealed segments.
+    pub fn durable_journal_hwm(&self) -> u64 {
+        let mut hwm = self.processed_seq;
+        for f in self.families.values() {
+            if let Some(since) = f.open_since_seq {
+                hwm = hwm.min(since - 1);
+            }
+        }
+        for s in self.sealing.values() {
+            if let Some(since) = s.since_seq {
+                hwm = hwm.min(since - 1);
+            }
+        }
+        hwm
+    }
+}
+
+/// Requests to the destager thread from API calls.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Sync(std::sync::mpsc::Sender<Result<(), String>>),
+    Gc(std::sync::mpsc::Sender<Result<GcReport, String>>),
+    Checkpoint(std::sync::mpsc::Sender<Result<(), String>>),
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub host_written_bytes: AtomicU64,
+    pub chunk_written_bytes: AtomicU64,
+    pub corrupt_reads: AtomicU64,
+    pub gc_runs: AtomicU64,
+    pub gc_segments_reclaimed: AtomicU64,
+    pub gc_bytes_moved: AtomicU64,
+    pub gc_bytes_reclaimed: AtomicU64,
+}
+
+/// What the engine's threads share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub config: EngineConfig,
+    pub meta: Mutex<MetaStore>,
+    pub range_gate: Mutex<()>,
+    pub journal: Journal,
+    pub store: Arc<dyn ChunkStore>,
+    pub state: Mutex<State>,
+    /// Wakes the destager (new records, commands, shutdown).
+    pub work: Condvar,
+    /// Wakes writers waiting for buffer space.
+    pub space: Condvar,
+    pub commands: Mutex<Vec<Command>>,
+    pub shutdown: AtomicBool,
+    /// Stop the destager at once, as a killed process would (tests).
+    pub abandon: AtomicBool,
+    pub counters: Counters,
+}
+
+/// The volume engine of a c.node.
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) shared: Arc<Shared>,
+    destager: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// An open volume, for a front end.
+#[derive(Debug, Clone)]
+pub struct VolumeHandle {
+    pub id: VolumeId,
+    pub name: String,
+    pub gone: Arc<AtomicBool>,
+}
+
+impl Engine {
+    /// Open (or create) the datastore in `config.data_dir`, recovering after a crash.
+    pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
+        let shared = Arc::new(crate::recovery::recover(config)?);
+        let thread_shared = shared.clone();
+        let destager = std::thread::Builder::new()
+            .name("weft-destage".into())
+            .spawn(move || crate::destage::run(&thread_shared))
+            .map_err(|e| IoFailure::disk("destager thread", e))?;
+        Ok(Engine { shared, destager: Mutex::new(Some(destager)) })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    /// Destage everything, checkpoint, and stop the destager. Calls after this fail.
+    pub fn shutdown(&self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.work.notify_all();
+        self.shared.space.notify_all();
+        if let Some(handle) = self.destager.lock().take() {
+            let _ = handle.join();
+        }
+    }
+
+    /// Stop as if the process had been killed: nothing more is destaged, sealed or
+    /// checkpointed; what the journal handed to the OS stays. For crash tests.
+    pub fn crash(&self) {
+        self.shared.abandon.store(true, Ordering::Release);
+        self.shutdown();
+    }
+
+    // ---- volumes -------------------------------------------------------------------------
+
+    pub fn create_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
+        check_name(name)?;
+        check_size(size_bytes)?;
+        let mut meta = self.shared.meta.lock();
+        if meta.state.volumes.iter().any(|v| v.name == name) {
+            return Err(EngineError::VolumeExists { name: name.to_string() });
+        }
+        let mut next = meta.state.clone();
+        let record = VolumeRecord {
+            id: VolumeId(next.next_volume_id.max(1)),
+            name: name.to_string(),
+            size_bytes,
+            family: FamilyId(next.next_family_id.max(1)),
+            layer: LayerId(next.next_layer_id.max(1)),
+            created_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        };
+        next.next_volume_id = record.id.0 + 1;
+        next.next_family_id = record.family.0 + 1;
+        next.next_layer_id = record.layer.0 + 1;
+        next.volumes.push(record.clone());
+        meta.commit(next)?;
+        let mut st = self.shared.state.lock();
+        st.families.entry(record.family).or_insert_with(|| Family::new(record.family));
+        st.volumes.insert(record.id, Volume { record: record.clone(), gone: Arc::new(AtomicBool::new(false)) });
+        Ok(volume_info(&st, &record))
+    }
+
+    pub fn delete_volume(&self, name: &str) -> Result<(), EngineError> {
+        let mut meta = self.shared.meta.lock();
+        let record = find(&meta, name)?;
+        let mut next = meta.state.clone();
+        next.volumes.retain(|v| v.id != record.id);
+        meta.commit(next)?;
+        let doomed: Vec<SegmentId> = {
+            let mut st = self.shared.state.lock();
+            if let Some(v) = st.volumes.remove(&record.id) {
+                v.gone.store(true, Ordering::Release);
+            }
+            st.buffer.drop_volume(record.id);
+            st.families.remove(&record.family);
+            let doomed: Vec<SegmentId> =
+                st.sealed.iter().filter(|(_, s)| s.family == record.family).map(|(&id, _)| id).collect();
+            for id in &doomed {
+                st.sealed.remove(id);
+            }
+            st.out_of_space = false;
+            doomed
+        };
+        for id in doomed {
+            if let Err(e) = self.shared.store.delete(ChunkId { segment: id, index: 0 }) {
+                tracing::warn!(segment = id.0, error = %e, "could not delete a segment of a deleted volume");
+            }
+        }
+        tracing::info!(volume = name, "volume deleted");
+        Ok(())
+    }
+
+    pub fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
+        check_size(size_bytes)?;
+        let mut meta = self.shared.meta.lock();
+        let record = find(&meta, name)?;
+        if size_bytes < record.size_bytes {
+            return Err(EngineError::InvalidSize {
+                reason: format!("volumes only grow: {name} is {} bytes", record.size_bytes),
+            });
+        }
+        let mut next = meta.state.clone();
+        for v in &mut next.volumes {
+            if v.id == record.id {
+                v.size_bytes = size_bytes;
+            }
+        }
+        meta.commit(next)?;
+        let mut st = self.shared.state.lock();
+        let volume = st.volumes.get_mut(&record.id).ok_or(EngineError::Gone)?;
+        volume.record.size_bytes = size_bytes;
+        let record = volume.record.clone();
+        Ok(volume_info(&st, &record))
+    }
+
+    pub fn list_volumes(&self) -> Vec<VolumeInfo> {
+        let meta = self.shared.meta.lock();
+        let st = self.shared.state.lock();
+        meta.state.volumes.iter().map(|r| volume_info(&st, r)).collect()
+    }
+
+    pub fn volume_info(&self, name: &str) -> Result<VolumeInfo, EngineError> {
+        let meta = self.shared.meta.lock();
+        let record = find(&meta, name)?;
+        let st = self.shared.state.lock();
+        Ok(volume_info(&st, &record))
+    }
+
+    /// Open a volume for I/O.
+    pub fn open_volume(&self, name: &str) -> Result<VolumeHandle, EngineError> {
+        let meta = self.shared.meta.lock();
+        let record = find(&meta, name)?;
+        let st = self.shared.state.lock();
+        let v = st.volume(record.id)?;
+        Ok(VolumeHandle { id: record.id, name: record.name, gone: v.gone.clone() })
+    }
+
+    /// The current size of an open volume.
+    pub fn volume_size(&self, id: VolumeId) -> Result<u64, EngineError> {
+        Ok(self.shared.state.lock().volume(id)?.record.size_bytes)
+    }
+
+    // ---- I/O -----------------------------------------------------------------------------
+
+    /// Write whole blocks; durable against a process crash on return, against power loss with
+    /// `fua`.
+    pub fn write(&self, id: VolumeId, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
+        let count = self.check_range(id, offset_bytes, data.len() as u64)?;
+        if count == 0 {
+            return Ok(());
+        }
+        if data.len() > JOURNAL_PAYLOAD_MAX_BYTES as usize {
+            return Err(EngineError::OutOfRange { offset_bytes, length_bytes: data.len() as u64 });
+        }
+        self.admit(data.len() as u64)?;
+        let lba = offset_bytes / BLOCK_SIZE_U64;
+        let buffered: Arc<[u8]> = Arc::from(data);
+        let shared = &self.shared;
+        let seq = shared
+            .journal
+            .append(RecordKind::Write, id, lba, count, data, |seq| {
+                shared.state.lock().buffer.push_write(seq, id, lba, buffered);
+                seq
+            })
+            .map_err(map_io)?;
+        shared.counters.host_written_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        shared.work.notify_one();
+        if fua {
+            shared.journal.sync(seq).map_err(map_io)?;
+        }
+        Ok(())
+    }
+
+    /// Unmap a range (reads return zeroes); its space becomes garbage.
+    pub fn trim(&self, id: VolumeId, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), EngineError> {
+        self.apply_range(id, offset_bytes, length_bytes, RecordKind::Trim, fua)
+    }
+
+    /// Make a range read as zeroes. With `may_unmap` it is trimmed; without, it stays
+    /// allocated as written zeroes (NBD NO_HOLE), which costs no data space either.
+    pub fn write_zeroes(
+        &self,
+        id: VolumeId,
+        offset_bytes: u64,
+        length_bytes: u64,
+        may_unmap: bool,
+        fua: bool,
+    ) -> Result<(), EngineError> {
+        let kind = if may_unmap { RecordKind::Trim } else { RecordKind::Zero };
+        self.apply_range(id, offset_bytes, length_bytes, kind, fua)
+    }
+
+    /// Make every acknowledged write durable against power loss (all volumes).
+    pub fn flush(&self) -> Result<(), EngineError> {
+        let upto = self.shared.journal.written_seq();
+        self.shared.journal.sync(upto).map_err(map_io)
+    }
+
+    /// Read whole blocks.
+    pub fn read(&self, id: VolumeId, offset_bytes: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        let count = self.check_range(id, offset_bytes, buf.len() as u64)?;
+        let lba = offset_bytes / BLOCK_SIZE_U64;
+        let mut last_err = None;
+        for _ in 0..READ_RETRIES_MAX {
+            match crate::destage::read_blocks(&self.shared, id, lba, count, buf) {
+                Ok(()) => return Ok(()),
+                Err(EngineError::Io(IoFailure::Disk { source, what })) if source.kind() == std::io::ErrorKind::NotFound => {
+                    last_err = Some(EngineError::Io(IoFailure::Disk { source, what }));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.expect("retried at least once"))
+    }
+
+    /// Allocation status of a range, as runs of equal status.
+    pub fn block_status(&self, id: VolumeId, offset_bytes: u64, length_bytes: u64) -> Result<Vec<Extent>, EngineError> {
+        let count = self.check_range(id, offset_bytes, length_bytes)?;
+        let lba = offset_bytes / BLOCK_SIZE_U64;
+        let st = self.shared.state.lock();
+        let v = st.volume(id)?;
+        let family = st.families.get(&v.record.family).ok_or(EngineError::Gone)?;
+        let chain = [v.record.layer];
+        let mut out: Vec<Extent> = Vec::new();
+        for l in lba..lba + count {
+            let (hole, zero) = if st.buffer.lookup(id, l).is_some() {
+                (false, false)
+            } else {
+                match family.lookup(&chain, l) {
+                    Mapping::Absent => (true, true),
+                    Mapping::Zero => (false, true),
+                    Mapping::Block(_) => (false, false),
+                }
+            };
+            match out.last_mut() {
+                Some(last) if last.hole == hole && last.zero == zero => last.length_bytes += BLOCK_SIZE_U64,
+                _ => out.push(Extent { length_bytes: BLOCK_SIZE_U64, hole, zero }),
+            }
+        }
+        Ok(out)
+    }
+
+    // ---- maintenance ---------------------------------------------------------------------
+
+    /// Wait until every buffered write is destaged into sealed segments.
+    pub fn sync(&self) -> Result<(), EngineError> {
+        self.command(Command::Sync)
+    }
+
+    /// Run GC now over every segment below the live-fraction threshold.
+    pub fn gc_now(&self) -> Result<GcReport, EngineError> {
+        self.command(Command::Gc)
+    }
+
+    pub fn checkpoint_now(&self) -> Result<(), EngineError> {
+        self.command(Command::Checkpoint)
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        crate::destage::stats(&self.shared)
+    }
+
+    // ---- helpers -------------------------------------------------------------------------
+
+    fn command<T>(&self, make: impl FnOnce(std::sync::mpsc::Sender<Result<T, String>>) -> Command) -> Result<T, EngineError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.shared.commands.lock().push(make(tx));
+        self.shared.work.notify_all();
+        match rx.recv() {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(detail)) => Err(EngineError::Io(IoFailure::CorruptMetadata { what: "maintenance".into(), detail })),
+            Err(_) => Err(EngineError::Gone),
+        }
+    }
+
+    /// Check a request against the volume; returns its length in blocks.
+    fn check_range(&self, id: VolumeId, offset_bytes: u64, length_bytes: u64) -> Result<u64, EngineError> {
+        let size = self.volume_size(id)?;
+        let bad = EngineError::OutOfRange { offset_bytes, length_bytes };
+        if offset_bytes % BLOCK_SIZE_U64 != 0 || length_bytes % BLOCK_SIZE_U64 != 0 {
+            return Err(bad);
+        }
+        match offset_bytes.checked_add(length_bytes) {
+            Some(end) if end <= size => Ok(length_bytes / BLOCK_SIZE_U64),
+            _ => Err(bad),
+        }
+    }
+
+    /// Wait for buffer space; refuse when the datastore is full.
+    fn admit(&self, bytes: u64) -> Result<(), EngineError> {
+        let shared = &self.shared;
+        let mut st = shared.state.lock();
+        loop {
+            if shared.shutdown.load(Ordering::Acquire) {
+                return Err(EngineError::Gone);
+            }
+            if st.out_of_space {
+                return Err(EngineError::NoSpace);
+            }
+            if let Some(cap) = shared.store.capacity_bytes() {
+                let reserve = 2 * shared.config.segment_size_bytes as u64;
+                let pending = st.buffer.data_bytes() + bytes + reserve;
+                if shared.store.used_bytes() + pending > cap {
+                    return Err(EngineError::NoSpace);
+                }
+            }
+            if st.buffer.data_bytes() + bytes <= shared.config.write_buffer_max_bytes || st.buffer.is_empty() {
+                return Ok(());
+            }
+            shared.work.notify_one();
+            shared.space.wait_for(&mut st, BACKPRESSURE_WAIT);
+        }
+    }
+
+    fn apply_range(&self, id: VolumeId, offset_bytes: u64, length_bytes: u64, kind: RecordKind, fua: bool) -> Result<(), EngineError> {
+        let count = self.check_range(id, offset_bytes, length_bytes)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let lba = offset_bytes / BLOCK_SIZE_U64;
+        let shared = &self.shared;
+        let _gate = shared.range_gate.lock();
+        let seq = shared
+            .journal
+            .append(kind, id, lba, count, &[], |seq| {
+                let mut st = shared.state.lock();
+                crate::destage::buffer_range(&mut st, seq, id, lba, count, kind);
+                seq
+            })
+            .map_err(map_io)?;
+        shared.work.notify_one();
+        if fua {
+            shared.journal.sync(seq).map_err(map_io)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn map_io(e: IoFailure) -> EngineError {
+    if e.is_no_space() {
+        EngineError::NoSpace
+    } else {
+        EngineError::Io(e)
+    }
+}
+
+fn find(meta: &MetaStore, name: &str) -> Result<VolumeRecord, EngineError> {
+    meta.state
+        .volumes
+        .iter()
+        .find(|v| v.name == name)
+        .cloned()
+        .ok_or_else(|| EngineError::UnknownVolume { name: name.to_string() })
+}
+
+fn volume_info(st: &State, r: &VolumeRecord) -> VolumeInfo {
+    let counts = st.families.get(&r.family).map(|f| f.counts(r.layer)).unwrap_or_default();
+    VolumeInfo {
+        name: r.name.clone(),
+        id: r.id.0,
+        size_bytes: r.size_bytes,
+        block_size_bytes: BLOCK_SIZE_U64,
+        mapped_bytes: counts.mapped_blocks * BLOCK_SIZE_U64,
+        zero_bytes: counts.zero_blocks * BLOCK_SIZE_U64,
+        created_unix_s: r.created_unix_s,
+    }
+}
+
+fn check_name(name: &str) -> Result<(), EngineError> {
+    let ok = !name.is_empty()
+        && name.len() <= VOLUME_NAME_MAX_BYTES
+        && !name.starts_with(['.', '-'])
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::InvalidName { name: name.to_string() })
+    }
+}
+
+fn check_size(size_bytes: u64) -> Result<(), EngineError> {
+    if size_bytes == 0 || size_bytes % BLOCK_SIZE_U64 != 0 || size_bytes > VOLUME_SIZE_MAX_BYTES {
+        return Err(EngineError::InvalidSize {
+            reason: format!(
+                "{size_bytes} bytes: a volume is a non-zero multiple of {BLOCK_SIZE_BYTES} bytes, at most {VOLUME_SIZE_MAX_BYTES}"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Release the journal up to what sealed segments now reflect.
+pub(crate) fn release_journal(shared: &Shared) {
+    let hwm = shared.state.lock().durable_journal_hwm();
+    if let Err(e) = shared.journal.release_upto(hwm) {
+        tracing::warn!(error = %e, "could not delete an old journal file");
+    }
+}
+
+const _: () = assert!(BLOCK_SIZE_BYTES as u64 == BLOCK_SIZE_U64);

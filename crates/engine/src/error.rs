@@ -1,0 +1,55 @@
+//! Engine errors, split by who must act: the client (bad request), the environment (disk, space,
+//! corruption), or nobody (the object is gone).
+
+use crate::units::{BlockId, SegmentId};
+
+/// Why an engine call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    #[error("no volume named {name:?}")]
+    UnknownVolume { name: String },
+    #[error("a volume named {name:?} already exists")]
+    VolumeExists { name: String },
+    #[error("invalid volume name {name:?}: use 1-64 characters from [A-Za-z0-9._-], not starting with '.' or '-'")]
+    InvalidName { name: String },
+    #[error("invalid size: {reason}")]
+    InvalidSize { reason: String },
+    #[error("request outside the volume or not 4 KiB aligned: offset {offset_bytes}, length {length_bytes}")]
+    OutOfRange { offset_bytes: u64, length_bytes: u64 },
+    #[error("volume is read-only")]
+    ReadOnly,
+    #[error("the volume was deleted")]
+    Gone,
+    #[error("no space left in the datastore")]
+    NoSpace,
+    #[error(transparent)]
+    Io(#[from] IoFailure),
+}
+
+/// An environment failure on the data path.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IoFailure {
+    #[error("disk i/o on {what}: {source}")]
+    Disk {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("checksum mismatch in block {block} of segment {segment} (offset {offset_bytes})")]
+    Corrupt { block: BlockId, segment: SegmentId, offset_bytes: u64 },
+    #[error("corrupt metadata in {what}: {detail}")]
+    CorruptMetadata { what: String, detail: String },
+}
+
+impl IoFailure {
+    pub fn disk(what: impl Into<String>, source: std::io::Error) -> IoFailure {
+        IoFailure::Disk { what: what.into(), source }
+    }
+
+    /// True when the underlying error is a full disk.
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, IoFailure::Disk { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
+    }
+}

@@ -1,0 +1,239 @@
+//! One family's state: block maps of its layers, its block table and dedup index, and its open
+//! segment. Every change to a map or a refcount goes through here, live (destage) and in
+//! replay alike, so recovery rebuilds exactly the state the live system had. No I/O here.
+
+use std::collections::HashMap;
+
+use crate::block_map::{BlockMap, Mapping};
+use crate::block_table::{BlockLocation, BlockTable};
+use crate::reduce::Reduced;
+use crate::segment::{SegmentBuilder, StoredBlock, SummaryEntry};
+use crate::units::{BlockId, FamilyId, LayerId, Lba, SegmentId};
+
+/// Counts of one layer, for space accounting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LayerCounts {
+    /// Entries that are not absent (blocks and zeroes).
+    pub mapped_blocks: u64,
+    /// Entries that read as zero.
+    pub zero_blocks: u64,
+}
+
+/// A family: the unit of dedup, segments and recovery.
+#[derive(Debug)]
+pub struct Family {
+    pub id: FamilyId,
+    pub layers: HashMap<LayerId, BlockMap>,
+    pub table: BlockTable,
+    /// The segment being filled, if any.
+    pub open: Option<SegmentBuilder>,
+    /// Seq of the first journal record reflected in the open segment.
+    pub open_since_seq: Option<u64>,
+    /// Every journal record of this family with seq <= this is reflected in sealed segments
+    /// (or the checkpoint); recovery replays the journal after it.
+    pub journal_hwm: u64,
+}
+
+impl Family {
+    pub fn new(id: FamilyId) -> Family {
+        Family {
+            id,
+            layers: HashMap::new(),
+            table: BlockTable::new(),
+            open: None,
+            open_since_seq: None,
+            journal_hwm: 0,
+        }
+    }
+
+    /// Where `lba` resolves, looking down a chain of layers (top first).
+    pub fn lookup(&self, chain: &[LayerId], lba: u64) -> Mapping {
+        for layer in chain {
+            match self.layers.get(layer).map(|m| m.get(Lba(lba))) {
+                Some(Mapping::Absent) | None => continue,
+                Some(found) => return found,
+            }
+        }
+        Mapping::Absent
+    }
+
+    /// Where the stored bytes of a block are.
+    pub fn location(&self, block: BlockId) -> Option<BlockLocation> {
+        self.table.get(block).map(|e| e.location)
+    }
+
+    /// Destage one reduced block of a write (journal record `seq`) into `layer`.
+    pub fn apply_block(
+        &mut self,
+        layer: LayerId,
+        lba: u64,
+        reduced: &Reduced,
+        seq: u64,
+        new_segment: &mut dyn FnMut() -> SegmentId,
+        segment_capacity_bytes: usize,
+    ) {
+        self.open_since_seq.get_or_insert(seq);
+        let new_mapping = match reduced {
+            Reduced::Zero => {
+                self.record(SummaryEntry::MapZero { layer, lba, count: 1 }, new_segment, segment_capacity_bytes);
+                Mapping::Zero
+            }
+            Reduced::Data { fingerprint, stored, compressed } => {
+                if let Some(existing) = self.table.find_duplicate(*fingerprint) {
+                    self.table.add_ref(existing);
+                    self.record(
+                        SummaryEntry::MapExisting { layer, lba, block: existing },
+                        new_segment,
+                        segment_capacity_bytes,
+                    );
+                    Mapping::Block(existing)
+                } else {
+                    let id = self.table.next_id();
+                    let open = self.open_segment(new_segment, segment_capacity_bytes);
+                    let placed = open.append(id, stored, *compressed);
+                    let segment = open.id;
+                    open.record(SummaryEntry::MapNew { layer, lba, stored: placed, fingerprint: *fingerprint });
+                    self.table.insert(id, location(segment, placed), *fingerprint);
+                    Mapping::Block(id)
+                }
+            }
+        };
+        let old = self.layers.entry(layer).or_default().set(Lba(lba), new_mapping);
+        self.release_mapping(old);
+    }
+
+    /// Set a range of a layer to zero or absent, returning the block references that were
+    /// dropped from the map. The caller releases them later with [`Self::release_blocks`]
+    /// (live: when the trim is destaged) or at once (replay).
+    pub fn set_range(&mut self, layer: LayerId, lba: u64, count: u64, mapping: Mapping) -> Vec<BlockId> {
+        assert!(matches!(mapping, Mapping::Zero | Mapping::Absent), "ranges are set to zero or absent");
+        let map = self.layers.entry(layer).or_default();
+        let end = lba.saturating_add(count);
+        let mut dropped = Vec::new();
+        if mapping == Mapping::Absent {
+            for (l, _) in map.present_in(Lba(lba), Lba(end)) {
+                if let Mapping::Block(b) = map.set(l, Mapping::Absent) {
+                    dropped.push(b);
+                }
+            }
+        } else {
+            for l in lba..end {
+                if let Mapping::Block(b) = map.set(Lba(l), Mapping::Zero) {
+                    dropped.push(b);
+                }
+            }
+        }
+        dropped
+    }
+
+    /// Release block references dropped from a map.
+    pub fn release_blocks(&mut self, blocks: &[BlockId]) {
+        for &b in blocks {
+            self.table.release(b);
+        }
+    }
+
+    /// Log a destaged trim or zeroing in the open segment and release what it dropped.
+    pub fn destage_range(
+        &mut self,
+        entry: SummaryEntry,
+        released: &[BlockId],
+        seq: u64,
+        new_segment: &mut dyn FnMut() -> SegmentId,
+        segment_capacity_bytes: usize,
+    ) {
+        self.open_since_seq.get_or_insert(seq);
+        self.record(entry, new_segment, segment_capacity_bytes);
+        self.release_blocks(released);
+    }
+
+    /// GC: move a live block's stored bytes into the open segment.
+    pub fn relocate(
+        &mut self,
+        block: BlockId,
+        stored: &[u8],
+        compressed: bool,
+        new_segment: &mut dyn FnMut() -> SegmentId,
+        segment_capacity_bytes: usize,
+    ) {
+        let open = self.open_segment(new_segment, segment_capacity_bytes);
+        let placed = open.append(block, stored, compressed);
+        let segment = open.id;
+        open.record(SummaryEntry::Relocate { stored: placed });
+        self.table.relocate(block, location(segment, placed));
+    }
+
+    /// Apply a sealed segment's summary during recovery.
+    pub fn replay(&mut self, segment: SegmentId, entries: &[SummaryEntry]) {
+        for entry in entries {
+            match *entry {
+                SummaryEntry::MapNew { layer, lba, stored, fingerprint } => {
+                    self.table.insert(stored.block, location(segment, stored), fingerprint);
+                    let old = self.layers.entry(layer).or_default().set(Lba(lba), Mapping::Block(stored.block));
+                    self.release_mapping(old);
+                }
+                SummaryEntry::MapExisting { layer, lba, block } => {
+                    self.table.add_ref(block);
+                    let old = self.layers.entry(layer).or_default().set(Lba(lba), Mapping::Block(block));
+                    self.release_mapping(old);
+                }
+                SummaryEntry::MapZero { layer, lba, count } => {
+                    let dropped = self.set_range(layer, lba, count, Mapping::Zero);
+                    self.release_blocks(&dropped);
+                }
+                SummaryEntry::Unmap { layer, lba, count } => {
+                    let dropped = self.set_range(layer, lba, count, Mapping::Absent);
+                    self.release_blocks(&dropped);
+                }
+                SummaryEntry::Relocate { stored } => {
+                    self.table.relocate(stored.block, location(segment, stored));
+                }
+            }
+        }
+    }
+
+    /// The open segment, if it should be sealed now, with the seq of its first journal record.
+    pub fn take_open_if_full(&mut self, segment_capacity_bytes: usize) -> Option<(SegmentBuilder, Option<u64>)> {
+        if self.open.as_ref().is_some_and(|o| o.data_bytes() >= segment_capacity_bytes) {
+            self.take_open()
+        } else {
+            None
+        }
+    }
+
+    /// The open segment, whatever its fill (idle seal, checkpoint).
+    pub fn take_open(&mut self) -> Option<(SegmentBuilder, Option<u64>)> {
+        let since = self.open_since_seq.take();
+        self.open.take().filter(|o| !o.is_empty()).map(|o| (o, since))
+    }
+
+    pub fn counts(&self, layer: LayerId) -> LayerCounts {
+        let Some(map) = self.layers.get(&layer) else { return LayerCounts::default() };
+        LayerCounts { mapped_blocks: map.present_entries(), zero_blocks: map.zero_entries() }
+    }
+
+    fn release_mapping(&mut self, old: Mapping) {
+        if let Mapping::Block(b) = old {
+            self.table.release(b);
+        }
+    }
+
+    fn record(&mut self, entry: SummaryEntry, new_segment: &mut dyn FnMut() -> SegmentId, cap: usize) {
+        self.open_segment(new_segment, cap).record(entry);
+    }
+
+    fn open_segment(&mut self, new_segment: &mut dyn FnMut() -> SegmentId, cap: usize) -> &mut SegmentBuilder {
+        let family = self.id;
+        self.open.get_or_insert_with(|| SegmentBuilder::new(new_segment(), family, cap))
+    }
+}
+
+fn location(segment: SegmentId, s: StoredBlock) -> BlockLocation {
+    BlockLocation {
+        segment,
+        offset_bytes: s.offset_bytes,
+        stored_len_bytes: s.stored_len_bytes,
+        compressed: s.compressed,
+        crc32c: s.crc32c,
+    }
+}

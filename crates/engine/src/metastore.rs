@@ -1,0 +1,104 @@
+//! The embedded MetaStore of single-process mode: the small, rarely changing cluster state
+//! (volumes and their families and layers, id counters), as one JSON document replaced
+//! atomically (write, fsync, rename, fsync dir). The data path never waits on it.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::IoFailure;
+use crate::units::{FamilyId, LayerId, VolumeId};
+
+const METASTORE_FILE: &str = "cluster.json";
+
+/// One volume as the cluster state knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeRecord {
+    pub id: VolumeId,
+    pub name: String,
+    pub size_bytes: u64,
+    pub family: FamilyId,
+    /// The volume's writable layer.
+    pub layer: LayerId,
+    /// Seconds since the Unix epoch.
+    pub created_unix_s: u64,
+}
+
+/// The whole cluster state of a single node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterState {
+    pub format_version: u32,
+    pub volumes: Vec<VolumeRecord>,
+    pub next_volume_id: u64,
+    pub next_family_id: u64,
+    pub next_layer_id: u64,
+}
+
+/// The embedded store: a file and its current contents.
+#[derive(Debug)]
+pub struct MetaStore {
+    dir: PathBuf,
+    pub state: ClusterState,
+}
+
+impl MetaStore {
+    pub fn open(dir: &Path) -> Result<MetaStore, IoFailure> {
+        std::fs::create_dir_all(dir).map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
+        let path = dir.join(METASTORE_FILE);
+        let state = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| IoFailure::CorruptMetadata {
+                what: path.display().to_string(),
+                detail: e.to_string(),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                ClusterState { format_version: 1, ..ClusterState::default() }
+            }
+            Err(e) => return Err(IoFailure::disk(path.display().to_string(), e)),
+        };
+        Ok(MetaStore { dir: dir.to_path_buf(), state })
+    }
+
+    /// Replace the stored state with `next`; on failure nothing changes.
+    pub fn commit(&mut self, next: ClusterState) -> Result<(), IoFailure> {
+        let bytes = serde_json::to_vec_pretty(&next).expect("cluster state always serialises");
+        write_atomically(&self.dir, METASTORE_FILE, &bytes)?;
+        self.state = next;
+        Ok(())
+    }
+}
+
+/// Write `name` in `dir` so that a crash leaves either the old or the new contents.
+pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), IoFailure> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{name}.tmp"));
+    let path = dir.join(name);
+    let err = |p: &Path, e| IoFailure::disk(p.display().to_string(), e);
+    let mut f = std::fs::File::create(&tmp).map_err(|e| err(&tmp, e))?;
+    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| err(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| err(&path, e))?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = MetaStore::open(dir.path()).unwrap();
+        let mut next = m.state.clone();
+        next.volumes.push(VolumeRecord {
+            id: VolumeId(1),
+            name: "db".into(),
+            size_bytes: 1 << 30,
+            family: FamilyId(1),
+            layer: LayerId(1),
+            created_unix_s: 0,
+        });
+        next.next_volume_id = 2;
+        m.commit(next.clone()).unwrap();
+        assert_eq!(MetaStore::open(dir.path()).unwrap().state, next);
+    }
+}

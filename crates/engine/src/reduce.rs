@@ -1,0 +1,97 @@
+//! Data reduction of one 4 KiB block: zero elimination, dedup fingerprint, lz4 compression.
+//! Pure CPU work, done by the destager outside the engine lock. No I/O here.
+
+use crate::units::{Fingerprint, BLOCK_SIZE_BYTES};
+
+/// A block is stored compressed only when lz4 saves at least this much; below it the
+/// decompression cost on every read buys too little space.
+pub const COMPRESSION_MIN_SAVING_BYTES: usize = 256;
+
+/// The outcome of reducing one block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reduced {
+    /// All zero: the map records a zero, nothing is stored.
+    Zero,
+    /// Store (or dedup) these bytes.
+    Data { fingerprint: Fingerprint, stored: Vec<u8>, compressed: bool },
+}
+
+pub fn is_zero(block: &[u8]) -> bool {
+    // Word-at-a-time comparison; the compiler vectorises it.
+    let words = block.chunks_exact(8);
+    let tail = words.remainder();
+    words.into_iter().all(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")) == 0)
+        && tail.iter().all(|&b| b == 0)
+}
+
+pub fn fingerprint(block: &[u8]) -> Fingerprint {
+    let hash = blake3::hash(block);
+    let bytes: [u8; 16] = hash.as_bytes()[..16].try_into().expect("16 bytes");
+    u128::from_le_bytes(bytes)
+}
+
+/// Reduce one block of exactly [`BLOCK_SIZE_BYTES`].
+pub fn reduce(block: &[u8]) -> Reduced {
+    assert_eq!(block.len(), BLOCK_SIZE_BYTES, "reduce works on whole blocks");
+    if is_zero(block) {
+        return Reduced::Zero;
+    }
+    let fingerprint = fingerprint(block);
+    let compressed = lz4_flex::block::compress(block);
+    if compressed.len() + COMPRESSION_MIN_SAVING_BYTES <= BLOCK_SIZE_BYTES {
+        Reduced::Data { fingerprint, stored: compressed, compressed: true }
+    } else {
+        Reduced::Data { fingerprint, stored: block.to_vec(), compressed: false }
+    }
+}
+
+/// Restore a block's bytes from what was stored; `None` when the stored bytes do not
+/// decompress to exactly one block (corruption that slipped past the checksum).
+pub fn restore(stored: &[u8], compressed: bool, out: &mut [u8]) -> Option<()> {
+    if !compressed {
+        (stored.len() == out.len()).then(|| out.copy_from_slice(stored))
+    } else {
+        match lz4_flex::block::decompress_into(stored, out) {
+            Ok(n) if n == out.len() => Some(()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_blocks_are_eliminated() {
+        assert_eq!(reduce(&[0u8; BLOCK_SIZE_BYTES]), Reduced::Zero);
+        let mut b = [0u8; BLOCK_SIZE_BYTES];
+        b[4095] = 1;
+        assert!(!is_zero(&b));
+    }
+
+    #[test]
+    fn compressible_blocks_round_trip_and_random_ones_stay_raw() {
+        let mut text = vec![0u8; BLOCK_SIZE_BYTES];
+        for (i, b) in text.iter_mut().enumerate() {
+            *b = b"weft stores blocks "[i % 19];
+        }
+        let Reduced::Data { stored, compressed, .. } = reduce(&text) else { panic!() };
+        assert!(compressed && stored.len() < 512);
+        let mut out = vec![0u8; BLOCK_SIZE_BYTES];
+        restore(&stored, true, &mut out).unwrap();
+        assert_eq!(out, text);
+
+        let random: Vec<u8> = (0..BLOCK_SIZE_BYTES).map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[3]).collect();
+        let Reduced::Data { stored, compressed, .. } = reduce(&random) else { panic!() };
+        assert!(!compressed);
+        assert_eq!(stored, random);
+    }
+
+    #[test]
+    fn garbage_does_not_restore() {
+        let mut out = vec![0u8; BLOCK_SIZE_BYTES];
+        assert!(restore(&[0xff; 40], true, &mut out).is_none());
+        assert!(restore(&[1; 10], false, &mut out).is_none());
+    }
+}

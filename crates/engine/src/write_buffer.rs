@@ -1,0 +1,174 @@
+//! The write buffer: acknowledged writes not yet destaged, in RAM.
+//!
+//! Two views of the same records: a FIFO in journal order, which the destager consumes, and a
+//! per-volume index from LBA to the newest buffered data, which reads consult first
+//! (read-your-writes). A buffered block is *current* while the index still points at its
+//! record; the destager skips blocks that a newer write, trim or zeroing has superseded.
+//! No I/O here.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::units::{BlockId, VolumeId, BLOCK_SIZE_BYTES};
+
+/// A record waiting for destage.
+#[derive(Debug, Clone)]
+pub enum Pending {
+    /// Data for `count` blocks from `lba`, `data.len() == count * 4096`.
+    Write { seq: u64, volume: VolumeId, lba: u64, data: Arc<[u8]> },
+    /// Unmap `count` blocks from `lba`. Already applied to the map when buffered (reads see
+    /// it at once); the references it dropped, `released`, are released when it is destaged,
+    /// so that block ids are freed in the same order live and in replay.
+    Trim { seq: u64, volume: VolumeId, lba: u64, count: u64, released: Vec<BlockId> },
+    /// Zero `count` blocks from `lba`; like `Trim`, but the blocks stay allocated as zeroes.
+    Zero { seq: u64, volume: VolumeId, lba: u64, count: u64, released: Vec<BlockId> },
+}
+
+impl Pending {
+    pub fn seq(&self) -> u64 {
+        match self {
+            Pending::Write { seq, .. } | Pending::Trim { seq, .. } | Pending::Zero { seq, .. } => *seq,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Buffered {
+    seq: u64,
+    data: Arc<[u8]>,
+    /// Index of the block inside `data`.
+    block: u32,
+}
+
+/// The write buffer of one c.node.
+#[derive(Debug, Default)]
+pub struct WriteBuffer {
+    fifo: VecDeque<Pending>,
+    index: HashMap<VolumeId, BTreeMap<u64, Buffered>>,
+    data_bytes: u64,
+    /// Trims and zeroings in the FIFO (a checkpoint waits until there are none).
+    pending_ranges: usize,
+}
+
+impl WriteBuffer {
+    pub fn new() -> WriteBuffer {
+        WriteBuffer::default()
+    }
+
+    /// Buffer a write (records arrive in seq order).
+    pub fn push_write(&mut self, seq: u64, volume: VolumeId, lba: u64, data: Arc<[u8]>) {
+        assert_eq!(data.len() % BLOCK_SIZE_BYTES, 0, "writes are whole blocks");
+        let blocks = data.len() / BLOCK_SIZE_BYTES;
+        let index = self.index.entry(volume).or_default();
+        for i in 0..blocks {
+            let block = u32::try_from(i).expect("request size is bounded");
+            index.insert(lba + i as u64, Buffered { seq, data: data.clone(), block });
+        }
+        self.data_bytes += data.len() as u64;
+        self.fifo.push_back(Pending::Write { seq, volume, lba, data });
+    }
+
+    /// Buffer a trim or zeroing: buffered data in the range is superseded at once.
+    pub fn push_range(&mut self, pending: Pending) {
+        let (volume, lba, count) = match &pending {
+            Pending::Trim { volume, lba, count, .. } | Pending::Zero { volume, lba, count, .. } => {
+                (*volume, *lba, *count)
+            }
+            Pending::Write { .. } => panic!("push_range takes trims and zeroings"),
+        };
+        self.pending_ranges += 1;
+        if let Some(index) = self.index.get_mut(&volume) {
+            let doomed: Vec<u64> = index.range(lba..lba.saturating_add(count)).map(|(&l, _)| l).collect();
+            for l in doomed {
+                index.remove(&l);
+            }
+        }
+        self.fifo.push_back(pending);
+    }
+
+    /// The newest buffered data of a block, if any.
+    pub fn lookup(&self, volume: VolumeId, lba: u64) -> Option<&[u8]> {
+        let b = self.index.get(&volume)?.get(&lba)?;
+        let start = b.block as usize * BLOCK_SIZE_BYTES;
+        Some(&b.data[start..start + BLOCK_SIZE_BYTES])
+    }
+
+    /// Is the block `lba` of the write `seq` still the newest data for it?
+    pub fn is_current(&self, volume: VolumeId, lba: u64, seq: u64) -> bool {
+        self.index.get(&volume).and_then(|i| i.get(&lba)).is_some_and(|b| b.seq == seq)
+    }
+
+    /// The block was destaged: drop it from the index unless something newer replaced it.
+    pub fn retire(&mut self, volume: VolumeId, lba: u64, seq: u64) {
+        if let Some(index) = self.index.get_mut(&volume) {
+            if index.get(&lba).is_some_and(|b| b.seq == seq) {
+                index.remove(&lba);
+            }
+        }
+    }
+
+    /// Take up to `max` records from the front for destage.
+    pub fn pop_front(&mut self, max: usize) -> Vec<Pending> {
+        let n = max.min(self.fifo.len());
+        let out: Vec<Pending> = self.fifo.drain(..n).collect();
+        for p in &out {
+            match p {
+                Pending::Write { data, .. } => self.data_bytes -= data.len() as u64,
+                _ => self.pending_ranges -= 1,
+            }
+        }
+        out
+    }
+
+    /// Forget a deleted volume.
+    pub fn drop_volume(&mut self, volume: VolumeId) {
+        self.index.remove(&volume);
+    }
+
+    /// Trims and zeroings not yet destaged.
+    pub fn pending_ranges(&self) -> usize {
+        self.pending_ranges
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fifo.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.fifo.len()
+    }
+
+    /// Bytes of write data waiting in the FIFO.
+    pub fn data_bytes(&self) -> u64 {
+        self.data_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(v: u8, n: usize) -> Arc<[u8]> {
+        vec![v; n * BLOCK_SIZE_BYTES].into()
+    }
+
+    #[test]
+    fn newest_write_wins_and_trims_supersede() {
+        let vol = VolumeId(1);
+        let mut wb = WriteBuffer::new();
+        wb.push_write(1, vol, 10, block(1, 2));
+        wb.push_write(2, vol, 11, block(2, 1));
+        assert_eq!(wb.lookup(vol, 10).unwrap()[0], 1);
+        assert_eq!(wb.lookup(vol, 11).unwrap()[0], 2);
+        assert!(!wb.is_current(vol, 11, 1));
+        wb.push_range(Pending::Trim { seq: 3, volume: vol, lba: 11, count: 5, released: vec![] });
+        assert!(wb.lookup(vol, 11).is_none());
+        assert!(wb.is_current(vol, 10, 1));
+        let popped = wb.pop_front(10);
+        assert_eq!(popped.iter().map(Pending::seq).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(wb.data_bytes(), 0);
+        assert_eq!(wb.pending_ranges(), 0);
+        wb.retire(vol, 10, 1);
+        assert!(wb.lookup(vol, 10).is_none());
+    }
+}
