@@ -1,19 +1,79 @@
-//! NBD listener: accepts connections and drives the sans-IO codec in `weft-nbd` (placeholder
-//! until the listener lands).
+//! NBD listener: accepts TCP connections and serves exports of an [`ExportBackend`] over NBD.
+//!
+//! This is glue only. The protocol (handshake, option haggling, request framing and
+//! validation, reply encoding) is the sans-IO `weft-nbd` crate; this module moves bytes between
+//! sockets and that crate, and runs backend calls on tokio's blocking pool, never on the
+//! runtime's worker threads.
+//!
+//! Shape: one task per connection. After the handshake a connection splits into a reader
+//! (this task: parses requests and dispatches each to the blocking pool) and a writer task
+//! (sends replies in completion order, batching them into few syscalls). In-flight requests and
+//! payload bytes per connection are bounded by semaphores, which is the backpressure: the
+//! reader stops reading the socket when a bound is reached.
+//!
+//! Shutdown: cancelling the token stops accepting; every connection stops reading new
+//! requests, lets in-flight ones complete and their replies go out, then closes. `run` returns
+//! once every connection has finished.
+
+mod connection;
+mod execute;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::{info, warn, Instrument};
 
 use crate::backend::ExportBackend;
 
-/// Serve NBD on an already-bound listener until `shutdown` is cancelled.
+/// Connections served at once. Past this the listener stops accepting (the kernel backlog
+/// holds new clients) until one ends. Each connection may pin up to
+/// `INFLIGHT_PAYLOAD_BYTES_MAX` of buffers, so this also bounds memory.
+const CONNECTIONS_MAX: usize = 1024;
+/// How long to wait before accepting again after accept() fails (EMFILE and friends), so a
+/// descriptor shortage does not become a busy loop.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Serve NBD on an already-bound listener until `shutdown` is cancelled, then wait for every
+/// connection to drain.
 pub async fn run(
     listener: TcpListener,
     backend: Arc<dyn ExportBackend>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let _ = (listener, backend, shutdown);
+    let local = listener.local_addr()?;
+    info!(%local, "nbd listener started");
+    let mut connections = JoinSet::new();
+    let mut next_conn_id: u64 = 0;
+    loop {
+        while connections.try_join_next().is_some() {}
+        if connections.len() >= CONNECTIONS_MAX {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = connections.join_next() => continue,
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    next_conn_id += 1;
+                    let span = tracing::info_span!("nbd_conn", conn_id = next_conn_id, %peer);
+                    let task = connection::serve(stream, Arc::clone(&backend), shutdown.clone());
+                    connections.spawn(task.instrument(span));
+                }
+                Err(error) => {
+                    warn!(%error, "nbd accept failed");
+                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    info!(connections = connections.len(), "nbd listener stopping, draining connections");
+    while connections.join_next().await.is_some() {}
+    info!("nbd listener stopped");
     Ok(())
 }

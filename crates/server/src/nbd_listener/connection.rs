@@ -1,0 +1,394 @@
+//! One NBD connection: the handshake, then pipelined transmission.
+//!
+//! Transmission runs two halves. The reader (the connection task) frames requests with
+//! `weft-nbd`, validates them, takes in-flight permits, reads write payloads straight into a
+//! shared buffer (one copy, from the socket), and hands each command to the blocking pool. The
+//! blocking job executes it and sends the completion to the writer task, which encodes replies
+//! and writes them through a `BufWriter`, flushing once per batch. The reader stops on
+//! NBD_CMD_DISC, EOF, a framing error, an export that is gone, or shutdown; in every case the
+//! in-flight requests finish and their replies are sent before the socket closes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use weft_nbd::wire::{OPTION_HEADER_LEN_BYTES, OPTION_PAYLOAD_MAX_BYTES, PAYLOAD_MAX_BYTES};
+use weft_nbd::{
+    encode_reply, parse_request_header, Agreement, Command, ExportSummary, Negotiation, Parse,
+    ReplyHead, Session, Step,
+};
+
+use super::execute::{execute, Disposition, Outcome};
+use crate::backend::{ExportBackend, ExportHandle};
+
+/// Requests in flight on one connection (dispatched, reply not yet written). fio runs QD32
+/// and qemu up to 16 per connection; 128 leaves headroom without letting one client flood the
+/// blocking pool.
+const INFLIGHT_REQUESTS_MAX: usize = 128;
+/// Payload bytes (write data received plus read data to send) in flight on one connection.
+const INFLIGHT_PAYLOAD_BYTES_MAX: u32 = 64 * 1024 * 1024;
+/// A client has this long to finish the handshake; idle half-open handshakes do not pin a
+/// connection slot for ever.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most a handshake buffer holds: one whole option of the maximum size.
+const HANDSHAKE_BUFFER_MAX_BYTES: usize =
+    OPTION_HEADER_LEN_BYTES + OPTION_PAYLOAD_MAX_BYTES as usize;
+/// Read buffer growth step: many pipelined headers (or a small write) per read syscall.
+const READ_BUFFER_BYTES: usize = 256 * 1024;
+/// Reply buffer: small replies coalesce into one write; larger data bypasses it.
+const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// Replies written between flushes when many are ready at once.
+const REPLY_BATCH_MAX: usize = 64;
+
+const _: () = assert!(INFLIGHT_PAYLOAD_BYTES_MAX >= PAYLOAD_MAX_BYTES);
+
+/// One finished request on its way to the writer. Dropping it releases its in-flight permits,
+/// which happens only once its reply has been written.
+#[derive(Debug)]
+struct Completion {
+    handle: u64,
+    offset_bytes: u64,
+    outcome: Outcome,
+    _permits: Permits,
+}
+
+#[derive(Debug)]
+struct Permits {
+    _request: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+/// Why a connection ended early; logged, never propagated.
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("negotiation: {0}")]
+    Negotiation(#[from] weft_nbd::NegotiationError),
+    #[error("handshake timed out")]
+    HandshakeTimeout,
+    #[error("handshake buffer over its limit")]
+    HandshakeTooLarge,
+    #[error("export {name:?} could not be opened after negotiation")]
+    OpenFailed { name: String },
+}
+
+/// Serve one connection to completion. Errors are logged here.
+pub(super) async fn serve(
+    mut stream: TcpStream,
+    backend: Arc<dyn ExportBackend>,
+    shutdown: CancellationToken,
+) {
+    if let Err(error) = stream.set_nodelay(true) {
+        debug!(%error, "set_nodelay failed");
+    }
+    info!("nbd client connected");
+    let negotiated = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &backend)) => {
+            r.unwrap_or(Err(ConnError::HandshakeTimeout))
+        }
+    };
+    let (agreement, export, leftover) = match negotiated {
+        Ok(Some(done)) => done,
+        Ok(None) => {
+            info!("nbd client left during negotiation");
+            return;
+        }
+        Err(error) => {
+            info!(%error, "nbd negotiation failed, disconnecting");
+            return;
+        }
+    };
+    info!(
+        export = %agreement.export.name,
+        structured = agreement.structured_replies,
+        base_allocation = agreement.base_allocation,
+        "nbd transmission started"
+    );
+    match transmit(stream, &agreement, export, leftover, &shutdown).await {
+        Ok(()) => info!("nbd client disconnected"),
+        Err(error) => info!(%error, "nbd connection closed"),
+    }
+}
+
+/// Run option haggling. `Ok(None)` when the client aborted or left; otherwise the agreement,
+/// the opened export and any bytes the client already sent past the end of negotiation.
+async fn handshake(
+    stream: &mut TcpStream,
+    backend: &Arc<dyn ExportBackend>,
+) -> Result<Option<(Agreement, Arc<dyn ExportHandle>, BytesMut)>, ConnError> {
+    let lister = Arc::clone(backend);
+    let exports: Vec<ExportSummary> = blocking(move || lister.list_exports())
+        .await?
+        .into_iter()
+        .map(|e| ExportSummary {
+            name: e.name,
+            description: e.description,
+            size_bytes: e.size_bytes,
+            read_only: e.read_only,
+        })
+        .collect();
+    let mut negotiation = Negotiation::new();
+    let mut out = Vec::new();
+    negotiation.greeting(&mut out);
+    stream.write_all(&out).await?;
+    let mut buf = BytesMut::with_capacity(4096);
+    loop {
+        loop {
+            out.clear();
+            match negotiation.advance(&buf, &exports, &mut out)? {
+                Step::Incomplete => break,
+                Step::Continue { consumed } => {
+                    buf.advance(consumed);
+                    stream.write_all(&out).await?;
+                }
+                Step::Abort { consumed } => {
+                    buf.advance(consumed);
+                    // The client may already have closed; the ACK is a courtesy.
+                    let _ = stream.write_all(&out).await;
+                    return Ok(None);
+                }
+                Step::Go { consumed, agreement } => {
+                    buf.advance(consumed);
+                    let opener = Arc::clone(backend);
+                    let name = agreement.export.name.clone();
+                    let opened = blocking(move || opener.open(&name)).await?;
+                    let Ok(export) = opened else {
+                        // Gone between the list and the open: hang up before the final reply.
+                        return Err(ConnError::OpenFailed { name: agreement.export.name });
+                    };
+                    stream.write_all(&out).await?;
+                    return Ok(Some((agreement, export, buf)));
+                }
+            }
+        }
+        if buf.len() >= HANDSHAKE_BUFFER_MAX_BYTES {
+            return Err(ConnError::HandshakeTooLarge);
+        }
+        buf.reserve(4096);
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+/// The transmission phase: reader loop here, writer in its own task.
+async fn transmit(
+    stream: TcpStream,
+    agreement: &Agreement,
+    export: Arc<dyn ExportHandle>,
+    mut buf: BytesMut,
+    shutdown: &CancellationToken,
+) -> Result<(), ConnError> {
+    let session = Session::new(agreement);
+    let (mut rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<Completion>(INFLIGHT_REQUESTS_MAX);
+    // Cancelled when the connection must end: export gone, or the writer failed.
+    let stop = CancellationToken::new();
+    let writer = tokio::spawn(write_replies(wr, rx, session.structured_replies, stop.clone()));
+    let requests = Arc::new(Semaphore::new(INFLIGHT_REQUESTS_MAX));
+    let bytes = Arc::new(Semaphore::new(INFLIGHT_PAYLOAD_BYTES_MAX as usize));
+
+    let read_result: Result<(), ConnError> = async {
+        loop {
+            if export.is_gone() {
+                info!("export is gone, disconnecting");
+                return Ok(());
+            }
+            let header = match parse_request_header(&buf) {
+                Parse::Complete(header, consumed) => {
+                    buf.advance(consumed);
+                    header
+                }
+                Parse::Incomplete => {
+                    if !read_more(&mut rd, &mut buf, READ_BUFFER_BYTES, &stop, shutdown).await? {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Parse::Invalid(error) => {
+                    warn!(%error, "malformed nbd request, disconnecting");
+                    return Ok(());
+                }
+            };
+            let classified = session.classify(&header);
+            if classified == Ok(Command::Disconnect) {
+                debug!("nbd disconnect requested");
+                return Ok(());
+            }
+            let payload_len = header.payload_len_bytes();
+            let read_len = match classified {
+                Ok(Command::Read { length_bytes, .. }) => length_bytes,
+                _ => 0,
+            };
+            // Both are bounded by PAYLOAD_MAX_BYTES (parser and classify), so the sum fits.
+            let permits = acquire(&requests, &bytes, payload_len + read_len).await;
+            let payload = {
+                let len = payload_len as usize;
+                while buf.len() < len {
+                    let missing = len - buf.len();
+                    if !read_more(&mut rd, &mut buf, missing, &stop, shutdown).await? {
+                        return Ok(());
+                    }
+                }
+                buf.split_to(len).freeze()
+            };
+            let command = match classified {
+                Ok(command) => command,
+                Err(errno) => {
+                    debug!(?header, ?errno, "nbd request rejected");
+                    let completion = Completion {
+                        handle: header.handle,
+                        offset_bytes: header.offset_bytes,
+                        outcome: Outcome::Failed(errno),
+                        _permits: permits,
+                    };
+                    if tx.send(completion).await.is_err() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            dispatch(&export, command, header.handle, header.offset_bytes, payload, permits, &tx, &stop);
+        }
+    }
+    .await;
+
+    // Drain: in-flight jobs hold clones of `tx`; the writer ends once they have all sent.
+    drop(tx);
+    let write_result = writer.await.expect("writer task does not panic (panic = abort)");
+    read_result?;
+    write_result.map_err(ConnError::from)
+}
+
+/// Hand one command to the blocking pool; its completion goes straight to the writer.
+#[allow(clippy::too_many_arguments)]
+fn dispatch(
+    export: &Arc<dyn ExportHandle>,
+    command: Command,
+    handle: u64,
+    offset_bytes: u64,
+    payload: Bytes,
+    permits: Permits,
+    tx: &mpsc::Sender<Completion>,
+    stop: &CancellationToken,
+) {
+    let export = Arc::clone(export);
+    let tx = tx.clone();
+    let stop = stop.clone();
+    tokio::task::spawn_blocking(move || {
+        let (outcome, disposition) = execute(export.as_ref(), command, payload);
+        if disposition == Disposition::Disconnect {
+            stop.cancel();
+        }
+        // Never blocks: the channel holds INFLIGHT_REQUESTS_MAX and each sender holds a
+        // request permit. Fails only when the writer is gone, and then nobody wants the reply.
+        let _ = tx.blocking_send(Completion { handle, offset_bytes, outcome, _permits: permits });
+    });
+}
+
+/// Read more bytes into `buf`, reserving at least `want`. `false` on EOF, stop or shutdown.
+async fn read_more(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut BytesMut,
+    want: usize,
+    stop: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> std::io::Result<bool> {
+    buf.reserve(want.max(4096));
+    tokio::select! {
+        biased;
+        _ = stop.cancelled() => Ok(false),
+        _ = shutdown.cancelled() => Ok(false),
+        n = rd.read_buf(buf) => Ok(n? > 0),
+    }
+}
+
+async fn acquire(requests: &Arc<Semaphore>, bytes: &Arc<Semaphore>, payload_bytes: u32) -> Permits {
+    let request = Arc::clone(requests).acquire_owned().await.expect("semaphore never closed");
+    let bytes = if payload_bytes == 0 {
+        None
+    } else {
+        Some(
+            Arc::clone(bytes)
+                .acquire_many_owned(payload_bytes)
+                .await
+                .expect("semaphore never closed"),
+        )
+    };
+    Permits { _request: request, _bytes: bytes }
+}
+
+/// The writer task: encode completions in arrival order, flush once per batch.
+async fn write_replies(
+    wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Completion>,
+    structured: bool,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    let mut w = BufWriter::with_capacity(WRITE_BUFFER_BYTES, wr);
+    let mut scratch = Vec::with_capacity(64);
+    let result: std::io::Result<()> = async {
+        while let Some(first) = rx.recv().await {
+            write_one(&mut w, &mut scratch, first, structured).await?;
+            for _ in 1..REPLY_BATCH_MAX {
+                match rx.try_recv() {
+                    Ok(next) => write_one(&mut w, &mut scratch, next, structured).await?,
+                    Err(_) => break,
+                }
+            }
+            w.flush().await?;
+        }
+        w.shutdown().await
+    }
+    .await;
+    if result.is_err() {
+        // The client is unreachable: make the reader stop too.
+        stop.cancel();
+    }
+    result
+}
+
+async fn write_one(
+    w: &mut BufWriter<OwnedWriteHalf>,
+    scratch: &mut Vec<u8>,
+    c: Completion,
+    structured: bool,
+) -> std::io::Result<()> {
+    scratch.clear();
+    match &c.outcome {
+        Outcome::Done => encode_reply(c.handle, &ReplyHead::Done, structured, scratch),
+        Outcome::Failed(errno) => encode_reply(c.handle, &ReplyHead::Error(*errno), structured, scratch),
+        Outcome::Data(data) => {
+            let length_bytes = u32::try_from(data.len()).expect("read length came from a u32");
+            let head = ReplyHead::ReadData { offset_bytes: c.offset_bytes, length_bytes };
+            encode_reply(c.handle, &head, structured, scratch);
+        }
+        Outcome::Extents(extents) => {
+            let head = ReplyHead::BlockStatus {
+                context_id: weft_nbd::wire::BASE_ALLOCATION_CONTEXT_ID,
+                extents,
+            };
+            encode_reply(c.handle, &head, structured, scratch);
+        }
+    }
+    w.write_all(scratch).await?;
+    if let Outcome::Data(data) = &c.outcome {
+        w.write_all(data).await?;
+    }
+    Ok(())
+}
+
+/// Run a backend call on the blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| std::io::Error::other(format!("blocking task failed: {e}")))
+}
