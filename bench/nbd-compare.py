@@ -133,27 +133,37 @@ def proc_cpu_ticks(pid: int) -> int | None:
         return None
 
 
-def tree_cpu_ticks(root: int) -> int:
-    """utime+stime of root and its direct children (fio forks one process per job)."""
-    total = proc_cpu_ticks(root) or 0
+def tree_cpu_ticks(root: int) -> int | None:
+    """utime+stime of root and all its descendants (fio forks a process per job;
+    a server might fork helpers).  None if root is gone."""
+    stats: dict[int, tuple[int, int]] = {}  # pid -> (ppid, ticks)
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/stat") as f:
                 rest = f.read().rsplit(")", 1)[1].split()
-            if int(rest[1]) == root:
-                total += int(rest[11]) + int(rest[12])
+            stats[int(d)] = (int(rest[1]), int(rest[11]) + int(rest[12]))
         except (OSError, IndexError, ValueError):
             pass
+    if root not in stats:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _t) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats[pid][1]
+        todo.extend(children.get(pid, []))
     return total
 
 
 def host_busy_over(seconds: float, exclude_pid: int | None = None) -> float:
     """Busy cores on the whole host over a short interval, minus exclude_pid's share."""
-    h0, e0, t0 = host_cpu(), proc_cpu_ticks(exclude_pid) if exclude_pid else 0, time.monotonic()
+    h0, e0, t0 = host_cpu(), tree_cpu_ticks(exclude_pid) if exclude_pid else 0, time.monotonic()
     time.sleep(seconds)
-    h1, e1, t1 = host_cpu(), proc_cpu_ticks(exclude_pid) if exclude_pid else 0, time.monotonic()
+    h1, e1, t1 = host_cpu(), tree_cpu_ticks(exclude_pid) if exclude_pid else 0, time.monotonic()
     busy = (h1[0] - h0[0]) / max(1, h1[1] - h0[1]) * (os.cpu_count() or 1)
     if e0 is not None and e1 is not None:
         busy -= (e1 - e0) / CLK_TCK / (t1 - t0)
@@ -528,7 +538,7 @@ def run_job(srv: Server, job: Job, args: argparse.Namespace, profile: bool = Fal
         # Sample the server's CPU over the measured window only (after ramp).
         # fio needs a moment to connect; that slack goes to the ramp side.
         time.sleep(ramp + min(0.3, ramp / 4))
-        c0, f0, h0, t0 = proc_cpu_ticks(srv.pid), tree_cpu_ticks(p.pid), host_cpu(), time.monotonic()
+        c0, f0, h0, t0 = tree_cpu_ticks(srv.pid), tree_cpu_ticks(p.pid), host_cpu(), time.monotonic()
         d0 = disk_stats(args.disk_dev)
         prof = None
         if profile:
@@ -537,7 +547,7 @@ def run_job(srv: Server, job: Job, args: argparse.Namespace, profile: bool = Fal
         remaining = runtime - (time.monotonic() - t0) - 0.3
         if remaining > 0:
             time.sleep(remaining)
-        c1, f1, h1, t1 = proc_cpu_ticks(srv.pid), tree_cpu_ticks(p.pid), host_cpu(), time.monotonic()
+        c1, f1, h1, t1 = tree_cpu_ticks(srv.pid), tree_cpu_ticks(p.pid), host_cpu(), time.monotonic()
         d1 = disk_stats(args.disk_dev)
         stdout, stderr = p.communicate(timeout=runtime + ramp + 120)
     except BaseException:
@@ -552,7 +562,7 @@ def run_job(srv: Server, job: Job, args: argparse.Namespace, profile: bool = Fal
         r["server_cpu_cores"] = (c1 - c0) / CLK_TCK / wall
     else:
         r["server_cpu_cores"] = None
-    r["fio_cpu_cores"] = (f1 - f0) / CLK_TCK / wall if wall > 0 else None
+    r["fio_cpu_cores"] = (f1 - f0) / CLK_TCK / wall if wall > 0 and f0 is not None and f1 is not None else None
     if h1[1] > h0[1]:
         r["host_busy_cores"] = (h1[0] - h0[0]) / (h1[1] - h0[1]) * (os.cpu_count() or 1)
         # Whatever is neither the server nor fio: other users of the machine,
