@@ -1,1 +1,106 @@
-//! placeholder
+//! `weft bench`: an ORION-style I/O benchmark against an NBD export, a file or a block device.
+//!
+//! The crate owns the load generator (`runner`), the targets it drives (`target`: our own small
+//! NBD client and an O_DIRECT file/device backend), the statistics (`stats`), the result files
+//! (`results`: JSON and CSV) and the self-contained HTML report (`report`).
+//!
+//! Entry points for the `weft` binary: [`BenchArgs`], [`run`] and [`main_exit_code`].
+//! Exit codes: 0 success, 2 bad arguments or an unusable target, 1 any other failure.
+
+use std::path::PathBuf;
+
+mod args;
+mod datagen;
+mod machine;
+mod plan;
+mod report;
+mod results;
+mod runner;
+mod stats;
+mod sys;
+mod target;
+
+pub use args::{BenchArgs, BenchCommand, Mode, ReportArgs, RunArgs};
+
+/// Exit code for success.
+pub const EXIT_OK: i32 = 0;
+/// Exit code for failures during the run (I/O errors from the target, output files).
+pub const EXIT_FAILURE: i32 = 1;
+/// Exit code for bad arguments, an unreachable or unusable target, or a bad region.
+pub const EXIT_USAGE: i32 = 2;
+
+/// Errors that decide the exit code. Anything else maps to [`EXIT_FAILURE`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// The arguments cannot describe a run (bad region, sizes, read-only target, ...).
+    #[error("{0}")]
+    Usage(String),
+    /// The target could not be opened or does not speak the protocol.
+    #[error(transparent)]
+    Target(#[from] target::TargetError),
+    /// The target failed while the benchmark ran.
+    #[error("point {point}: {source}")]
+    Run {
+        point: String,
+        #[source]
+        source: target::TargetError,
+    },
+    /// A result file could not be written or read.
+    #[error("{path}: {source}")]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A result file is not a weft bench result.
+    #[error("{path}: not a weft bench result file: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl BenchError {
+    /// The process exit code this error should produce.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            BenchError::Usage(_) | BenchError::Target(_) | BenchError::Parse { .. } => EXIT_USAGE,
+            BenchError::Run { .. } | BenchError::File { .. } => EXIT_FAILURE,
+        }
+    }
+}
+
+/// Runs `weft bench` with parsed arguments.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    run_typed(args).map_err(anyhow::Error::from)
+}
+
+/// Runs `weft bench`, prints any error to stderr and returns the process exit code.
+pub fn main_exit_code(args: BenchArgs) -> i32 {
+    match run_typed(args) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            let mut msg = format!("weft bench: error: {e}");
+            let mut source = std::error::Error::source(&e);
+            // Transparent variants already print their source's text; skip repeating it.
+            if matches!(e, BenchError::Target(_)) {
+                source = source.and_then(|s| s.source());
+            }
+            while let Some(s) = source {
+                msg.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("{msg}");
+            e.exit_code()
+        }
+    }
+}
+
+fn run_typed(args: BenchArgs) -> Result<(), BenchError> {
+    match args.command {
+        Some(BenchCommand::Report(r)) => report::run_report(&r),
+        None => runner::run_bench(&args.run),
+    }
+}

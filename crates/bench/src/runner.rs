@@ -1,0 +1,450 @@
+//! The load generator: runs each point of a [`Plan`] against a [`Target`] and gathers results.
+//!
+//! Model: closed loop, like ORION and fio. Each point keeps exactly `small_qd` small random and
+//! `large_qd` large sequential I/Os outstanding, spread over queues (NBD connections, or one
+//! thread per outstanding I/O for files). Each queue is driven by one thread that owns its
+//! recorders, so the hot path has no locks and no allocation.
+//!
+//! Latency is measured per I/O from the moment the batch carrying it is handed to the transport
+//! to the moment its completion is seen, with the monotonic clock (`Instant`, CLOCK_MONOTONIC).
+//! Only I/Os submitted after the warm-up and completed before the end of the window count.
+//! Because the loop is closed, a slow I/O delays the next submission on its slot: this is the
+//! service time at a fixed concurrency, not response time under an open arrival rate, so
+//! coordinated omission does not arise as it would in a rate-driven test; it is stated here and
+//! in docs/BENCH.md rather than corrected.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Barrier, OnceLock};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::args::RunArgs;
+use crate::datagen::Rng;
+use crate::machine::{utc_now, Machine};
+use crate::plan::{Plan, PointSpec, Region};
+use crate::results::{self, ClassStats, Config, PointResult, Results, Tool, SCHEMA_VERSION};
+use crate::stats::Recorder;
+use crate::target::{open_target, IoQueue, IoRequest, Op, Target, TargetError};
+use crate::{report, BenchError};
+
+/// How often the progress bar refreshes while a point runs.
+const PROGRESS_TICK: Duration = Duration::from_millis(100);
+
+const LATENCY_METHOD: &str = "closed loop at fixed outstanding I/O; per-I/O latency from \
+handing the request to the transport to seeing its completion, CLOCK_MONOTONIC; only I/Os \
+submitted after warm-up and completed within the window count";
+
+/// The two I/O classes of ORION: small random and large sequential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Small = 0,
+    Large = 1,
+}
+
+/// Recorders of one worker: [class][direction].
+type Recorders = [[Recorder; 2]; 2];
+
+/// Shared, read-only description of what a worker does during one point.
+#[derive(Debug)]
+struct PointCtx<'a> {
+    spec: &'a PointSpec,
+    region: Region,
+    small_io_bytes: u32,
+    large_io_bytes: u32,
+    /// Set once all workers are ready; the point's time zero.
+    start: OnceLock<Instant>,
+    warmup: Duration,
+    duration: Duration,
+    seed: u64,
+    abort: AtomicBool,
+    completed_ios: AtomicU64,
+    finished_workers: AtomicUsize,
+}
+
+/// Runs a benchmark from command-line arguments and writes its result files.
+pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
+    let plan = Plan::from_args(a)?;
+    let uri = a.target.as_deref().expect("clap requires TARGET without a subcommand");
+    let target = open_target(uri, plan.writes())?;
+    let info = target.info().clone();
+    if plan.writes() && info.read_only {
+        return Err(BenchError::Usage(format!(
+            "target {uri} is read-only but the plan writes (write percentages {:?})",
+            plan.write_pcts
+        )));
+    }
+    if plan.writes() && info.kind == "block" && !a.allow_destructive {
+        return Err(BenchError::Usage(format!(
+            "writing to block device {uri} destroys its contents; pass --allow-destructive"
+        )));
+    }
+    let region = plan.resolve_region(&info)?;
+    let started_at = utc_now();
+    eprintln!(
+        "weft bench: {} mode, {} points, about {:.0} s, against {uri} ({} bytes, region {}..{})",
+        plan.mode.name(),
+        plan.points.len(),
+        plan.estimated().as_secs_f64(),
+        info.size_bytes,
+        region.start_bytes,
+        region.end_bytes
+    );
+    let bar = progress_bar(a.no_progress, plan.estimated());
+    let mut points = Vec::with_capacity(plan.points.len());
+    for spec in &plan.points {
+        let r = run_point(target.as_ref(), &plan, region, spec, &bar)?;
+        let line = format!(
+            "point {:>3}/{} {:<28} {:>10.0} IOPS {:>9.1} MB/s {:>9.1} µs mean {:>9.1} µs p99",
+            spec.index + 1,
+            plan.points.len(),
+            r.name,
+            r.total.iops,
+            r.total.mb_per_s,
+            r.total.latency_us.mean,
+            r.total.latency_us.p99
+        );
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+        points.push(r);
+    }
+    bar.finish_and_clear();
+    let threshold_us = plan.latency_threshold.as_secs_f64() * 1e6;
+    let knees = results::find_knees(&points, threshold_us);
+    let res = Results {
+        schema_version: SCHEMA_VERSION,
+        label: a.label.clone().unwrap_or_else(|| uri.to_string()),
+        tool: Tool { name: "weft-bench".into(), version: env!("CARGO_PKG_VERSION").into() },
+        started_at,
+        finished_at: utc_now(),
+        machine: Machine::current(),
+        target: info,
+        config: config_record(&plan, region),
+        points,
+        knees,
+    };
+    print!("{}", results::summary_table(&res));
+    let json = serde_json::to_string_pretty(&res).expect("results serialise");
+    let paths = [".json", ".csv", ".html"].map(|ext| PathBuf::from(format!("{}{ext}", a.output)));
+    results::write_file(&paths[0], &json)?;
+    results::write_file(&paths[1], &results::to_csv(&res))?;
+    results::write_file(&paths[2], &report::render(&[res], None))?;
+    println!(
+        "wrote {}, {}, {}",
+        paths[0].display(),
+        paths[1].display(),
+        paths[2].display()
+    );
+    Ok(())
+}
+
+fn config_record(plan: &Plan, region: Region) -> Config {
+    Config {
+        mode: plan.mode.name().into(),
+        small_io_bytes: plan.small_io_bytes,
+        large_io_bytes: plan.large_io_bytes,
+        small_queue_depths: plan.small_qds.clone(),
+        large_queue_depths: plan.large_qds.clone(),
+        write_pcts: plan.write_pcts.clone(),
+        region_spec: plan.region_spec.clone(),
+        region,
+        duration_s: plan.duration.as_secs_f64(),
+        warmup_s: plan.warmup.as_secs_f64(),
+        workers: plan.workers,
+        latency_threshold_us: plan.latency_threshold.as_secs_f64() * 1e6,
+        seed: plan.seed,
+        latency_method: LATENCY_METHOD.into(),
+    }
+}
+
+fn progress_bar(disabled: bool, total: Duration) -> ProgressBar {
+    if disabled {
+        return ProgressBar::hidden();
+    }
+    let total_ms = u64::try_from(total.as_millis()).unwrap_or(u64::MAX);
+    let bar = ProgressBar::new(total_ms);
+    bar.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% eta {eta} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Splits a point's outstanding I/Os over queues: per queue, the class of each slot.
+fn assign_slots(spec: &PointSpec, workers: u32, queue_depth_max: u32) -> Vec<Vec<Class>> {
+    let total = spec.small_qd + spec.large_qd;
+    let queues = if queue_depth_max <= 1 {
+        total
+    } else {
+        workers.min(total).max(total.div_ceil(queue_depth_max))
+    };
+    let mut out = vec![Vec::new(); queues as usize];
+    let classes = std::iter::repeat_n(Class::Small, spec.small_qd as usize)
+        .chain(std::iter::repeat_n(Class::Large, spec.large_qd as usize));
+    for (i, c) in classes.enumerate() {
+        out[i % queues as usize].push(c);
+    }
+    out
+}
+
+fn run_point(
+    target: &dyn Target,
+    plan: &Plan,
+    region: Region,
+    spec: &PointSpec,
+    bar: &ProgressBar,
+) -> Result<PointResult, BenchError> {
+    let run_err = |source: TargetError| BenchError::Run { point: spec.name(), source };
+    let slots = assign_slots(spec, plan.workers, target.queue_depth_max());
+    let nqueues = slots.len();
+    // Open every queue before the clock starts: connection set-up is not part of the load.
+    let mut queues = Vec::with_capacity(nqueues);
+    for (qi, classes) in slots.iter().enumerate() {
+        let io_max = classes
+            .iter()
+            .map(|c| if *c == Class::Small { plan.small_io_bytes } else { plan.large_io_bytes })
+            .max()
+            .expect("every queue has a slot");
+        let depth = u32::try_from(classes.len()).expect("depth bounded by QUEUE_DEPTH_MAX");
+        let seed = mix_seed(plan.seed, spec.index, qi, 0);
+        queues.push(target.open_queue(depth, io_max, seed).map_err(run_err)?);
+    }
+    let ctx = PointCtx {
+        spec,
+        region,
+        small_io_bytes: plan.small_io_bytes,
+        large_io_bytes: plan.large_io_bytes,
+        start: OnceLock::new(),
+        warmup: plan.warmup,
+        duration: plan.duration,
+        seed: plan.seed,
+        abort: AtomicBool::new(false),
+        completed_ios: AtomicU64::new(0),
+        finished_workers: AtomicUsize::new(0),
+    };
+    let barrier = Barrier::new(nqueues + 1);
+    let bar_base = bar.position();
+    bar.set_message(spec.name());
+    let outcomes: Vec<Result<Recorders, TargetError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = queues
+            .into_iter()
+            .zip(slots.iter())
+            .enumerate()
+            .map(|(qi, (queue, classes))| {
+                let (ctx, barrier) = (&ctx, &barrier);
+                std::thread::Builder::new()
+                    .name(format!("bench-q{qi}"))
+                    .spawn_scoped(scope, move || {
+                        barrier.wait();
+                        let seq_start = stream_start(ctx, qi, nqueues);
+                        let r = drive(ctx, queue, classes, seq_start, mix_seed(ctx.seed, ctx.spec.index, qi, 1));
+                        if r.is_err() {
+                            ctx.abort.store(true, Ordering::Relaxed);
+                        }
+                        ctx.finished_workers.fetch_add(1, Ordering::Relaxed);
+                        r
+                    })
+                    .expect("spawn worker thread")
+            })
+            .collect();
+        let start = Instant::now();
+        ctx.start.set(start).expect("start is set once");
+        barrier.wait();
+        watch_progress(&ctx, start, nqueues, bar, bar_base);
+        handles.into_iter().map(|h| h.join().expect("worker thread panicked")).collect()
+    });
+    let total_ms = u64::try_from((plan.warmup + plan.duration).as_millis()).unwrap_or(u64::MAX);
+    bar.set_position(bar_base + total_ms);
+    let mut merged: Recorders = Default::default();
+    for outcome in outcomes {
+        let recs = outcome.map_err(run_err)?;
+        for (m, r) in merged.iter_mut().flatten().zip(recs.iter().flatten()) {
+            m.merge(r);
+        }
+    }
+    Ok(point_result(spec, plan, &merged, nqueues))
+}
+
+/// Seeds differ per point, queue and purpose so no two streams share data or offsets.
+fn mix_seed(seed: u64, point: usize, queue: usize, purpose: u64) -> u64 {
+    let p = point as u64;
+    let q = queue as u64;
+    seed ^ p.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ q.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) ^ purpose.rotate_left(62)
+}
+
+/// Where queue `qi`'s sequential stream starts: streams are spread evenly over the region.
+fn stream_start(ctx: &PointCtx<'_>, qi: usize, nqueues: usize) -> u64 {
+    let len = ctx.region.end_bytes - ctx.region.start_bytes;
+    let large = u64::from(ctx.large_io_bytes);
+    let share = len / nqueues as u64 * qi as u64;
+    ctx.region.start_bytes + share / large * large
+}
+
+fn watch_progress(ctx: &PointCtx<'_>, start: Instant, nqueues: usize, bar: &ProgressBar, base: u64) {
+    let end = start + ctx.warmup + ctx.duration;
+    let mut last_ios = 0u64;
+    let mut last_t = start;
+    while ctx.finished_workers.load(Ordering::Relaxed) < nqueues {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        std::thread::sleep(PROGRESS_TICK.min(end - now));
+        let now = Instant::now();
+        let ios = ctx.completed_ios.load(Ordering::Relaxed);
+        let dt = now.duration_since(last_t).as_secs_f64();
+        if dt > 0.0 && !bar.is_hidden() {
+            #[allow(clippy::cast_precision_loss)]
+            let rate = (ios - last_ios) as f64 / dt;
+            let phase = if now < start + ctx.warmup { "warm-up" } else { "measuring" };
+            bar.set_message(format!("{} ({phase}): {:.0} IOPS", ctx.spec.name(), rate));
+            bar.set_position(base + u64::try_from(now.duration_since(start).as_millis()).unwrap_or(0));
+        }
+        last_ios = ios;
+        last_t = now;
+    }
+}
+
+/// One worker's closed loop over its queue.
+fn drive(
+    ctx: &PointCtx<'_>,
+    mut queue: Box<dyn IoQueue>,
+    classes: &[Class],
+    seq_start: u64,
+    seed: u64,
+) -> Result<Recorders, TargetError> {
+    let start = *ctx.start.get().expect("start set before the barrier");
+    let warm_end = start + ctx.warmup;
+    let end = warm_end + ctx.duration;
+    let depth = classes.len();
+    let mut rng = Rng::new(seed);
+    let mut recs: Recorders = Default::default();
+    let mut free: Vec<u32> = (0..u32::try_from(depth).expect("depth fits u32")).rev().collect();
+    let mut submitted_at = vec![start; depth];
+    let mut ops = vec![Op::Read; depth];
+    let mut fresh: Vec<u32> = Vec::with_capacity(depth);
+    let mut done: Vec<u32> = Vec::with_capacity(depth);
+    let region = ctx.region;
+    let small = u64::from(ctx.small_io_bytes);
+    let large = u64::from(ctx.large_io_bytes);
+    let small_blocks = (region.end_bytes - region.start_bytes) / small;
+    let mut seq = seq_start;
+    let mut outstanding = 0usize;
+    let mut stopping = false;
+    loop {
+        if !stopping {
+            while let Some(tag) = free.pop() {
+                let op = if rng.percent(ctx.spec.write_pct) { Op::Write } else { Op::Read };
+                let (offset_bytes, len_bytes) = match classes[tag as usize] {
+                    Class::Small => {
+                        (region.start_bytes + rng.below(small_blocks) * small, ctx.small_io_bytes)
+                    }
+                    Class::Large => {
+                        if seq + large > region.end_bytes {
+                            seq = region.start_bytes;
+                        }
+                        let at = seq;
+                        seq += large;
+                        (at, ctx.large_io_bytes)
+                    }
+                };
+                ops[tag as usize] = op;
+                queue.submit(IoRequest { tag, op, offset_bytes, len_bytes });
+                fresh.push(tag);
+                outstanding += 1;
+            }
+        }
+        if outstanding == 0 {
+            break;
+        }
+        let t_submit = Instant::now();
+        for &tag in &fresh {
+            submitted_at[tag as usize] = t_submit;
+        }
+        fresh.clear();
+        queue.wait(&mut done)?;
+        let t_done = Instant::now();
+        let in_window = t_done <= end;
+        let mut counted = 0u64;
+        for &tag in &done {
+            outstanding -= 1;
+            let t = tag as usize;
+            if in_window && submitted_at[t] >= warm_end {
+                let class = classes[t] as usize;
+                let dir = usize::from(ops[t] == Op::Write);
+                let ns = u64::try_from(t_done.duration_since(submitted_at[t]).as_nanos())
+                    .unwrap_or(u64::MAX);
+                let bytes = if classes[t] == Class::Small { small } else { large };
+                recs[class][dir].record(ns, bytes);
+                counted += 1;
+            }
+            free.push(tag);
+        }
+        done.clear();
+        if counted > 0 {
+            ctx.completed_ios.fetch_add(counted, Ordering::Relaxed);
+        }
+        if !in_window || ctx.abort.load(Ordering::Relaxed) {
+            stopping = true;
+        }
+    }
+    Ok(recs)
+}
+
+fn point_result(spec: &PointSpec, plan: &Plan, recs: &Recorders, queues: usize) -> PointResult {
+    let secs = plan.duration.as_secs_f64();
+    let sum = |rs: &[&Recorder]| {
+        let mut m = Recorder::default();
+        rs.iter().for_each(|r| m.merge(r));
+        m
+    };
+    let [[sr, sw], [lr, lw]] = recs;
+    let class = |r: &Recorder, w: &Recorder, io_bytes: u32| ClassStats {
+        io_bytes,
+        total: sum(&[r, w]).summarize(secs),
+        read: r.summarize(secs),
+        write: w.summarize(secs),
+    };
+    let r = PointResult {
+        index: spec.index,
+        name: spec.name(),
+        kind: spec.kind().into(),
+        small_qd: spec.small_qd,
+        large_qd: spec.large_qd,
+        write_pct: spec.write_pct,
+        duration_s: secs,
+        queues: u32::try_from(queues).unwrap_or(u32::MAX),
+        total: sum(&[sr, sw, lr, lw]).summarize(secs),
+        read: sum(&[sr, lr]).summarize(secs),
+        write: sum(&[sw, lw]).summarize(secs),
+        small: (spec.small_qd > 0).then(|| class(sr, sw, plan.small_io_bytes)),
+        large: (spec.large_qd > 0).then(|| class(lr, lw, plan.large_io_bytes)),
+    };
+    let n: u64 = recs.iter().flatten().map(Recorder::ios).sum();
+    assert_eq!(r.total.ios, n, "merging lost I/Os");
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_spread_over_workers_and_files_get_one_per_io() {
+        let spec = PointSpec { index: 0, small_qd: 5, large_qd: 2, write_pct: 0 };
+        let q = assign_slots(&spec, 2, u32::MAX);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q[0].len() + q[1].len(), 7);
+        assert_eq!(q.iter().flatten().filter(|c| **c == Class::Large).count(), 2);
+        let q = assign_slots(&spec, 1, 1);
+        assert_eq!(q.len(), 7);
+        assert!(q.iter().all(|s| s.len() == 1));
+        let spec = PointSpec { index: 0, small_qd: 1, large_qd: 0, write_pct: 0 };
+        assert_eq!(assign_slots(&spec, 8, u32::MAX).len(), 1);
+    }
+}
