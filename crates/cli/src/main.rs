@@ -1,1 +1,196 @@
-fn main() {}
+//! `weft`: the one binary. `serve` runs the single-process datastore; the other commands talk
+//! to its management API; `bench` runs the ORION-style load generator.
+
+mod client;
+mod size;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use weft_engine::EngineConfig;
+use weft_server::serve::ServeConfig;
+
+use crate::client::ApiClient;
+use crate::size::parse_size;
+
+#[derive(Debug, Parser)]
+#[command(name = "weft", version, about = "weft: block storage for databases, served over NBD")]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Args)]
+struct GlobalArgs {
+    /// Data directory of the server (where the CLI finds serve.json and api-token).
+    #[arg(long, global = true, env = "WEFT_DATA_DIR", default_value = "./weft-data")]
+    data_dir: PathBuf,
+    /// Management API base URL, e.g. http://127.0.0.1:10810 (default: from DATA_DIR/serve.json).
+    #[arg(long, global = true, env = "WEFT_API")]
+    api: Option<String>,
+    /// API bearer token (default: DATA_DIR/api-token).
+    #[arg(long, global = true, env = "WEFT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the single-process datastore (c.node + local d.node) and serve volumes over NBD.
+    Serve(ServeArgs),
+    /// Manage volumes.
+    #[command(subcommand)]
+    Volume(VolumeCommand),
+    /// Datastore statistics: data reduction, space, write amplification, GC.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait until every acknowledged write is destaged into sealed segments.
+    Sync,
+    /// Run garbage collection now.
+    Gc,
+    /// Write a metadata checkpoint now.
+    Checkpoint,
+    /// ORION-style I/O benchmark against an NBD export, a file or a block device.
+    Bench(weft_bench::BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// NBD listen address.
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    nbd_listen: SocketAddr,
+    /// Management API listen address.
+    #[arg(long, default_value = "127.0.0.1:10810")]
+    api_listen: SocketAddr,
+    /// Name of the volume created at first start.
+    #[arg(long, default_value = "vol0")]
+    default_volume: String,
+    /// Size of the default volume (K, M, G, T suffixes, binary units).
+    #[arg(long, default_value = "10G", value_parser = parse_size)]
+    default_volume_size: u64,
+    /// Seal a log segment when its data reaches this size.
+    #[arg(long, default_value = "8M", value_parser = parse_size)]
+    segment_size: u64,
+    /// Writers wait when this much acknowledged data awaits destage.
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    write_buffer_size: u64,
+    /// Limit the bytes the local chunk store may use (default: the file system's free space).
+    #[arg(long, value_parser = parse_size)]
+    capacity: Option<u64>,
+    /// Take a checkpoint after this many bytes of sealed segments.
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    checkpoint_every: u64,
+    /// Read chunks through the page cache instead of O_DIRECT.
+    #[arg(long)]
+    buffered_reads: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum VolumeCommand {
+    /// Create a thin volume.
+    Create {
+        name: String,
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+    },
+    /// List volumes.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one volume.
+    Info {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Grow a volume.
+    Resize {
+        name: String,
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+    },
+    /// Delete a volume and its data.
+    Delete { name: String },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(&cli.global, args),
+        Command::Bench(args) => return ExitCode::from(clamp_exit(weft_bench::main_exit_code(args))),
+        command => {
+            let client = match ApiClient::discover(&cli.global.data_dir, cli.global.api.as_deref(), cli.global.token.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("weft: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            client::run(&client, command_to_request(command))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weft: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn clamp_exit(code: i32) -> u8 {
+    u8::try_from(code).unwrap_or(1)
+}
+
+fn command_to_request(command: Command) -> client::Request {
+    use client::Request as R;
+    match command {
+        Command::Volume(VolumeCommand::Create { name, size }) => R::Create { name, size_bytes: size },
+        Command::Volume(VolumeCommand::List { json }) => R::List { json },
+        Command::Volume(VolumeCommand::Info { name, json }) => R::Info { name, json },
+        Command::Volume(VolumeCommand::Resize { name, size }) => R::Resize { name, size_bytes: size },
+        Command::Volume(VolumeCommand::Delete { name }) => R::Delete { name },
+        Command::Stats { json } => R::Stats { json },
+        Command::Sync => R::Sync,
+        Command::Gc => R::Gc,
+        Command::Checkpoint => R::Checkpoint,
+        Command::Serve(_) | Command::Bench(_) => unreachable!("handled before"),
+    }
+}
+
+fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut engine = EngineConfig::new(global.data_dir.clone());
+    engine.segment_size_bytes = usize::try_from(args.segment_size)?;
+    engine.write_buffer_max_bytes = args.write_buffer_size;
+    engine.capacity_bytes = args.capacity;
+    engine.checkpoint_every_bytes = args.checkpoint_every;
+    engine.direct_io = !args.buffered_reads;
+    anyhow::ensure!(
+        (64 << 10..=1 << 30).contains(&args.segment_size),
+        "--segment-size must be between 64K and 1G"
+    );
+    let config = ServeConfig {
+        engine,
+        nbd_listen: args.nbd_listen,
+        api_listen: args.api_listen,
+        default_volume: args.default_volume,
+        default_volume_size_bytes: args.default_volume_size,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("weft-io")
+        .build()?;
+    runtime.block_on(weft_server::serve::run(config))
+}

@@ -1,4 +1,7 @@
 //! The c.node daemon: front ends (NBD), the management API, and the glue that drives the engine.
 
+pub mod api;
 pub mod backend;
+pub mod engine_backend;
 pub mod nbd_listener;
+pub mod serve;

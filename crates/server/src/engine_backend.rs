@@ -1,0 +1,109 @@
+//! The engine as an export backend: volumes become NBD exports.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use weft_engine::engine::VolumeHandle;
+use weft_engine::{Engine, EngineError};
+
+use crate::backend::{ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError};
+
+/// Serves every volume of an engine.
+#[derive(Debug, Clone)]
+pub struct EngineBackend {
+    engine: Arc<Engine>,
+}
+
+impl EngineBackend {
+    pub fn new(engine: Arc<Engine>) -> EngineBackend {
+        EngineBackend { engine }
+    }
+}
+
+impl ExportBackend for EngineBackend {
+    fn list_exports(&self) -> Vec<ExportInfo> {
+        self.engine
+            .list_volumes()
+            .into_iter()
+            .map(|v| ExportInfo {
+                description: format!("weft volume {} ({} bytes)", v.name, v.size_bytes),
+                name: v.name,
+                size_bytes: v.size_bytes,
+                read_only: false,
+            })
+            .collect()
+    }
+
+    fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError> {
+        let handle = self
+            .engine
+            .open_volume(name)
+            .map_err(|_| OpenError::UnknownExport { name: name.to_string() })?;
+        Ok(Arc::new(VolumeExport { engine: self.engine.clone(), handle }))
+    }
+}
+
+/// One open volume.
+#[derive(Debug)]
+struct VolumeExport {
+    engine: Arc<Engine>,
+    handle: VolumeHandle,
+}
+
+/// The one place engine errors become front-end errors.
+fn to_export_error(e: EngineError) -> ExportIoError {
+    match e {
+        EngineError::OutOfRange { .. } => ExportIoError::Invalid { reason: "outside the volume or not 4 KiB aligned" },
+        EngineError::InvalidName { .. } | EngineError::InvalidSize { .. } => ExportIoError::Invalid { reason: "invalid request" },
+        EngineError::ReadOnly => ExportIoError::ReadOnly,
+        EngineError::NoSpace => ExportIoError::NoSpace,
+        EngineError::Gone | EngineError::UnknownVolume { .. } | EngineError::VolumeExists { .. } => ExportIoError::Gone,
+        e => ExportIoError::Io { detail: e.to_string() },
+    }
+}
+
+impl ExportHandle for VolumeExport {
+    fn info(&self) -> ExportInfo {
+        let size_bytes = self.engine.volume_size(self.handle.id).unwrap_or(0);
+        ExportInfo {
+            name: self.handle.name.clone(),
+            description: format!("weft volume {}", self.handle.name),
+            size_bytes,
+            read_only: false,
+        }
+    }
+
+    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ExportIoError> {
+        self.engine.read(self.handle.id, offset_bytes, buf).map_err(to_export_error)
+    }
+
+    fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), ExportIoError> {
+        self.engine.write(self.handle.id, offset_bytes, data, fua).map_err(to_export_error)
+    }
+
+    fn flush(&self) -> Result<(), ExportIoError> {
+        self.engine.flush().map_err(to_export_error)
+    }
+
+    fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), ExportIoError> {
+        self.engine.trim(self.handle.id, offset_bytes, length_bytes, fua).map_err(to_export_error)
+    }
+
+    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64, may_trim: bool, fua: bool) -> Result<(), ExportIoError> {
+        self.engine
+            .write_zeroes(self.handle.id, offset_bytes, length_bytes, may_trim, fua)
+            .map_err(to_export_error)
+    }
+
+    fn block_status(&self, offset_bytes: u64, length_bytes: u64) -> Result<Vec<ExtentStatus>, ExportIoError> {
+        let extents = self.engine.block_status(self.handle.id, offset_bytes, length_bytes).map_err(to_export_error)?;
+        Ok(extents
+            .into_iter()
+            .map(|e| ExtentStatus { length_bytes: e.length_bytes, hole: e.hole, zero: e.zero })
+            .collect())
+    }
+
+    fn is_gone(&self) -> bool {
+        self.handle.gone.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,132 @@
+//! `weft serve`: one c.node and its local d.node in one process, with the embedded MetaStore.
+//! Opens (or creates) the data dir, creates the default volume on first start, binds the NBD
+//! and API listeners, says how to connect, and runs until SIGINT/SIGTERM.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use weft_engine::{Engine, EngineConfig};
+
+use crate::api::{self, ApiState};
+use crate::engine_backend::EngineBackend;
+
+/// The token file, mode 0600, created at first start.
+pub const TOKEN_FILE: &str = "api-token";
+/// Where a running server says where it listens, for the CLI and tests.
+pub const SERVE_FILE: &str = "serve.json";
+
+/// Everything `weft serve` needs, validated.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub engine: EngineConfig,
+    pub nbd_listen: SocketAddr,
+    pub api_listen: SocketAddr,
+    pub default_volume: String,
+    pub default_volume_size_bytes: u64,
+}
+
+/// Run until a signal; returns after a clean shutdown (destaged and checkpointed).
+pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
+    let data_dir = absolute(&config.engine.data_dir)?;
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    let token = load_or_create_token(&data_dir)?;
+    let engine_config = EngineConfig { data_dir: data_dir.clone(), ..config.engine.clone() };
+    let engine = tokio::task::spawn_blocking(move || Engine::open(engine_config))
+        .await?
+        .with_context(|| format!("opening the datastore in {}", data_dir.display()))?;
+    let engine = Arc::new(engine);
+    if engine.list_volumes().is_empty() {
+        engine
+            .create_volume(&config.default_volume, config.default_volume_size_bytes)
+            .with_context(|| format!("creating the default volume {}", config.default_volume))?;
+    }
+
+    let nbd = TcpListener::bind(config.nbd_listen).await.with_context(|| format!("binding NBD on {}", config.nbd_listen))?;
+    let api_listener = TcpListener::bind(config.api_listen).await.with_context(|| format!("binding the API on {}", config.api_listen))?;
+    let nbd_addr = nbd.local_addr()?;
+    let api_addr = api_listener.local_addr()?;
+
+    let shutdown = CancellationToken::new();
+    let backend = Arc::new(EngineBackend::new(engine.clone()));
+    let nbd_task = tokio::spawn(crate::nbd_listener::run(nbd, backend, shutdown.clone()));
+    let state = ApiState { engine: engine.clone(), token: token.into(), nbd_address: nbd_addr.to_string().into() };
+    let api_shutdown = shutdown.clone();
+    let api_task = tokio::spawn(async move {
+        axum::serve(api_listener, api::router(state))
+            .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
+            .await
+    });
+
+    let serve_json = serde_json::json!({
+        "nbd": nbd_addr.to_string(),
+        "api": format!("http://{api_addr}"),
+        "pid": std::process::id(),
+    });
+    weft_engine::metastore::write_atomically(&data_dir, SERVE_FILE, serde_json::to_vec_pretty(&serve_json)?.as_slice())?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "weft: data dir {}", data_dir.display())?;
+    for v in engine.list_volumes() {
+        writeln!(out, "nbd: nbd://{nbd_addr}/{}  ({} bytes)", v.name, v.size_bytes)?;
+    }
+    writeln!(out, "api: http://{api_addr}/api/v1 (token in {})", data_dir.join(TOKEN_FILE).display())?;
+    writeln!(out, "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}", name = config.default_volume)?;
+    writeln!(out, "ready")?;
+    out.flush()?;
+    drop(out);
+    tracing::info!(nbd = %nbd_addr, api = %api_addr, "serving");
+
+    wait_for_signal().await;
+    tracing::info!("shutting down: destaging and checkpointing");
+    shutdown.cancel();
+    let _ = nbd_task.await;
+    let _ = api_task.await;
+    let _ = std::fs::remove_file(data_dir.join(SERVE_FILE));
+    tokio::task::spawn_blocking(move || engine.shutdown()).await?;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    if path.is_absolute() {
+        Ok(path.to_path_buf())
+    } else {
+        Ok(std::env::current_dir()?.join(path))
+    }
+}
+
+/// The API token: read it, or create it (32 random bytes, hex) with mode 0600.
+pub fn load_or_create_token(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join(TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    let bytes: [u8; 32] = rand::random();
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(token.as_bytes())?;
+    f.sync_all()?;
+    Ok(token)
+}
