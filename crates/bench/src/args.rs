@@ -144,22 +144,31 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     if digits_end == 0 {
         return Err(format!("'{s}' is not a size (use e.g. 8k, 1m, 4096)"));
     }
-    let n: u64 = t[..digits_end].parse().map_err(|_| format!("'{s}' is too large"))?;
+    let n: u64 = t[..digits_end]
+        .parse()
+        .map_err(|_| format!("'{s}' is too large"))?;
     let shift = match t[digits_end..].trim() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
         "m" | "mb" | "mib" => 20,
         "g" | "gb" | "gib" => 30,
         "t" | "tb" | "tib" => 40,
-        other => return Err(format!("unknown size unit '{other}' in '{s}' (use k, m, g, t)")),
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{s}' (use k, m, g, t)"
+            ))
+        }
     };
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("'{s}' is too large"))
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{s}' is too large"))
 }
 
 /// Parses "10s", "500ms", "250us", "2m", or a bare number of seconds.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim().to_ascii_lowercase();
-    let num_end = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let num_end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let n: f64 = t[..num_end]
         .parse()
         .map_err(|_| format!("'{s}' is not a duration (use e.g. 10s, 500ms, 1ms)"))?;
@@ -208,7 +217,10 @@ pub(crate) fn parse_region(s: &str) -> Result<(RegionBound, RegionBound), String
     let bound = |x: &str, pct_default: bool| -> Result<RegionBound, String> {
         let x = x.trim();
         if let Some(p) = x.strip_suffix('%') {
-            let v: f64 = p.trim().parse().map_err(|_| format!("bad percentage '{x}'"))?;
+            let v: f64 = p
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad percentage '{x}'"))?;
             return Ok(RegionBound::Percent(v));
         }
         if pct_default && x.chars().all(|c| c.is_ascii_digit() || c == '.') && !x.is_empty() {

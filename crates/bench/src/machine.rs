@@ -49,7 +49,9 @@ impl Machine {
 
 /// The current time as RFC 3339 UTC, e.g. "2026-11-22T01:24:01Z".
 pub(crate) fn utc_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     format_utc(secs)
 }
 

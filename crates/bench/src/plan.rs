@@ -44,7 +44,10 @@ impl PointSpec {
         match (self.small_qd > 0, self.large_qd > 0) {
             (true, false) => format!("small qd{} w{}%", self.small_qd, self.write_pct),
             (false, true) => format!("large qd{} w{}%", self.large_qd, self.write_pct),
-            _ => format!("small qd{} + large qd{} w{}%", self.small_qd, self.large_qd, self.write_pct),
+            _ => format!(
+                "small qd{} + large qd{} w{}%",
+                self.small_qd, self.large_qd, self.write_pct
+            ),
         }
     }
 }
@@ -86,8 +89,14 @@ impl Plan {
         parse_region(&a.region).map_err(BenchError::Usage)?;
         let small_qds = or_default(&a.qd, &DEFAULT_SMALL_QDS);
         let large_qds = or_default(&a.large_qd, &DEFAULT_LARGE_QDS);
-        if let Some(q) = small_qds.iter().chain(&large_qds).find(|&&q| q > QUEUE_DEPTH_MAX) {
-            return usage(format!("queue depth {q} is above the limit of {QUEUE_DEPTH_MAX}"));
+        if let Some(q) = small_qds
+            .iter()
+            .chain(&large_qds)
+            .find(|&&q| q > QUEUE_DEPTH_MAX)
+        {
+            return usage(format!(
+                "queue depth {q} is above the limit of {QUEUE_DEPTH_MAX}"
+            ));
         }
         let write_pcts = match (a.write_pct.is_empty(), a.mode) {
             (false, _) => a.write_pct.clone(),
@@ -96,7 +105,10 @@ impl Plan {
         };
         let points = build_points(a.mode, &small_qds, &large_qds, &write_pcts);
         if points.len() > POINTS_MAX {
-            return usage(format!("{} points planned, the limit is {POINTS_MAX}", points.len()));
+            return usage(format!(
+                "{} points planned, the limit is {POINTS_MAX}",
+                points.len()
+            ));
         }
         Ok(Plan {
             mode: a.mode,
@@ -136,7 +148,10 @@ impl Plan {
     pub(crate) fn resolve_region(&self, t: &TargetInfo) -> Result<Region, BenchError> {
         let usage = |m: String| Err(BenchError::Usage(m));
         let align = u64::from(t.block_size_min_bytes.max(1));
-        for (flag, size) in [("--small", self.small_io_bytes), ("--large", self.large_io_bytes)] {
+        for (flag, size) in [
+            ("--small", self.small_io_bytes),
+            ("--large", self.large_io_bytes),
+        ] {
             if u64::from(size) % align != 0 {
                 return usage(format!(
                     "{flag} {size} is not a multiple of the target's block size {align}"
@@ -173,14 +188,28 @@ impl Plan {
             ));
         }
         if start >= end {
-            return usage(format!("region '{}' is empty (start {start} >= end {end})", self.region_spec));
+            return usage(format!(
+                "region '{}' is empty (start {start} >= end {end})",
+                self.region_spec
+            ));
         }
         // Small random I/O is aligned to its own size, as a database block would be.
         let step = u64::from(self.small_io_bytes).max(align);
-        let region = Region { start_bytes: start.next_multiple_of(step), end_bytes: end / step * step };
+        let region = Region {
+            start_bytes: start.next_multiple_of(step),
+            end_bytes: end / step * step,
+        };
         let len = region.end_bytes.saturating_sub(region.start_bytes);
-        let need = if self.uses_large() { u64::from(self.large_io_bytes) } else { 0 }
-            .max(if self.uses_small() { u64::from(self.small_io_bytes) } else { 0 });
+        let need = if self.uses_large() {
+            u64::from(self.large_io_bytes)
+        } else {
+            0
+        }
+        .max(if self.uses_small() {
+            u64::from(self.small_io_bytes)
+        } else {
+            0
+        });
         if len < need || len == 0 {
             return usage(format!(
                 "region '{}' of target ({} bytes) holds {len} usable bytes, less than one {need}-byte I/O",
@@ -209,11 +238,21 @@ fn or_default(given: &[u32], default: &[u32]) -> Vec<u32> {
 }
 
 /// The points each mode runs, in the order they run.
-pub(crate) fn build_points(mode: Mode, small: &[u32], large: &[u32], writes: &[u8]) -> Vec<PointSpec> {
+pub(crate) fn build_points(
+    mode: Mode,
+    small: &[u32],
+    large: &[u32],
+    writes: &[u8],
+) -> Vec<PointSpec> {
     let mut out = Vec::new();
     let mut push = |small_qd, large_qd, write_pct| {
         let index = out.len();
-        out.push(PointSpec { index, small_qd, large_qd, write_pct });
+        out.push(PointSpec {
+            index,
+            small_qd,
+            large_qd,
+            write_pct,
+        });
     };
     match mode {
         Mode::Simple => {
@@ -310,15 +349,20 @@ mod tests {
         assert_eq!(p.len(), 4);
         assert!(p.iter().all(|p| p.kind() == "small_random"));
         let p = build_points(Mode::Simple, &[1, 4], &[1, 2], &[0]);
-        assert_eq!(p.iter().map(|p| p.kind()).collect::<Vec<_>>(), [
-            "small_random",
-            "small_random",
-            "large_sequential",
-            "large_sequential"
-        ]);
+        assert_eq!(
+            p.iter().map(|p| p.kind()).collect::<Vec<_>>(),
+            [
+                "small_random",
+                "small_random",
+                "large_sequential",
+                "large_sequential"
+            ]
+        );
         let p = build_points(Mode::Matrix, &[1, 4], &[1], &[0, 40]);
         assert_eq!(p.len(), 2 * (3 * 2 - 1));
         assert!(p.iter().any(|p| p.kind() == "mixed"));
-        assert!(build_points(Mode::Dss, &[1], &[1, 2, 4], &[0]).iter().all(|p| p.small_qd == 0));
+        assert!(build_points(Mode::Dss, &[1], &[1, 2, 4], &[0])
+            .iter()
+            .all(|p| p.small_qd == 0));
     }
 }

@@ -13,7 +13,11 @@ const REPORT_CSS: &str = include_str!("report/report.css");
 
 /// `weft bench report a.json b.json -o cmp.html`
 pub(crate) fn run_report(a: &ReportArgs) -> Result<(), BenchError> {
-    let runs = a.inputs.iter().map(|p| results::read_results(p)).collect::<Result<Vec<_>, _>>()?;
+    let runs = a
+        .inputs
+        .iter()
+        .map(|p| results::read_results(p))
+        .collect::<Result<Vec<_>, _>>()?;
     results::write_file(&a.output, &render(&runs, a.latency_threshold))?;
     println!("wrote {}", a.output.display());
     Ok(())
@@ -66,7 +70,10 @@ bucket "&lt;2^k µs" counts I/Os at or above 2^(k-1) µs and below 2^k µs.</p>
 }
 
 fn escape_html(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 #[cfg(test)]
@@ -75,6 +82,9 @@ mod tests {
 
     #[test]
     fn html_escaping_covers_markup() {
-        assert_eq!(escape_html("<a href=\"x\">&</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;");
+        assert_eq!(
+            escape_html("<a href=\"x\">&</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;"
+        );
     }
 }

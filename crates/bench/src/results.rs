@@ -192,13 +192,27 @@ pub(crate) fn summary_table(r: &Results) -> String {
     let _ = writeln!(
         s,
         "{:>3}  {:<28} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "#", "point", "IOPS", "MB/s", "mean µs", "p50", "p95", "p99", "p99.9", "max", "rd mean",
+        "#",
+        "point",
+        "IOPS",
+        "MB/s",
+        "mean µs",
+        "p50",
+        "p95",
+        "p99",
+        "p99.9",
+        "max",
+        "rd mean",
         "wr mean"
     );
     for p in &r.points {
         let l = &p.total.latency_us;
         let dash = |d: &DirStats| {
-            if d.ios == 0 { "-".to_string() } else { format!("{:.1}", d.latency_us.mean) }
+            if d.ios == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1}", d.latency_us.mean)
+            }
         };
         let _ = writeln!(
             s,
@@ -235,14 +249,21 @@ pub(crate) fn summary_table(r: &Results) -> String {
 }
 
 pub(crate) fn write_file(path: &Path, contents: &str) -> Result<(), BenchError> {
-    std::fs::write(path, contents)
-        .map_err(|source| BenchError::File { path: path.to_path_buf(), source })
+    std::fs::write(path, contents).map_err(|source| BenchError::File {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 pub(crate) fn read_results(path: &Path) -> Result<Results, BenchError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| BenchError::File { path: path.to_path_buf(), source })?;
-    serde_json::from_str(&text).map_err(|source| BenchError::Parse { path: path.to_path_buf(), source })
+    let text = std::fs::read_to_string(path).map_err(|source| BenchError::File {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| BenchError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -250,13 +271,22 @@ pub(crate) mod tests {
     use super::*;
     use crate::stats::LatencyUs;
 
-    pub(crate) fn point(index: usize, qd: u32, write_pct: u8, iops: f64, mean_us: f64) -> PointResult {
+    pub(crate) fn point(
+        index: usize,
+        qd: u32,
+        write_pct: u8,
+        iops: f64,
+        mean_us: f64,
+    ) -> PointResult {
         let total = DirStats {
             ios: 100,
             bytes: 100 * 8192,
             iops,
             mb_per_s: iops * 8192.0 / 1e6,
-            latency_us: LatencyUs { mean: mean_us, ..Default::default() },
+            latency_us: LatencyUs {
+                mean: mean_us,
+                ..Default::default()
+            },
             histogram_pow2_us: vec![0, 1, 99],
         };
         PointResult {
@@ -297,7 +327,10 @@ pub(crate) mod tests {
         let r = Results {
             schema_version: SCHEMA_VERSION,
             label: "a,b".into(),
-            tool: Tool { name: "weft-bench".into(), version: "0".into() },
+            tool: Tool {
+                name: "weft-bench".into(),
+                version: "0".into(),
+            },
             started_at: String::new(),
             finished_at: String::new(),
             machine: Machine::default(),
@@ -319,7 +352,10 @@ pub(crate) mod tests {
                 large_queue_depths: vec![],
                 write_pcts: vec![0],
                 region_spec: "0-100%".into(),
-                region: Region { start_bytes: 0, end_bytes: 1 },
+                region: Region {
+                    start_bytes: 0,
+                    end_bytes: 1,
+                },
                 duration_s: 1.0,
                 warmup_s: 0.0,
                 workers: 1,

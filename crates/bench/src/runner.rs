@@ -66,7 +66,10 @@ struct PointCtx<'a> {
 /// Runs a benchmark from command-line arguments and writes its result files.
 pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
     let plan = Plan::from_args(a)?;
-    let uri = a.target.as_deref().expect("clap requires TARGET without a subcommand");
+    let uri = a
+        .target
+        .as_deref()
+        .expect("clap requires TARGET without a subcommand");
     let target = open_target(uri, plan.writes())?;
     let info = target.info().clone();
     if plan.writes() && info.read_only {
@@ -118,7 +121,10 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
     let res = Results {
         schema_version: SCHEMA_VERSION,
         label: a.label.clone().unwrap_or_else(|| uri.to_string()),
-        tool: Tool { name: "weft-bench".into(), version: env!("CARGO_PKG_VERSION").into() },
+        tool: Tool {
+            name: "weft-bench".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
         started_at,
         finished_at: utc_now(),
         machine: Machine::current(),
@@ -168,9 +174,11 @@ fn progress_bar(disabled: bool, total: Duration) -> ProgressBar {
     let total_ms = u64::try_from(total.as_millis()).unwrap_or(u64::MAX);
     let bar = ProgressBar::new(total_ms);
     bar.set_style(
-        ProgressStyle::with_template("[{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% eta {eta} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "[{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% eta {eta} {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar
 }
@@ -199,7 +207,10 @@ fn run_point(
     spec: &PointSpec,
     bar: &ProgressBar,
 ) -> Result<PointResult, BenchError> {
-    let run_err = |source: TargetError| BenchError::Run { point: spec.name(), source };
+    let run_err = |source: TargetError| BenchError::Run {
+        point: spec.name(),
+        source,
+    };
     let slots = assign_slots(spec, plan.workers, target.queue_depth_max());
     let nqueues = slots.len();
     // Open every queue before the clock starts: connection set-up is not part of the load.
@@ -207,7 +218,13 @@ fn run_point(
     for (qi, classes) in slots.iter().enumerate() {
         let io_max = classes
             .iter()
-            .map(|c| if *c == Class::Small { plan.small_io_bytes } else { plan.large_io_bytes })
+            .map(|c| {
+                if *c == Class::Small {
+                    plan.small_io_bytes
+                } else {
+                    plan.large_io_bytes
+                }
+            })
             .max()
             .expect("every queue has a slot");
         let depth = u32::try_from(classes.len()).expect("depth bounded by QUEUE_DEPTH_MAX");
@@ -242,7 +259,13 @@ fn run_point(
                     .spawn_scoped(scope, move || {
                         barrier.wait();
                         let seq_start = stream_start(ctx, qi, nqueues);
-                        let r = drive(ctx, queue, classes, seq_start, mix_seed(ctx.seed, ctx.spec.index, qi, 1));
+                        let r = drive(
+                            ctx,
+                            queue,
+                            classes,
+                            seq_start,
+                            mix_seed(ctx.seed, ctx.spec.index, qi, 1),
+                        );
                         if r.is_err() {
                             ctx.abort.store(true, Ordering::Relaxed);
                         }
@@ -256,7 +279,10 @@ fn run_point(
         ctx.start.set(start).expect("start is set once");
         barrier.wait();
         watch_progress(&ctx, start, nqueues, bar, bar_base);
-        handles.into_iter().map(|h| h.join().expect("worker thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker thread panicked"))
+            .collect()
     });
     let total_ms = u64::try_from((plan.warmup + plan.duration).as_millis()).unwrap_or(u64::MAX);
     bar.set_position(bar_base + total_ms);
@@ -274,7 +300,9 @@ fn run_point(
 fn mix_seed(seed: u64, point: usize, queue: usize, purpose: u64) -> u64 {
     let p = point as u64;
     let q = queue as u64;
-    seed ^ p.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ q.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) ^ purpose.rotate_left(62)
+    seed ^ p.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ q.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+        ^ purpose.rotate_left(62)
 }
 
 /// Where queue `qi`'s sequential stream starts: streams are spread evenly over the region.
@@ -285,7 +313,13 @@ fn stream_start(ctx: &PointCtx<'_>, qi: usize, nqueues: usize) -> u64 {
     ctx.region.start_bytes + share / large * large
 }
 
-fn watch_progress(ctx: &PointCtx<'_>, start: Instant, nqueues: usize, bar: &ProgressBar, base: u64) {
+fn watch_progress(
+    ctx: &PointCtx<'_>,
+    start: Instant,
+    nqueues: usize,
+    bar: &ProgressBar,
+    base: u64,
+) {
     let end = start + ctx.warmup + ctx.duration;
     let mut last_ios = 0u64;
     let mut last_t = start;
@@ -301,9 +335,15 @@ fn watch_progress(ctx: &PointCtx<'_>, start: Instant, nqueues: usize, bar: &Prog
         if dt > 0.0 && !bar.is_hidden() {
             #[allow(clippy::cast_precision_loss)]
             let rate = (ios - last_ios) as f64 / dt;
-            let phase = if now < start + ctx.warmup { "warm-up" } else { "measuring" };
+            let phase = if now < start + ctx.warmup {
+                "warm-up"
+            } else {
+                "measuring"
+            };
             bar.set_message(format!("{} ({phase}): {:.0} IOPS", ctx.spec.name(), rate));
-            bar.set_position(base + u64::try_from(now.duration_since(start).as_millis()).unwrap_or(0));
+            bar.set_position(
+                base + u64::try_from(now.duration_since(start).as_millis()).unwrap_or(0),
+            );
         }
         last_ios = ios;
         last_t = now;
@@ -324,7 +364,9 @@ fn drive(
     let depth = classes.len();
     let mut rng = Rng::new(seed);
     let mut recs: Recorders = Default::default();
-    let mut free: Vec<u32> = (0..u32::try_from(depth).expect("depth fits u32")).rev().collect();
+    let mut free: Vec<u32> = (0..u32::try_from(depth).expect("depth fits u32"))
+        .rev()
+        .collect();
     let mut submitted_at = vec![start; depth];
     let mut ops = vec![Op::Read; depth];
     let mut fresh: Vec<u32> = Vec::with_capacity(depth);
@@ -339,11 +381,16 @@ fn drive(
     loop {
         if !stopping {
             while let Some(tag) = free.pop() {
-                let op = if rng.percent(ctx.spec.write_pct) { Op::Write } else { Op::Read };
+                let op = if rng.percent(ctx.spec.write_pct) {
+                    Op::Write
+                } else {
+                    Op::Read
+                };
                 let (offset_bytes, len_bytes) = match classes[tag as usize] {
-                    Class::Small => {
-                        (region.start_bytes + rng.below(small_blocks) * small, ctx.small_io_bytes)
-                    }
+                    Class::Small => (
+                        region.start_bytes + rng.below(small_blocks) * small,
+                        ctx.small_io_bytes,
+                    ),
                     Class::Large => {
                         if seq + large > region.end_bytes {
                             seq = region.start_bytes;
@@ -354,7 +401,12 @@ fn drive(
                     }
                 };
                 ops[tag as usize] = op;
-                queue.submit(IoRequest { tag, op, offset_bytes, len_bytes });
+                queue.submit(IoRequest {
+                    tag,
+                    op,
+                    offset_bytes,
+                    len_bytes,
+                });
                 fresh.push(tag);
                 outstanding += 1;
             }
@@ -379,7 +431,11 @@ fn drive(
                 let dir = usize::from(ops[t] == Op::Write);
                 let ns = u64::try_from(t_done.duration_since(submitted_at[t]).as_nanos())
                     .unwrap_or(u64::MAX);
-                let bytes = if classes[t] == Class::Small { small } else { large };
+                let bytes = if classes[t] == Class::Small {
+                    small
+                } else {
+                    large
+                };
                 recs[class][dir].record(ns, bytes);
                 counted += 1;
             }
@@ -436,15 +492,28 @@ mod tests {
 
     #[test]
     fn slots_spread_over_workers_and_files_get_one_per_io() {
-        let spec = PointSpec { index: 0, small_qd: 5, large_qd: 2, write_pct: 0 };
+        let spec = PointSpec {
+            index: 0,
+            small_qd: 5,
+            large_qd: 2,
+            write_pct: 0,
+        };
         let q = assign_slots(&spec, 2, u32::MAX);
         assert_eq!(q.len(), 2);
         assert_eq!(q[0].len() + q[1].len(), 7);
-        assert_eq!(q.iter().flatten().filter(|c| **c == Class::Large).count(), 2);
+        assert_eq!(
+            q.iter().flatten().filter(|c| **c == Class::Large).count(),
+            2
+        );
         let q = assign_slots(&spec, 1, 1);
         assert_eq!(q.len(), 7);
         assert!(q.iter().all(|s| s.len() == 1));
-        let spec = PointSpec { index: 0, small_qd: 1, large_qd: 0, write_pct: 0 };
+        let spec = PointSpec {
+            index: 0,
+            small_qd: 1,
+            large_qd: 0,
+            write_pct: 0,
+        };
         assert_eq!(assign_slots(&spec, 8, u32::MAX).len(), 1);
     }
 }

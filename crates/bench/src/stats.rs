@@ -72,7 +72,9 @@ impl Recorder {
     #[inline]
     pub(crate) fn record(&mut self, latency_ns: u64, bytes: u64) {
         let ns = latency_ns.clamp(1, LATENCY_NS_MAX);
-        self.hist.record(ns).expect("auto-resizing histogram takes any value up to the cap");
+        self.hist
+            .record(ns)
+            .expect("auto-resizing histogram takes any value up to the cap");
         self.sum_ns += u128::from(ns);
         self.ios += 1;
         self.bytes += bytes;
@@ -85,7 +87,9 @@ impl Recorder {
         if other.ios == 0 {
             return;
         }
-        self.hist.add(&other.hist).expect("auto-resizing histograms always merge");
+        self.hist
+            .add(&other.hist)
+            .expect("auto-resizing histograms always merge");
         self.sum_ns += other.sum_ns;
         self.ios += other.ios;
         self.bytes += other.bytes;

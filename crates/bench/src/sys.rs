@@ -58,7 +58,11 @@ pub(crate) fn poll_socket(fd: RawFd, want_write: bool) -> io::Result<()> {
     if want_write {
         events |= libc::POLLOUT;
     }
-    let mut pfd = libc::pollfd { fd, events, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
     loop {
         // SAFETY: `pfd` is one valid pollfd on our stack; nfds is 1.
         let n = unsafe { libc::poll(&mut pfd, 1, -1) };
@@ -84,7 +88,9 @@ unsafe impl Send for AlignedBuf {}
 
 impl AlignedBuf {
     pub(crate) fn new(len: usize) -> Self {
-        let len = len.max(DIRECT_ALIGN_BYTES).next_multiple_of(DIRECT_ALIGN_BYTES);
+        let len = len
+            .max(DIRECT_ALIGN_BYTES)
+            .next_multiple_of(DIRECT_ALIGN_BYTES);
         let layout = Layout::from_size_align(len, DIRECT_ALIGN_BYTES).expect("valid layout");
         // SAFETY: layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };

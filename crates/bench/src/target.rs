@@ -110,7 +110,11 @@ pub enum TargetError {
     #[error("NBD server {addr} violated the protocol: {reason}")]
     Protocol { addr: String, reason: String },
     #[error("NBD server {addr} refused export '{export}': {reason}")]
-    ExportRefused { addr: String, export: String, reason: String },
+    ExportRefused {
+        addr: String,
+        export: String,
+        reason: String,
+    },
     #[error("connection to NBD server {addr} failed")]
     Connection {
         addr: String,
@@ -118,7 +122,12 @@ pub enum TargetError {
         source: io::Error,
     },
     #[error("{op} of {len_bytes} bytes at offset {offset_bytes} failed with NBD error {errno}")]
-    Remote { op: &'static str, offset_bytes: u64, len_bytes: u32, errno: u32 },
+    Remote {
+        op: &'static str,
+        offset_bytes: u64,
+        len_bytes: u32,
+        errno: u32,
+    },
     #[error("{op} of {len_bytes} bytes at offset {offset_bytes} failed")]
     Io {
         op: &'static str,
@@ -134,7 +143,10 @@ pub(crate) fn open_target(uri: &str, want_write: bool) -> Result<Box<dyn Target>
     if uri.starts_with("nbd://") {
         Ok(Box::new(NbdTarget::open(uri)?))
     } else if uri.contains("://") {
-        Err(TargetError::BadUri { uri: uri.to_string(), reason: "unsupported scheme" })
+        Err(TargetError::BadUri {
+            uri: uri.to_string(),
+            reason: "unsupported scheme",
+        })
     } else {
         Ok(Box::new(FileTarget::open(Path::new(uri), want_write)?))
     }

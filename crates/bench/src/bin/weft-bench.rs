@@ -5,7 +5,11 @@ use clap::Parser;
 use weft_bench::BenchArgs;
 
 #[derive(Parser, Debug)]
-#[command(name = "weft-bench", version, about = "ORION-style I/O benchmark (weft bench)")]
+#[command(
+    name = "weft-bench",
+    version,
+    about = "ORION-style I/O benchmark (weft bench)"
+)]
 struct Cli {
     #[command(flatten)]
     bench: BenchArgs,

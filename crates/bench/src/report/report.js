@@ -44,7 +44,7 @@
   // spec: {kind, title, xLabel, yLabel, xLog2, xTickLabel(fn), series:[{name, points:[{x,y,tip}]}],
   //        hline: {y, label}}
   function chart(parent, spec) {
-    var W = 560, H = 340, L = 70, R = 16, T = 30, B = 48;
+    var W = 530, H = 330, L = 70, R = 16, T = 30, B = 48;
     var box = html("figure", null, parent, "chart");
     var pts = [];
     spec.series.forEach(function (s) { s.points.forEach(function (p) { pts.push(p); }); });
@@ -62,7 +62,10 @@
     var fx = spec.xLog2 ? function (v) { return Math.log2(Math.max(v, 1e-9)); } : function (v) { return v; };
     var xs = pts.map(function (p) { return fx(p.x); });
     var ys = pts.map(function (p) { return p.y; });
-    if (spec.hline) ys.push(spec.hline.y);
+    // Show the threshold when it is near the data; far above it would flatten every curve.
+    var dataMax = Math.max.apply(null, ys);
+    var showH = spec.hline && spec.hline.y <= dataMax * 3;
+    if (showH) ys.push(spec.hline.y);
     var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
     if (!spec.xLog2 && !spec.xCategorical) x0 = Math.min(0, x0);
     if (x1 === x0) { x0 -= 1; x1 += 1; }
@@ -94,7 +97,11 @@
       x: 14, y: (T + H - B) / 2, "text-anchor": "middle", "class": "label",
       transform: "rotate(-90 14 " + (T + H - B) / 2 + ")"
     }, axes).textContent = spec.yLabel;
-    if (spec.hline && spec.hline.y <= y1) {
+    if (spec.hline && !showH) {
+      el("text", { x: W - R - 4, y: T + 10, "text-anchor": "end", "class": "hlabel" }, svg)
+        .textContent = spec.hline.label + " (above the chart)";
+    }
+    if (showH) {
       el("line", { x1: L, x2: W - R, y1: sy(spec.hline.y), y2: sy(spec.hline.y), "class": "hline" }, svg);
       el("text", { x: W - R - 4, y: sy(spec.hline.y) - 4, "text-anchor": "end", "class": "hlabel" }, svg)
         .textContent = spec.hline.label;

@@ -28,7 +28,10 @@ pub(crate) struct FileTarget {
 impl FileTarget {
     pub(crate) fn open(path: &Path, want_write: bool) -> Result<Self, TargetError> {
         let shown = path.display().to_string();
-        let open_err = |source| TargetError::Open { path: shown.clone(), source };
+        let open_err = |source| TargetError::Open {
+            path: shown.clone(),
+            source,
+        };
         let meta = std::fs::metadata(path).map_err(open_err)?;
         let kind = if meta.file_type().is_block_device() {
             "block"
@@ -54,6 +57,7 @@ impl FileTarget {
             );
             file = open_with(path, want_write, false).map_err(open_err)?;
         }
+        warn_if_sparse(&shown, &meta);
         let info = TargetInfo {
             uri: shown,
             kind: kind.to_string(),
@@ -64,7 +68,22 @@ impl FileTarget {
             read_only: !want_write,
             direct_io: Some(direct),
         };
-        Ok(FileTarget { file: Arc::new(file), info })
+        Ok(FileTarget {
+            file: Arc::new(file),
+            info,
+        })
+    }
+}
+
+/// Reads of holes in a sparse file never reach the device and report fantasy numbers.
+fn warn_if_sparse(shown: &str, meta: &std::fs::Metadata) {
+    use std::os::unix::fs::MetadataExt;
+    // st_blocks counts 512-byte units whatever the filesystem's block size.
+    if meta.is_file() && meta.blocks() * 512 < meta.len() {
+        eprintln!(
+            "weft bench: warning: {shown} is sparse; reads of its holes do not touch the device. \
+             Fill it first (e.g. fio or dd with random data) for meaningful read numbers"
+        );
     }
 }
 
@@ -122,17 +141,25 @@ impl IoQueue for FileQueue {
     fn submit(&mut self, req: IoRequest) {
         assert!(self.pending.is_none(), "file queue depth is 1");
         if req.op == Op::Write {
-            self.rng.fill(&mut self.buf.as_mut_slice()[..req.len_bytes as usize]);
+            self.rng
+                .fill(&mut self.buf.as_mut_slice()[..req.len_bytes as usize]);
         }
         self.pending = Some(req);
     }
 
     fn wait(&mut self, done: &mut Vec<u32>) -> Result<(), TargetError> {
-        let req = self.pending.take().expect("wait without an outstanding I/O");
+        let req = self
+            .pending
+            .take()
+            .expect("wait without an outstanding I/O");
         let len = req.len_bytes as usize;
         let r = match req.op {
-            Op::Read => self.file.read_exact_at(&mut self.buf.as_mut_slice()[..len], req.offset_bytes),
-            Op::Write => self.file.write_all_at(&self.buf.as_slice()[..len], req.offset_bytes),
+            Op::Read => self
+                .file
+                .read_exact_at(&mut self.buf.as_mut_slice()[..len], req.offset_bytes),
+            Op::Write => self
+                .file
+                .write_all_at(&self.buf.as_slice()[..len], req.offset_bytes),
         };
         r.map_err(|source| TargetError::Io {
             op: req.op.name(),

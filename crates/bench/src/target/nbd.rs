@@ -86,7 +86,10 @@ impl NbdTarget {
         let addr_text = format!("{host}:{port}");
         let addr = (host.as_str(), port)
             .to_socket_addrs()
-            .map_err(|source| TargetError::Connect { addr: addr_text.clone(), source })?
+            .map_err(|source| TargetError::Connect {
+                addr: addr_text.clone(),
+                source,
+            })?
             .next()
             .ok_or_else(|| TargetError::Connect {
                 addr: addr_text.clone(),
@@ -118,20 +121,30 @@ impl NbdTarget {
     }
 
     fn connect(&self) -> Result<(TcpStream, ExportFacts), TargetError> {
-        let stream = TcpStream::connect_timeout(&self.addr, CONNECT_TIMEOUT)
-            .map_err(|source| TargetError::Connect { addr: self.addr_text.clone(), source })?;
-        let conn_err = |source| TargetError::Connection { addr: self.addr_text.clone(), source };
+        let stream = TcpStream::connect_timeout(&self.addr, CONNECT_TIMEOUT).map_err(|source| {
+            TargetError::Connect {
+                addr: self.addr_text.clone(),
+                source,
+            }
+        })?;
+        let conn_err = |source| TargetError::Connection {
+            addr: self.addr_text.clone(),
+            source,
+        };
         stream.set_nodelay(true).map_err(conn_err)?;
-        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(conn_err)?;
+        stream
+            .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+            .map_err(conn_err)?;
         let mut stream = stream;
         let facts = handshake(&mut stream, &self.export).map_err(|e| match e {
             HandshakeError::Io(source) => TargetError::Connection {
                 addr: self.addr_text.clone(),
                 source,
             },
-            HandshakeError::Protocol(reason) => {
-                TargetError::Protocol { addr: self.addr_text.clone(), reason }
-            }
+            HandshakeError::Protocol(reason) => TargetError::Protocol {
+                addr: self.addr_text.clone(),
+                reason,
+            },
             HandshakeError::Refused(reason) => TargetError::ExportRefused {
                 addr: self.addr_text.clone(),
                 export: self.export.clone(),
@@ -159,14 +172,25 @@ impl Target for NbdTarget {
         seed: u64,
     ) -> Result<Box<dyn IoQueue>, TargetError> {
         let (stream, _) = self.connect()?;
-        Ok(Box::new(NbdQueue::new(stream, self.addr_text.clone(), depth, io_bytes_max, seed)))
+        Ok(Box::new(NbdQueue::new(
+            stream,
+            self.addr_text.clone(),
+            depth,
+            io_bytes_max,
+            seed,
+        )))
     }
 }
 
 /// Splits `nbd://host[:port]/[export]`.
 fn parse_uri(uri: &str) -> Result<(String, u16, String), TargetError> {
-    let bad = |reason| TargetError::BadUri { uri: uri.to_string(), reason };
-    let rest = uri.strip_prefix("nbd://").ok_or_else(|| bad("missing nbd://"))?;
+    let bad = |reason| TargetError::BadUri {
+        uri: uri.to_string(),
+        reason,
+    };
+    let rest = uri
+        .strip_prefix("nbd://")
+        .ok_or_else(|| bad("missing nbd://"))?;
     let (authority, export) = match rest.split_once('/') {
         Some((a, e)) => (a, e),
         None => (rest, ""),
@@ -175,7 +199,9 @@ fn parse_uri(uri: &str) -> Result<(String, u16, String), TargetError> {
         return Err(bad("missing host"));
     }
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (h, tail) = v6.split_once(']').ok_or_else(|| bad("unclosed '[' in host"))?;
+        let (h, tail) = v6
+            .split_once(']')
+            .ok_or_else(|| bad("unclosed '[' in host"))?;
         let port = match tail.strip_prefix(':') {
             Some(p) => p.parse().map_err(|_| bad("bad port"))?,
             None if tail.is_empty() => NBD_PORT_DEFAULT,
@@ -219,7 +245,9 @@ fn handshake(s: &mut TcpStream, export: &str) -> Result<ExportFacts, HandshakeEr
     let mut greet = [0u8; 18];
     s.read_exact(&mut greet)?;
     if be_u64(&greet[0..8]) != NBD_MAGIC {
-        return Err(HandshakeError::Protocol("not an NBD server (bad greeting magic)".into()));
+        return Err(HandshakeError::Protocol(
+            "not an NBD server (bad greeting magic)".into(),
+        ));
     }
     if be_u64(&greet[8..16]) != IHAVEOPT {
         return Err(HandshakeError::Protocol(
@@ -228,7 +256,9 @@ fn handshake(s: &mut TcpStream, export: &str) -> Result<ExportFacts, HandshakeEr
     }
     let server_flags = u16::from_be_bytes([greet[16], greet[17]]);
     if server_flags & HANDSHAKE_FLAG_FIXED_NEWSTYLE == 0 {
-        return Err(HandshakeError::Protocol("server does not offer fixed newstyle".into()));
+        return Err(HandshakeError::Protocol(
+            "server does not offer fixed newstyle".into(),
+        ));
     }
     let no_zeroes = server_flags & HANDSHAKE_FLAG_NO_ZEROES != 0;
     let client_flags: u32 = 1 | if no_zeroes { 2 } else { 0 };
@@ -258,7 +288,9 @@ fn handshake(s: &mut TcpStream, export: &str) -> Result<ExportFacts, HandshakeEr
         let reply_type = be_u32(&hdr[12..16]);
         let len = be_u32(&hdr[16..20]);
         if len > OPTION_REPLY_BYTES_MAX {
-            return Err(HandshakeError::Protocol(format!("option reply of {len} bytes")));
+            return Err(HandshakeError::Protocol(format!(
+                "option reply of {len} bytes"
+            )));
         }
         let mut data = vec![0u8; len as usize];
         s.read_exact(&mut data)?;
@@ -267,9 +299,16 @@ fn handshake(s: &mut TcpStream, export: &str) -> Result<ExportFacts, HandshakeEr
             REP_INFO if data.len() >= 2 => {
                 let info = u16::from_be_bytes([data[0], data[1]]);
                 if info == INFO_EXPORT && data.len() >= 12 {
-                    size_flags = Some((be_u64(&data[2..10]), u16::from_be_bytes([data[10], data[11]])));
+                    size_flags = Some((
+                        be_u64(&data[2..10]),
+                        u16::from_be_bytes([data[10], data[11]]),
+                    ));
                 } else if info == INFO_BLOCK_SIZE && data.len() >= 14 {
-                    blocks = Some((be_u32(&data[2..6]), be_u32(&data[6..10]), be_u32(&data[10..14])));
+                    blocks = Some((
+                        be_u32(&data[2..6]),
+                        be_u32(&data[6..10]),
+                        be_u32(&data[10..14]),
+                    ));
                 }
             }
             REP_INFO => return Err(HandshakeError::Protocol("short NBD_REP_INFO".into())),
@@ -281,11 +320,18 @@ fn handshake(s: &mut TcpStream, export: &str) -> Result<ExportFacts, HandshakeEr
             _ => {} // unknown reply types before the ACK are ignorable
         }
     }
-    let (size_bytes, flags) = size_flags
-        .ok_or_else(|| HandshakeError::Protocol("NBD_OPT_GO ended without NBD_INFO_EXPORT".into()))?;
+    let (size_bytes, flags) = size_flags.ok_or_else(|| {
+        HandshakeError::Protocol("NBD_OPT_GO ended without NBD_INFO_EXPORT".into())
+    })?;
     let (block_min, block_pref, block_max) =
         blocks.unwrap_or((BLOCK_SIZE_MIN_DEFAULT, 4096, BLOCK_SIZE_MAX_DEFAULT));
-    Ok(ExportFacts { size_bytes, flags, block_min, block_pref, block_max })
+    Ok(ExportFacts {
+        size_bytes,
+        flags,
+        block_min,
+        block_pref,
+        block_max,
+    })
 }
 
 /// Old servers without NBD_OPT_GO: NBD_OPT_EXPORT_NAME has no error path, only a close.
@@ -303,10 +349,11 @@ fn export_name_fallback(
     s.write_all(&opt)?;
     let mut reply = [0u8; 10 + 124];
     let want = if no_zeroes { 10 } else { 134 };
-    s.read_exact(&mut reply[..want]).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => HandshakeError::Refused("export not found".into()),
-        _ => HandshakeError::Io(e),
-    })?;
+    s.read_exact(&mut reply[..want])
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => HandshakeError::Refused("export not found".into()),
+            _ => HandshakeError::Io(e),
+        })?;
     Ok(ExportFacts {
         size_bytes: be_u64(&reply[0..8]),
         flags: u16::from_be_bytes([reply[8], reply[9]]),
@@ -379,7 +426,11 @@ enum ReplyStep {
     /// read whose payload follows).
     Consumed(usize),
     /// Consumed this many bytes and finished the reply for `tag`.
-    Done { consumed: usize, tag: u32, errno: u32 },
+    Done {
+        consumed: usize,
+        tag: u32,
+        errno: u32,
+    },
 }
 
 /// Sans-IO parser of simple replies, including skipping read payloads that span receives.
@@ -397,10 +448,16 @@ impl ReplyParser {
             if buf.is_empty() {
                 return Ok(ReplyStep::Incomplete);
             }
-            let n = usize::try_from(self.payload_left).unwrap_or(usize::MAX).min(buf.len());
+            let n = usize::try_from(self.payload_left)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
             self.payload_left -= n as u64;
             if self.payload_left == 0 {
-                return Ok(ReplyStep::Done { consumed: n, tag: self.payload_tag, errno: 0 });
+                return Ok(ReplyStep::Done {
+                    consumed: n,
+                    tag: self.payload_tag,
+                    errno: 0,
+                });
             }
             return Ok(ReplyStep::Consumed(n));
         }
@@ -424,7 +481,11 @@ impl ReplyParser {
             self.payload_tag = tag;
             return Ok(ReplyStep::Consumed(REPLY_HEADER_BYTES));
         }
-        Ok(ReplyStep::Done { consumed: REPLY_HEADER_BYTES, tag, errno })
+        Ok(ReplyStep::Done {
+            consumed: REPLY_HEADER_BYTES,
+            tag,
+            errno,
+        })
     }
 }
 
@@ -446,19 +507,29 @@ struct NbdQueue {
 
 impl std::fmt::Debug for NbdQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NbdQueue").field("addr", &self.addr).finish_non_exhaustive()
+        f.debug_struct("NbdQueue")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
     }
 }
 
 impl NbdQueue {
     fn new(stream: TcpStream, addr: String, depth: u32, io_bytes_max: u32, seed: u64) -> Self {
         let depth = depth as usize;
-        let idle = Inflight { outstanding: false, op: Op::Read, offset_bytes: 0, len_bytes: 0 };
+        let idle = Inflight {
+            outstanding: false,
+            op: Op::Read,
+            offset_bytes: 0,
+            len_bytes: 0,
+        };
         NbdQueue {
             stream,
             addr,
             inflight: vec![idle; depth],
-            send_buf: vec![0; depth.min(64) * (REQUEST_HEADER_BYTES + io_bytes_max.min(65536) as usize)],
+            send_buf: vec![
+                0;
+                depth.min(64) * (REQUEST_HEADER_BYTES + io_bytes_max.min(65536) as usize)
+            ],
             send_pos: 0,
             send_len: 0,
             recv_buf: vec![0; RECV_BUF_BYTES],
@@ -470,21 +541,31 @@ impl NbdQueue {
     }
 
     fn conn_err(&self, source: io::Error) -> TargetError {
-        TargetError::Connection { addr: self.addr.clone(), source }
+        TargetError::Connection {
+            addr: self.addr.clone(),
+            source,
+        }
     }
 
     /// Parses everything buffered; pushes finished tags.
     fn parse_buffered(&mut self, done: &mut Vec<u32>) -> Result<(), TargetError> {
         loop {
             let buf = &self.recv_buf[self.recv_pos..self.recv_len];
-            let step = self
-                .parser
-                .step(buf, &self.inflight)
-                .map_err(|reason| TargetError::Protocol { addr: self.addr.clone(), reason })?;
+            let step =
+                self.parser
+                    .step(buf, &self.inflight)
+                    .map_err(|reason| TargetError::Protocol {
+                        addr: self.addr.clone(),
+                        reason,
+                    })?;
             match step {
                 ReplyStep::Incomplete => break,
                 ReplyStep::Consumed(n) => self.recv_pos += n,
-                ReplyStep::Done { consumed, tag, errno } => {
+                ReplyStep::Done {
+                    consumed,
+                    tag,
+                    errno,
+                } => {
                     self.recv_pos += consumed;
                     let slot = &mut self.inflight[tag as usize];
                     slot.outstanding = false;
@@ -561,12 +642,20 @@ impl IoQueue for NbdQueue {
             offset_bytes: req.offset_bytes,
             len_bytes: req.len_bytes,
         };
-        let payload = if req.op == Op::Write { req.len_bytes as usize } else { 0 };
+        let payload = if req.op == Op::Write {
+            req.len_bytes as usize
+        } else {
+            0
+        };
         let need = self.send_len + REQUEST_HEADER_BYTES + payload;
         if need > self.send_buf.len() {
             self.send_buf.resize(need, 0);
         }
-        let cmd = if req.op == Op::Write { CMD_WRITE } else { CMD_READ };
+        let cmd = if req.op == Op::Write {
+            CMD_WRITE
+        } else {
+            CMD_READ
+        };
         let start = self.send_len;
         encode_request(
             &mut self.send_buf[start..start + REQUEST_HEADER_BYTES],
@@ -584,7 +673,9 @@ impl IoQueue for NbdQueue {
         self.flush(done)?;
         while done.is_empty() {
             let free = self.recv_len..self.recv_buf.len();
-            let n = (&self.stream).read(&mut self.recv_buf[free]).map_err(|e| self.conn_err(e))?;
+            let n = (&self.stream)
+                .read(&mut self.recv_buf[free])
+                .map_err(|e| self.conn_err(e))?;
             self.note_received(n)?;
             self.parse_buffered(done)?;
         }
@@ -604,7 +695,15 @@ mod tests {
     use super::*;
 
     fn inflight(op: Op, len: u32) -> Vec<Inflight> {
-        vec![Inflight { outstanding: true, op, offset_bytes: 0, len_bytes: len }; 4]
+        vec![
+            Inflight {
+                outstanding: true,
+                op,
+                offset_bytes: 0,
+                len_bytes: len
+            };
+            4
+        ]
     }
 
     fn reply(errno: u32, cookie: u64) -> Vec<u8> {
@@ -620,8 +719,14 @@ mod tests {
             parse_uri("nbd://127.0.0.1:10810/vol1").unwrap(),
             ("127.0.0.1".to_string(), 10810, "vol1".to_string())
         );
-        assert_eq!(parse_uri("nbd://host").unwrap(), ("host".to_string(), 10809, String::new()));
-        assert_eq!(parse_uri("nbd://[::1]:99/").unwrap(), ("::1".to_string(), 99, String::new()));
+        assert_eq!(
+            parse_uri("nbd://host").unwrap(),
+            ("host".to_string(), 10809, String::new())
+        );
+        assert_eq!(
+            parse_uri("nbd://[::1]:99/").unwrap(),
+            ("::1".to_string(), 99, String::new())
+        );
         assert!(parse_uri("nbd://:12/x").is_err());
         assert!(parse_uri("nbd://h:port/x").is_err());
     }
@@ -630,10 +735,17 @@ mod tests {
     fn write_reply_completes_on_header() {
         let mut p = ReplyParser::default();
         let r = reply(0, 2);
-        assert_eq!(p.step(&r[..10], &inflight(Op::Write, 8192)), Ok(ReplyStep::Incomplete));
+        assert_eq!(
+            p.step(&r[..10], &inflight(Op::Write, 8192)),
+            Ok(ReplyStep::Incomplete)
+        );
         assert_eq!(
             p.step(&r, &inflight(Op::Write, 8192)),
-            Ok(ReplyStep::Done { consumed: 16, tag: 2, errno: 0 })
+            Ok(ReplyStep::Done {
+                consumed: 16,
+                tag: 2,
+                errno: 0
+            })
         );
     }
 
@@ -646,7 +758,11 @@ mod tests {
         assert_eq!(p.step(&[], &table), Ok(ReplyStep::Incomplete));
         assert_eq!(
             p.step(&[0u8; 60], &table),
-            Ok(ReplyStep::Done { consumed: 40, tag: 1, errno: 0 })
+            Ok(ReplyStep::Done {
+                consumed: 40,
+                tag: 1,
+                errno: 0
+            })
         );
     }
 
@@ -655,7 +771,11 @@ mod tests {
         let mut p = ReplyParser::default();
         assert_eq!(
             p.step(&reply(5, 0), &inflight(Op::Read, 4096)),
-            Ok(ReplyStep::Done { consumed: 16, tag: 0, errno: 5 })
+            Ok(ReplyStep::Done {
+                consumed: 16,
+                tag: 0,
+                errno: 5
+            })
         );
     }
 

@@ -1,0 +1,476 @@
+//! End-to-end tests of the `weft-bench` binary against nbdkit's memory plugin and a file:
+//! every mode writes JSON valid against `schema/results.schema.json`, CSV and HTML; the HTML
+//! renders its charts in headless Chromium; bad targets fail with exit code 2 and a message.
+//!
+//! Needs nbdkit and chromium on PATH (Debian packages `nbdkit`, `chromium`).
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_weft-bench");
+/// Short points keep the suite within its time budget; correctness, not numbers, is tested.
+const QUICK: &[&str] = &[
+    "--duration",
+    "200ms",
+    "--warmup",
+    "0s",
+    "--no-progress",
+    "--large",
+    "256k",
+];
+const NBDKIT_READY_TIMEOUT: Duration = Duration::from_secs(10);
+const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// nbdkit serving a memory disk on a free loopback port, killed (by PID) on drop.
+struct Nbdkit {
+    child: Child,
+    port: u16,
+}
+
+impl Nbdkit {
+    fn start(extra: &[&str], size: &str) -> Nbdkit {
+        let port = free_port();
+        let mut args = vec!["--exit-with-parent", "-f", "-i", "127.0.0.1"];
+        args.extend_from_slice(extra);
+        let port_s = port.to_string();
+        args.extend_from_slice(&["-p", &port_s, "memory", size]);
+        let child = Command::new("nbdkit")
+            .args(&args)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("nbdkit must be installed (apt-get install nbdkit)");
+        let deadline = Instant::now() + NBDKIT_READY_TIMEOUT;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nbdkit did not listen on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nbdkit { child, port }
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn bench(args: &[&str]) -> Output {
+    let out = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run weft-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked"),
+        "weft-bench panicked: {stderr}"
+    );
+    out
+}
+
+fn run_ok(target: &str, prefix: &Path, extra: &[&str]) -> serde_json::Value {
+    let prefix_s = prefix.to_str().unwrap();
+    let mut args = vec![target, "-o", prefix_s];
+    args.extend_from_slice(QUICK);
+    args.extend_from_slice(extra);
+    let out = bench(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "weft-bench {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = std::fs::read_to_string(prefix.with_extension("json")).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    validate(&value);
+    check_csv(&prefix.with_extension("csv"), &value);
+    let html = std::fs::read_to_string(prefix.with_extension("html")).unwrap();
+    assert!(html.contains("id=\"weft-data\""));
+    assert!(
+        !html.contains("http://") || !html.contains("src=\"http"),
+        "report loads from network"
+    );
+    value
+}
+
+fn validate(value: &serde_json::Value) {
+    let schema_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/results.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "results do not match the schema: {errors:#?}"
+    );
+}
+
+fn check_csv(path: &Path, value: &serde_json::Value) {
+    let csv = std::fs::read_to_string(path).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    let points = value["points"].as_array().unwrap();
+    assert_eq!(
+        lines.len(),
+        points.len() + 1,
+        "one CSV row per point plus a header"
+    );
+    assert!(lines[0].starts_with("label,index,name,kind"));
+}
+
+fn points_of(v: &serde_json::Value) -> &Vec<serde_json::Value> {
+    v["points"].as_array().unwrap()
+}
+
+fn assert_every_point_did_io(v: &serde_json::Value) {
+    for p in points_of(v) {
+        assert!(
+            p["total"]["ios"].as_u64().unwrap() > 0,
+            "point without I/O: {p}"
+        );
+        assert!(p["total"]["iops"].as_f64().unwrap() > 0.0);
+        let w = p["write_pct"].as_u64().unwrap();
+        if w == 100 {
+            assert_eq!(p["read"]["ios"], 0);
+        }
+        if w == 0 {
+            assert_eq!(p["write"]["ios"], 0);
+        }
+    }
+}
+
+fn temp_file(dir: &Path, size_bytes: u64) -> PathBuf {
+    let path = dir.join("disk.img");
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(size_bytes).unwrap();
+    path
+}
+
+#[test]
+fn simple_mode_against_nbdkit() {
+    let nbd = Nbdkit::start(&[], "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let v = run_ok(
+        &nbd.uri(),
+        &dir.path().join("simple"),
+        &["--qd", "1,4", "--large-qd", "1,2"],
+    );
+    assert_eq!(v["config"]["mode"], "simple");
+    assert_eq!(v["target"]["kind"], "nbd");
+    assert_eq!(v["target"]["size_bytes"], 64 << 20);
+    let kinds: Vec<&str> = points_of(&v)
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "small_random",
+            "small_random",
+            "large_sequential",
+            "large_sequential"
+        ]
+    );
+    assert_every_point_did_io(&v);
+    assert!(!v["knees"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn oltp_mode_against_nbdkit_with_two_workers() {
+    let nbd = Nbdkit::start(&[], "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let v = run_ok(
+        &nbd.uri(),
+        &dir.path().join("oltp"),
+        &[
+            "--mode",
+            "oltp",
+            "--qd",
+            "1,8",
+            "--workers",
+            "2",
+            "--small",
+            "4k",
+        ],
+    );
+    assert_eq!(
+        points_of(&v).len(),
+        8,
+        "2 queue depths x 4 default write percentages"
+    );
+    assert_every_point_did_io(&v);
+    let qd8 = &points_of(&v)[1];
+    assert_eq!(qd8["queues"], 2);
+    let mixed = points_of(&v).iter().find(|p| p["write_pct"] == 40).unwrap();
+    assert!(
+        mixed["read"]["ios"].as_u64().unwrap() > 0 && mixed["write"]["ios"].as_u64().unwrap() > 0
+    );
+}
+
+#[test]
+fn dss_and_matrix_modes_against_nbdkit_in_a_region() {
+    let nbd = Nbdkit::start(&[], "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let v = run_ok(
+        &nbd.uri(),
+        &dir.path().join("dss"),
+        &["--mode", "dss", "--large-qd", "1,4", "--region", "40%-100%"],
+    );
+    assert!(points_of(&v)
+        .iter()
+        .all(|p| p["kind"] == "large_sequential"));
+    let start = v["config"]["region"]["start_bytes"].as_u64().unwrap();
+    assert!(start >= (64 << 20) * 2 / 5, "inner 60% starts at 40%");
+    assert_every_point_did_io(&v);
+
+    let v = run_ok(
+        &nbd.uri(),
+        &dir.path().join("matrix"),
+        &[
+            "--mode",
+            "matrix",
+            "--qd",
+            "2",
+            "--large-qd",
+            "1",
+            "-w",
+            "0,50",
+            "--region",
+            "0-40%",
+        ],
+    );
+    assert_eq!(
+        points_of(&v).len(),
+        6,
+        "(1+1) x (1+1) - 1 combinations x 2 write percentages"
+    );
+    assert!(points_of(&v).iter().any(|p| p["kind"] == "mixed"));
+    assert_every_point_did_io(&v);
+}
+
+#[test]
+fn every_mode_against_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = temp_file(dir.path(), 32 << 20);
+    let file = file.to_str().unwrap();
+    for (mode, extra) in [
+        ("simple", &["--qd", "1,2", "--large-qd", "1"][..]),
+        ("oltp", &["--qd", "2", "-w", "0,100"][..]),
+        ("dss", &["--large-qd", "2", "-w", "0,100"][..]),
+        ("matrix", &["--qd", "1", "--large-qd", "1", "-w", "40"][..]),
+    ] {
+        let mut args = vec!["--mode", mode];
+        args.extend_from_slice(extra);
+        let v = run_ok(file, &dir.path().join(mode), &args);
+        assert_eq!(v["target"]["kind"], "file");
+        assert!(v["target"]["direct_io"].is_boolean());
+        assert_every_point_did_io(&v);
+    }
+}
+
+#[test]
+fn report_overlays_results_and_renders_in_chromium() {
+    let nbd = Nbdkit::start(&[], "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let file = temp_file(dir.path(), 32 << 20);
+    let common = ["--qd", "1,2,4", "-w", "0,40", "--large-qd", "1,2"];
+    let mut a = common.to_vec();
+    a.extend_from_slice(&["--label", "nbdkit", "--mode", "oltp"]);
+    run_ok(&nbd.uri(), &dir.path().join("a"), &a);
+    let mut b = common.to_vec();
+    b.extend_from_slice(&["--label", "file", "--mode", "simple"]);
+    run_ok(file.to_str().unwrap(), &dir.path().join("b"), &b);
+
+    let html = dir.path().join("cmp.html");
+    let out = bench(&[
+        "report",
+        dir.path().join("a.json").to_str().unwrap(),
+        dir.path().join("b.json").to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+        "--latency-threshold",
+        "10ms",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let dom = chromium(dir.path(), &["--dump-dom"], &html);
+    assert!(
+        dom.contains("data-rendered=\"true\""),
+        "report script did not finish"
+    );
+    let charts = svg_charts(&dom);
+    for kind in ["iops-latency", "mbps-qd", "iops-qd", "histogram"] {
+        let c = charts.iter().find(|(k, _, _)| k == kind);
+        let (_, series, points) = c.unwrap_or_else(|| panic!("no {kind} chart in {charts:?}"));
+        assert!(*points > 0 && *series > 0, "{kind} chart has no data");
+    }
+    let iops_latency = charts.iter().find(|c| c.0 == "iops-latency").unwrap();
+    assert_eq!(iops_latency.1, 4, "2 runs x 2 write percentages");
+    assert!(dom.matches("class=\"pt\"").count() >= 12);
+    assert!(dom.contains("class=\"knee\""));
+
+    let shot = dir.path().join("report.png");
+    let arg = format!("--screenshot={}", shot.display());
+    chromium(dir.path(), &[&arg, "--window-size=1200,2000"], &html);
+    let png = std::fs::read(&shot).expect("screenshot written");
+    assert!(
+        png.len() > 10_000 && png.starts_with(b"\x89PNG"),
+        "screenshot too small"
+    );
+    if let Ok(keep) = std::env::var("WEFT_BENCH_KEEP_SCREENSHOT") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
+}
+
+/// Runs headless Chromium on `html`, returns stdout. Kills it by PID on timeout.
+fn chromium(dir: &Path, args: &[&str], html: &Path) -> String {
+    let profile = tempfile::tempdir_in(dir).unwrap();
+    let mut child = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(format!("file://{}", html.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium must be installed (apt-get install chromium)");
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut s).unwrap();
+        s
+    });
+    let deadline = Instant::now() + CHROMIUM_TIMEOUT;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium timed out");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    reader.join().unwrap()
+}
+
+/// (data-chart, data-series, data-points) of each rendered chart.
+fn svg_charts(dom: &str) -> Vec<(String, u64, u64)> {
+    let attr = |tag: &str, name: &str| -> Option<String> {
+        let key = format!("{name}=\"");
+        let at = tag.find(&key)? + key.len();
+        Some(tag[at..].split('"').next()?.to_string())
+    };
+    dom.match_indices("<svg class=\"weft-chart\"")
+        .filter_map(|(i, _)| {
+            let tag = &dom[i..i + dom[i..].find('>')?];
+            Some((
+                attr(tag, "data-chart")?,
+                attr(tag, "data-series")?.parse().ok()?,
+                attr(tag, "data-points")?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+fn expect_usage_error(args: &[&str], needle: &str) {
+    let out = bench(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?}: expected exit 2, stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains(needle),
+        "{args:?}: stderr lacks '{needle}': {stderr}"
+    );
+}
+
+#[test]
+fn missing_file_is_a_clear_target_error() {
+    expect_usage_error(
+        &["/nonexistent/weft/disk.img", "--no-progress"],
+        "cannot be opened",
+    );
+}
+
+#[test]
+fn unreachable_port_is_a_clear_target_error() {
+    let port = free_port(); // nothing listens once the probe listener is dropped
+    let uri = format!("nbd://127.0.0.1:{port}/");
+    expect_usage_error(&[&uri, "--no-progress"], "cannot connect to NBD server");
+}
+
+#[test]
+fn non_nbd_server_is_a_clear_target_error() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+    });
+    let uri = format!("nbd://127.0.0.1:{port}/");
+    expect_usage_error(&[&uri, "--no-progress"], "not an NBD server");
+    server.join().unwrap();
+}
+
+#[test]
+fn region_outside_the_device_is_a_clear_error() {
+    let nbd = Nbdkit::start(&[], "16M");
+    let uri = nbd.uri();
+    expect_usage_error(&[&uri, "--region", "0-200%"], "outside the device");
+    expect_usage_error(&[&uri, "--region", "1g-2g"], "beyond the end of the target");
+    expect_usage_error(&[&uri, "--region", "60%-40%"], "is empty");
+    let dir = tempfile::tempdir().unwrap();
+    let file = temp_file(dir.path(), 1 << 20);
+    expect_usage_error(
+        &[file.to_str().unwrap(), "--region", "0-4m"],
+        "beyond the end",
+    );
+}
+
+#[test]
+fn bad_arguments_and_read_only_targets_exit_2() {
+    expect_usage_error(&["x", "--write", "150"], "percentage");
+    expect_usage_error(&["x", "--qd", "0"], "positive");
+    expect_usage_error(&["x", "--region", "40%"], "START-END");
+    expect_usage_error(&["ftp://x/y"], "unsupported scheme");
+    let nbd = Nbdkit::start(&["-r"], "16M");
+    expect_usage_error(&[&nbd.uri(), "--mode", "oltp", "-w", "10"], "read-only");
+}
