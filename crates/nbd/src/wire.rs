@@ -143,8 +143,10 @@ pub const OPTIONS_PER_CONNECTION_MAX: u32 = 4096;
 pub const BLOCK_STATUS_EXTENTS_MAX: usize = 64 * 1024;
 
 const _: () = assert!(BLOCK_SIZE_MIN_BYTES.is_power_of_two());
-const _: () = assert!(BLOCK_SIZE_PREFERRED_BYTES % BLOCK_SIZE_MIN_BYTES == 0);
-const _: () = assert!(PAYLOAD_MAX_BYTES % BLOCK_SIZE_PREFERRED_BYTES == 0);
+// Multiples, written as masks (both divisors are powers of two).
+const _: () = assert!(BLOCK_SIZE_PREFERRED_BYTES & (BLOCK_SIZE_MIN_BYTES - 1) == 0);
+const _: () = assert!(BLOCK_SIZE_PREFERRED_BYTES.is_power_of_two());
+const _: () = assert!(PAYLOAD_MAX_BYTES & (BLOCK_SIZE_PREFERRED_BYTES - 1) == 0);
 const _: () = assert!(STRING_MAX_BYTES < OPTION_PAYLOAD_MAX_BYTES);
 
 /// Error numbers of the transmission phase. The spec fixes these values (they are the Linux

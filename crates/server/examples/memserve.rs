@@ -18,7 +18,9 @@ use weft_server::backend::ExportHandle;
 use memory_backend::MemoryBackend;
 
 fn main() -> anyhow::Result<()> {
-    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:10809".to_string());
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:10809".to_string());
     let runtime = tokio::runtime::Runtime::new().context("start tokio runtime")?;
     runtime.block_on(async move {
         let backend = MemoryBackend::new()

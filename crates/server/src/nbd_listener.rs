@@ -2,11 +2,11 @@
 //!
 //! This is glue only. The protocol (handshake, option haggling, request framing and
 //! validation, reply encoding) is the sans-IO `weft-nbd` crate; this module moves bytes between
-//! sockets and that crate, and runs backend calls on tokio's blocking pool, never on the
+//! sockets and that crate, and runs backend calls on a fixed pool of worker threads, never on the
 //! runtime's worker threads.
 //!
 //! Shape: one task per connection. After the handshake a connection splits into a reader
-//! (this task: parses requests and dispatches each to the blocking pool) and a writer task
+//! (this task: parses requests and dispatches each to the worker pool) and a writer task
 //! (sends replies in completion order, batching them into few syscalls). In-flight requests and
 //! payload bytes per connection are bounded by semaphores, which is the backpressure: the
 //! reader stops reading the socket when a bound is reached.
@@ -17,6 +17,7 @@
 
 mod connection;
 mod execute;
+mod workers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,10 @@ const CONNECTIONS_MAX: usize = 1024;
 /// How long to wait before accepting again after accept() fails (EMFILE and friends), so a
 /// descriptor shortage does not become a busy loop.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+/// Threads running backend calls for all connections of a listener. Backend calls may block
+/// on disk; 16 keeps a QD32 client's requests overlapping on a small machine without the
+/// thread churn of tokio's blocking pool.
+const WORKER_THREADS: usize = 16;
 
 /// Serve NBD on an already-bound listener until `shutdown` is cancelled, then wait for every
 /// connection to drain.
@@ -45,6 +50,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     info!(%local, "nbd listener started");
+    let workers = Arc::new(workers::WorkerPool::new(WORKER_THREADS)?);
     let mut connections = JoinSet::new();
     let mut next_conn_id: u64 = 0;
     loop {
@@ -61,7 +67,12 @@ pub async fn run(
                 Ok((stream, peer)) => {
                     next_conn_id += 1;
                     let span = tracing::info_span!("nbd_conn", conn_id = next_conn_id, %peer);
-                    let task = connection::serve(stream, Arc::clone(&backend), shutdown.clone());
+                    let task = connection::serve(
+                        stream,
+                        Arc::clone(&backend),
+                        Arc::clone(&workers),
+                        shutdown.clone(),
+                    );
                     connections.spawn(task.instrument(span));
                 }
                 Err(error) => {
@@ -72,8 +83,13 @@ pub async fn run(
         }
     }
     drop(listener);
-    info!(connections = connections.len(), "nbd listener stopping, draining connections");
+    info!(
+        connections = connections.len(),
+        "nbd listener stopping, draining connections"
+    );
     while connections.join_next().await.is_some() {}
+    // Every connection has drained, so the pool is idle: joining its threads does not block.
+    drop(workers);
     info!("nbd listener stopped");
     Ok(())
 }

@@ -17,7 +17,12 @@ fn nbdinfo_lists_exports_and_reports_flags_size_and_block_size() {
     }
     let server = TestServer::start_default();
     let list = run_ok(Command::new("nbdinfo").arg("--list").arg(server.uri("")));
-    for name in ["export=\"disk\"", "export=\"small\"", "export=\"ro\"", "base:allocation"] {
+    for name in [
+        "export=\"disk\"",
+        "export=\"small\"",
+        "export=\"ro\"",
+        "base:allocation",
+    ] {
         assert!(list.contains(name), "{name} missing from:\n{list}");
     }
 
@@ -39,10 +44,17 @@ fn nbdinfo_lists_exports_and_reports_flags_size_and_block_size() {
 
     let json = run_ok(Command::new("nbdinfo").arg("--json").arg(server.uri("")));
     let v: serde_json::Value = serde_json::from_str(&json).expect("nbdinfo json");
-    assert_eq!(v["exports"][0]["export-size"], 64 << 20, "empty name is the default export");
+    assert_eq!(
+        v["exports"][0]["export-size"],
+        64 << 20,
+        "empty name is the default export"
+    );
     assert_eq!(v["exports"][0]["is_read_only"], false);
 
-    let missing = Command::new("nbdinfo").arg(server.uri("nope")).output().expect("nbdinfo");
+    let missing = Command::new("nbdinfo")
+        .arg(server.uri("nope"))
+        .output()
+        .expect("nbdinfo");
     assert!(!missing.status.success(), "unknown export fails");
 }
 
@@ -68,11 +80,26 @@ fn qemu_img_convert_round_trips_a_random_image() {
         chunk.copy_from_slice(&x.to_le_bytes());
     }
     std::fs::write(&src, &data).expect("write src");
-    run_ok(Command::new("qemu-img").args(["convert", "-n", "-f", "raw", "-O", "raw"]).arg(&src).arg(server.uri("disk")));
-    run_ok(Command::new("qemu-img").args(["convert", "-f", "raw", "-O", "raw"]).arg(server.uri("disk")).arg(&back));
+    run_ok(
+        Command::new("qemu-img")
+            .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+            .arg(&src)
+            .arg(server.uri("disk")),
+    );
+    run_ok(
+        Command::new("qemu-img")
+            .args(["convert", "-f", "raw", "-O", "raw"])
+            .arg(server.uri("disk"))
+            .arg(&back),
+    );
     let got = std::fs::read(&back).expect("read back");
     assert!(got == data, "image differs after the round trip");
-    let cmp = run_ok(Command::new("qemu-img").args(["compare", "-f", "raw", "-F", "raw"]).arg(&src).arg(server.uri("disk")));
+    let cmp = run_ok(
+        Command::new("qemu-img")
+            .args(["compare", "-f", "raw", "-F", "raw"])
+            .arg(&src)
+            .arg(server.uri("disk")),
+    );
     assert!(cmp.contains("identical"), "{cmp}");
 }
 
@@ -103,14 +130,28 @@ fn qemu_io_writes_and_reads_a_pattern() {
         .arg(server.uri("ro"))
         .output()
         .expect("qemu-io");
-    assert!(ro.status.success(), "{}", String::from_utf8_lossy(&ro.stderr));
+    assert!(
+        ro.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ro.stderr)
+    );
     let rw = Command::new("qemu-io")
         .args(["-f", "raw", "-c", "write -P 1 0 4k"])
         .arg(server.uri("ro"))
         .output()
         .expect("qemu-io");
-    let text = format!("{}{}", String::from_utf8_lossy(&rw.stdout), String::from_utf8_lossy(&rw.stderr));
-    assert!(!rw.status.success() || text.contains("failed") || text.contains("read-only") || text.contains("ermission"), "{text}");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&rw.stdout),
+        String::from_utf8_lossy(&rw.stderr)
+    );
+    assert!(
+        !rw.status.success()
+            || text.contains("failed")
+            || text.contains("read-only")
+            || text.contains("ermission"),
+        "{text}"
+    );
 }
 
 fn fio(server: &TestServer, args: &[&str]) -> String {
@@ -130,12 +171,25 @@ fn fio_random_writes_verify_and_sequential_megabyte_io() {
     let server = TestServer::start_default();
     let out = fio(
         &server,
-        &["--rw=randwrite", "--bs=4k", "--iodepth=32", "--size=16m", "--verify=crc32c", "--do_verify=1"],
+        &[
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=32",
+            "--size=16m",
+            "--verify=crc32c",
+            "--do_verify=1",
+        ],
     );
     assert!(out.contains("err= 0"), "{out}");
     assert!(!out.contains("verify:"), "verify failure: {out}");
-    let out = fio(&server, &["--rw=write", "--bs=1m", "--iodepth=8", "--size=32m"]);
+    let out = fio(
+        &server,
+        &["--rw=write", "--bs=1m", "--iodepth=8", "--size=32m"],
+    );
     assert!(out.contains("err= 0"), "{out}");
-    let out = fio(&server, &["--rw=read", "--bs=1m", "--iodepth=8", "--size=32m"]);
+    let out = fio(
+        &server,
+        &["--rw=read", "--bs=1m", "--iodepth=8", "--size=32m"],
+    );
     assert!(out.contains("err= 0"), "{out}");
 }

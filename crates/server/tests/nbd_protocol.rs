@@ -39,19 +39,50 @@ fn misaligned_and_out_of_range_requests_get_einval_and_connection_survives() {
     ];
     for (i, (cmd, offset, len)) in cases.into_iter().enumerate() {
         c.request(cmd, 0, i as u64, offset, len, &[]);
-        assert_eq!(c.reply(0), Reply::Simple { error: EINVAL, handle: i as u64 }, "case {i}");
+        assert_eq!(
+            c.reply(0),
+            Reply::Simple {
+                error: EINVAL,
+                handle: i as u64
+            },
+            "case {i}"
+        );
     }
     // A misaligned write still has its payload consumed: the stream stays in sync.
     c.request(CMD_WRITE, 0, 50, 100, 4096, &[7u8; 4096]);
-    assert_eq!(c.reply(0), Reply::Simple { error: EINVAL, handle: 50 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: EINVAL,
+            handle: 50
+        }
+    );
     // Unknown command type: EINVAL, and go on. FAST_ZERO is not advertised: ENOTSUP.
     c.request(77, 0, 51, 0, 4096, &[]);
-    assert_eq!(c.reply(0), Reply::Simple { error: EINVAL, handle: 51 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: EINVAL,
+            handle: 51
+        }
+    );
     c.request(CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO, 52, 0, 4096, &[]);
-    assert_eq!(c.reply(0), Reply::Simple { error: ENOTSUP, handle: 52 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: ENOTSUP,
+            handle: 52
+        }
+    );
     // The connection still works.
     c.request(CMD_WRITE, CMD_FLAG_FUA, 60, 8192, 4096, &[0x5a; 4096]);
-    assert_eq!(c.reply(0), Reply::Simple { error: 0, handle: 60 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: 0,
+            handle: 60
+        }
+    );
     assert_eq!(c.read_simple(61, 8192, 4096), Ok(vec![0x5a; 4096]));
 }
 
@@ -61,14 +92,38 @@ fn writes_to_read_only_export_get_eperm() {
     let (mut c, _, flags) = RawClient::open(server.addr, "ro", false);
     assert!(flags & FLAG_READ_ONLY != 0);
     c.request(CMD_WRITE, 0, 1, 0, 4096, &[1u8; 4096]);
-    assert_eq!(c.reply(0), Reply::Simple { error: EPERM, handle: 1 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: EPERM,
+            handle: 1
+        }
+    );
     c.request(CMD_TRIM, 0, 2, 0, 4096, &[]);
-    assert_eq!(c.reply(0), Reply::Simple { error: EPERM, handle: 2 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: EPERM,
+            handle: 2
+        }
+    );
     c.request(CMD_WRITE_ZEROES, 0, 3, 0, 4096, &[]);
-    assert_eq!(c.reply(0), Reply::Simple { error: EPERM, handle: 3 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: EPERM,
+            handle: 3
+        }
+    );
     assert_eq!(c.read_simple(4, 0, 4096), Ok(vec![0u8; 4096]));
     c.request(CMD_FLUSH, 0, 5, 0, 0, &[]);
-    assert_eq!(c.reply(0), Reply::Simple { error: 0, handle: 5 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: 0,
+            handle: 5
+        }
+    );
 }
 
 #[test]
@@ -104,9 +159,18 @@ fn export_name_enters_transmission_with_no_zeroes() {
     weft_nbd::negotiation::encode_option(OPT_EXPORT_NAME, b"small", &mut bytes);
     c.send(&bytes);
     let reply = c.read_exact_vec(10);
-    assert_eq!(u64::from_be_bytes(reply[0..8].try_into().expect("8")), 1 << 20);
+    assert_eq!(
+        u64::from_be_bytes(reply[0..8].try_into().expect("8")),
+        1 << 20
+    );
     c.request(CMD_WRITE, 0, 1, 0, 4096, &[3u8; 4096]);
-    assert_eq!(c.reply(0), Reply::Simple { error: 0, handle: 1 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: 0,
+            handle: 1
+        }
+    );
     assert_eq!(c.read_simple(2, 0, 4096), Ok(vec![3u8; 4096]));
 }
 
@@ -115,11 +179,20 @@ fn malformed_requests_disconnect_while_another_client_keeps_working() {
     let server = TestServer::start_default();
     let (mut good, _, _) = RawClient::open(server.addr, "disk", false);
     good.request(CMD_WRITE, 0, 1, 0, 4096, &[9u8; 4096]);
-    assert_eq!(good.reply(0), Reply::Simple { error: 0, handle: 1 });
+    assert_eq!(
+        good.reply(0),
+        Reply::Simple {
+            error: 0,
+            handle: 1
+        }
+    );
 
     // Bad magic.
     let (mut bad, _, _) = RawClient::open(server.addr, "disk", false);
-    bad.send(&[0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    bad.send(&[
+        0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0,
+    ]);
     assert!(bad.closed_by_server());
 
     // A write longer than the 32 MiB payload limit.
@@ -140,27 +213,73 @@ fn structured_reads_errors_and_block_status() {
     let server = TestServer::start_default();
     let (mut c, _, _) = RawClient::open(server.addr, "disk", true);
     c.request(CMD_WRITE, 0, 1, 128 * 1024, 4096, &[0xcd; 4096]);
-    assert_eq!(c.reply(0), Reply::Simple { error: 0, handle: 1 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: 0,
+            handle: 1
+        }
+    );
 
     c.request(CMD_READ, 0, 2, 128 * 1024, 4096, &[]);
-    let Reply::Chunk { flags, reply_type, handle, payload } = c.reply(0) else { panic!("chunk") };
-    assert_eq!((flags, reply_type, handle), (REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, 2));
+    let Reply::Chunk {
+        flags,
+        reply_type,
+        handle,
+        payload,
+    } = c.reply(0)
+    else {
+        panic!("chunk")
+    };
+    assert_eq!(
+        (flags, reply_type, handle),
+        (REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, 2)
+    );
     assert_eq!(&payload[0..8], &(128u64 * 1024).to_be_bytes());
     assert_eq!(&payload[8..], &[0xcd; 4096][..]);
 
     c.request(CMD_READ, 0, 3, 3, 4096, &[]);
-    let Reply::Chunk { reply_type, payload, .. } = c.reply(0) else { panic!("chunk") };
+    let Reply::Chunk {
+        reply_type,
+        payload,
+        ..
+    } = c.reply(0)
+    else {
+        panic!("chunk")
+    };
     assert_eq!(reply_type, REPLY_TYPE_ERROR);
     assert_eq!(&payload[0..4], &EINVAL.to_be_bytes());
 
     // 64 KiB chunks in the memory backend: [0,128K) hole, [128K,192K) data, then hole.
     c.request(CMD_BLOCK_STATUS, 0, 4, 0, 256 * 1024, &[]);
-    let Reply::Chunk { reply_type, payload, flags, .. } = c.reply(0) else { panic!("chunk") };
-    assert_eq!((reply_type, flags), (REPLY_TYPE_BLOCK_STATUS, REPLY_FLAG_DONE));
-    let words: Vec<u32> = payload.chunks(4).map(|w| u32::from_be_bytes(w.try_into().expect("4"))).collect();
+    let Reply::Chunk {
+        reply_type,
+        payload,
+        flags,
+        ..
+    } = c.reply(0)
+    else {
+        panic!("chunk")
+    };
+    assert_eq!(
+        (reply_type, flags),
+        (REPLY_TYPE_BLOCK_STATUS, REPLY_FLAG_DONE)
+    );
+    let words: Vec<u32> = payload
+        .chunks(4)
+        .map(|w| u32::from_be_bytes(w.try_into().expect("4")))
+        .collect();
     assert_eq!(
         words,
-        vec![1, 128 * 1024, STATE_HOLE | STATE_ZERO, 64 * 1024, 0, 64 * 1024, STATE_HOLE | STATE_ZERO]
+        vec![
+            1,
+            128 * 1024,
+            STATE_HOLE | STATE_ZERO,
+            64 * 1024,
+            0,
+            64 * 1024,
+            STATE_HOLE | STATE_ZERO
+        ]
     );
 }
 
@@ -169,7 +288,13 @@ fn block_status_without_negotiated_context_is_einval() {
     let server = TestServer::start_default();
     let (mut c, _, _) = RawClient::open(server.addr, "disk", false);
     c.request(CMD_BLOCK_STATUS, 0, 1, 0, 4096, &[]);
-    assert_eq!(c.reply(0), Reply::Simple { error: EINVAL, handle: 1 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: EINVAL,
+            handle: 1
+        }
+    );
 }
 
 #[test]
@@ -194,14 +319,22 @@ fn pipelined_requests_are_all_answered_then_disc_closes() {
                 bytes.extend_from_slice(&[(i % 251) as u8; 4096]);
                 stream.write_all(&bytes).expect("send");
             }
-            let disc = weft_nbd::RequestHeader { flags: 0, command: CMD_DISC, handle: 0, offset_bytes: 0, length_bytes: 0 };
+            let disc = weft_nbd::RequestHeader {
+                flags: 0,
+                command: CMD_DISC,
+                handle: 0,
+                offset_bytes: 0,
+                length_bytes: 0,
+            };
             stream.write_all(&disc.encode()).expect("disc");
         })
     };
     let mut seen = vec![false; count as usize];
     for _ in 0..count {
         let reply = c.reply(0);
-        let Reply::Simple { error: 0, handle } = reply else { panic!("{reply:?}") };
+        let Reply::Simple { error: 0, handle } = reply else {
+            panic!("{reply:?}")
+        };
         assert!(!seen[handle as usize], "one reply per handle");
         seen[handle as usize] = true;
     }
@@ -209,7 +342,10 @@ fn pipelined_requests_are_all_answered_then_disc_closes() {
     assert!(c.closed_by_server(), "DISC closes after draining");
     let (mut check, _, _) = RawClient::open(server.addr, "disk", false);
     for i in [0u64, 200, 399] {
-        assert_eq!(check.read_simple(i, i * 4096, 4096), Ok(vec![(i % 251) as u8; 4096]));
+        assert_eq!(
+            check.read_simple(i, i * 4096, 4096),
+            Ok(vec![(i % 251) as u8; 4096])
+        );
     }
 }
 
@@ -227,7 +363,10 @@ fn export_gone_disconnects_clients_cleanly() {
     match c.stream.read(&mut byte) {
         Ok(0) => {}
         Ok(_) => {
-            assert_eq!(u32::from_be_bytes(byte[4..8].try_into().expect("4")), ESHUTDOWN);
+            assert_eq!(
+                u32::from_be_bytes(byte[4..8].try_into().expect("4")),
+                ESHUTDOWN
+            );
             assert!(c.closed_by_server());
         }
         Err(e) => panic!("read: {e}"),
@@ -242,11 +381,20 @@ fn shutdown_drains_connections_and_run_returns() {
     let server = TestServer::start_default();
     let (mut c, _, _) = RawClient::open(server.addr, "disk", false);
     c.request(CMD_WRITE, 0, 1, 0, 4096, &[1u8; 4096]);
-    assert_eq!(c.reply(0), Reply::Simple { error: 0, handle: 1 });
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: 0,
+            handle: 1
+        }
+    );
     let idle = RawClient::connect(server.addr);
     let addr = server.addr;
     server.stop().expect("run returns Ok");
     assert!(c.closed_by_server());
     drop(idle);
-    assert!(std::net::TcpStream::connect(addr).is_err(), "no longer accepting");
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "no longer accepting"
+    );
 }

@@ -2,8 +2,8 @@
 //!
 //! Transmission runs two halves. The reader (the connection task) frames requests with
 //! `weft-nbd`, validates them, takes in-flight permits, reads write payloads straight into a
-//! shared buffer (one copy, from the socket), and hands each command to the blocking pool. The
-//! blocking job executes it and sends the completion to the writer task, which encodes replies
+//! shared buffer (one copy, from the socket), and hands each command to the worker pool. The
+//! job executes it and sends the completion to the writer task, which encodes replies
 //! and writes them through a `BufWriter`, flushing once per batch. The reader stops on
 //! NBD_CMD_DISC, EOF, a framing error, an export that is gone, or shutdown; in every case the
 //! in-flight requests finish and their replies are sent before the socket closes.
@@ -25,6 +25,7 @@ use weft_nbd::{
 };
 
 use super::execute::{execute, Disposition, Outcome};
+use super::workers::WorkerPool;
 use crate::backend::{ExportBackend, ExportHandle};
 
 /// Requests in flight on one connection (dispatched, reply not yet written). fio runs QD32
@@ -83,6 +84,7 @@ enum ConnError {
 pub(super) async fn serve(
     mut stream: TcpStream,
     backend: Arc<dyn ExportBackend>,
+    workers: Arc<WorkerPool>,
     shutdown: CancellationToken,
 ) {
     if let Err(error) = stream.set_nodelay(true) {
@@ -112,7 +114,7 @@ pub(super) async fn serve(
         base_allocation = agreement.base_allocation,
         "nbd transmission started"
     );
-    match transmit(stream, &agreement, export, leftover, &shutdown).await {
+    match transmit(stream, &agreement, export, leftover, &workers, &shutdown).await {
         Ok(()) => info!("nbd client disconnected"),
         Err(error) => info!(%error, "nbd connection closed"),
     }
@@ -155,14 +157,19 @@ async fn handshake(
                     let _ = stream.write_all(&out).await;
                     return Ok(None);
                 }
-                Step::Go { consumed, agreement } => {
+                Step::Go {
+                    consumed,
+                    agreement,
+                } => {
                     buf.advance(consumed);
                     let opener = Arc::clone(backend);
                     let name = agreement.export.name.clone();
                     let opened = blocking(move || opener.open(&name)).await?;
                     let Ok(export) = opened else {
                         // Gone between the list and the open: hang up before the final reply.
-                        return Err(ConnError::OpenFailed { name: agreement.export.name });
+                        return Err(ConnError::OpenFailed {
+                            name: agreement.export.name,
+                        });
                     };
                     stream.write_all(&out).await?;
                     return Ok(Some((agreement, export, buf)));
@@ -185,6 +192,7 @@ async fn transmit(
     agreement: &Agreement,
     export: Arc<dyn ExportHandle>,
     mut buf: BytesMut,
+    workers: &WorkerPool,
     shutdown: &CancellationToken,
 ) -> Result<(), ConnError> {
     let session = Session::new(agreement);
@@ -192,7 +200,12 @@ async fn transmit(
     let (tx, rx) = mpsc::channel::<Completion>(INFLIGHT_REQUESTS_MAX);
     // Cancelled when the connection must end: export gone, or the writer failed.
     let stop = CancellationToken::new();
-    let writer = tokio::spawn(write_replies(wr, rx, session.structured_replies, stop.clone()));
+    let writer = tokio::spawn(write_replies(
+        wr,
+        rx,
+        session.structured_replies,
+        stop.clone(),
+    ));
     let requests = Arc::new(Semaphore::new(INFLIGHT_REQUESTS_MAX));
     let bytes = Arc::new(Semaphore::new(INFLIGHT_PAYLOAD_BYTES_MAX as usize));
 
@@ -256,42 +269,57 @@ async fn transmit(
                     continue;
                 }
             };
-            dispatch(&export, command, header.handle, header.offset_bytes, payload, permits, &tx, &stop);
+            let job = Job {
+                export: Arc::clone(&export),
+                command,
+                handle: header.handle,
+                offset_bytes: header.offset_bytes,
+                payload,
+                permits,
+                tx: tx.clone(),
+                stop: stop.clone(),
+            };
+            workers.submit(Box::new(move || job.run()));
         }
     }
     .await;
 
     // Drain: in-flight jobs hold clones of `tx`; the writer ends once they have all sent.
     drop(tx);
-    let write_result = writer.await.expect("writer task does not panic (panic = abort)");
+    let write_result = writer
+        .await
+        .expect("writer task does not panic (panic = abort)");
     read_result?;
     write_result.map_err(ConnError::from)
 }
 
-/// Hand one command to the blocking pool; its completion goes straight to the writer.
-#[allow(clippy::too_many_arguments)]
-fn dispatch(
-    export: &Arc<dyn ExportHandle>,
+/// One command on its way to a worker thread; its completion goes straight to the writer.
+struct Job {
+    export: Arc<dyn ExportHandle>,
     command: Command,
     handle: u64,
     offset_bytes: u64,
     payload: Bytes,
     permits: Permits,
-    tx: &mpsc::Sender<Completion>,
-    stop: &CancellationToken,
-) {
-    let export = Arc::clone(export);
-    let tx = tx.clone();
-    let stop = stop.clone();
-    tokio::task::spawn_blocking(move || {
-        let (outcome, disposition) = execute(export.as_ref(), command, payload);
+    tx: mpsc::Sender<Completion>,
+    stop: CancellationToken,
+}
+
+impl Job {
+    fn run(self) {
+        let (outcome, disposition) = execute(self.export.as_ref(), self.command, self.payload);
         if disposition == Disposition::Disconnect {
-            stop.cancel();
+            self.stop.cancel();
         }
         // Never blocks: the channel holds INFLIGHT_REQUESTS_MAX and each sender holds a
         // request permit. Fails only when the writer is gone, and then nobody wants the reply.
-        let _ = tx.blocking_send(Completion { handle, offset_bytes, outcome, _permits: permits });
-    });
+        let _ = self.tx.blocking_send(Completion {
+            handle: self.handle,
+            offset_bytes: self.offset_bytes,
+            outcome,
+            _permits: self.permits,
+        });
+    }
 }
 
 /// Read more bytes into `buf`, reserving at least `want`. `false` on EOF, stop or shutdown.
@@ -312,7 +340,10 @@ async fn read_more(
 }
 
 async fn acquire(requests: &Arc<Semaphore>, bytes: &Arc<Semaphore>, payload_bytes: u32) -> Permits {
-    let request = Arc::clone(requests).acquire_owned().await.expect("semaphore never closed");
+    let request = Arc::clone(requests)
+        .acquire_owned()
+        .await
+        .expect("semaphore never closed");
     let bytes = if payload_bytes == 0 {
         None
     } else {
@@ -323,7 +354,10 @@ async fn acquire(requests: &Arc<Semaphore>, bytes: &Arc<Semaphore>, payload_byte
                 .expect("semaphore never closed"),
         )
     };
-    Permits { _request: request, _bytes: bytes }
+    Permits {
+        _request: request,
+        _bytes: bytes,
+    }
 }
 
 /// The writer task: encode completions in arrival order, flush once per batch.
@@ -365,10 +399,15 @@ async fn write_one(
     scratch.clear();
     match &c.outcome {
         Outcome::Done => encode_reply(c.handle, &ReplyHead::Done, structured, scratch),
-        Outcome::Failed(errno) => encode_reply(c.handle, &ReplyHead::Error(*errno), structured, scratch),
+        Outcome::Failed(errno) => {
+            encode_reply(c.handle, &ReplyHead::Error(*errno), structured, scratch)
+        }
         Outcome::Data(data) => {
             let length_bytes = u32::try_from(data.len()).expect("read length came from a u32");
-            let head = ReplyHead::ReadData { offset_bytes: c.offset_bytes, length_bytes };
+            let head = ReplyHead::ReadData {
+                offset_bytes: c.offset_bytes,
+                length_bytes,
+            };
             encode_reply(c.handle, &head, structured, scratch);
         }
         Outcome::Extents(extents) => {

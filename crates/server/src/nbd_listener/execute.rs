@@ -48,27 +48,56 @@ pub(super) fn execute(
     payload: Bytes,
 ) -> (Outcome, Disposition) {
     let result = match command {
-        Command::Read { offset_bytes, length_bytes } => {
+        Command::Read {
+            offset_bytes,
+            length_bytes,
+        } => {
             let mut buf = vec![0u8; usize::try_from(length_bytes).expect("u32 fits usize")];
-            export.read(offset_bytes, &mut buf).map(|()| Outcome::Data(buf))
+            export
+                .read(offset_bytes, &mut buf)
+                .map(|()| Outcome::Data(buf))
         }
-        Command::Write { offset_bytes, length_bytes, fua } => {
-            assert_eq!(payload.len(), usize::try_from(length_bytes).expect("u32 fits usize"));
-            export.write(offset_bytes, &payload, fua).map(|()| Outcome::Done)
+        Command::Write {
+            offset_bytes,
+            length_bytes,
+            fua,
+        } => {
+            assert_eq!(
+                payload.len(),
+                usize::try_from(length_bytes).expect("u32 fits usize")
+            );
+            export
+                .write(offset_bytes, &payload, fua)
+                .map(|()| Outcome::Done)
         }
         Command::Flush => export.flush().map(|()| Outcome::Done),
-        Command::Trim { offset_bytes, length_bytes, fua } => {
-            export.trim(offset_bytes, u64::from(length_bytes), fua).map(|()| Outcome::Done)
-        }
-        Command::WriteZeroes { offset_bytes, length_bytes, may_trim, fua } => export
+        Command::Trim {
+            offset_bytes,
+            length_bytes,
+            fua,
+        } => export
+            .trim(offset_bytes, u64::from(length_bytes), fua)
+            .map(|()| Outcome::Done),
+        Command::WriteZeroes {
+            offset_bytes,
+            length_bytes,
+            may_trim,
+            fua,
+        } => export
             .write_zeroes(offset_bytes, u64::from(length_bytes), may_trim, fua)
             .map(|()| Outcome::Done),
-        Command::BlockStatus { offset_bytes, length_bytes, req_one } => export
+        Command::BlockStatus {
+            offset_bytes,
+            length_bytes,
+            req_one,
+        } => export
             .block_status(offset_bytes, u64::from(length_bytes))
             .and_then(|statuses| {
                 let extents = to_nbd_extents(&statuses, length_bytes, req_one);
                 if extents.is_empty() {
-                    Err(ExportIoError::Io { detail: "block status returned no extents".into() })
+                    Err(ExportIoError::Io {
+                        detail: "block status returned no extents".into(),
+                    })
                 } else {
                     Ok(Outcome::Extents(extents))
                 }
@@ -102,7 +131,10 @@ fn to_nbd_extents(statuses: &[ExtentStatus], length_bytes: u32, req_one: bool) -
         let flags = if s.hole { STATE_HOLE } else { 0 } | if s.zero { STATE_ZERO } else { 0 };
         match out.last_mut() {
             Some(last) if last.flags == flags => last.length_bytes += len,
-            _ => out.push(Extent { length_bytes: len, flags }),
+            _ => out.push(Extent {
+                length_bytes: len,
+                flags,
+            }),
         }
         if out.len() >= BLOCK_STATUS_EXTENTS_MAX {
             break;
@@ -119,7 +151,11 @@ mod tests {
     use super::*;
 
     fn status(length_bytes: u64, hole: bool, zero: bool) -> ExtentStatus {
-        ExtentStatus { length_bytes, hole, zero }
+        ExtentStatus {
+            length_bytes,
+            hole,
+            zero,
+        }
     }
 
     #[test]
@@ -134,9 +170,18 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Extent { length_bytes: 8192, flags: 0 },
-                Extent { length_bytes: 8192, flags: STATE_HOLE | STATE_ZERO },
-                Extent { length_bytes: 4096, flags: STATE_ZERO },
+                Extent {
+                    length_bytes: 8192,
+                    flags: 0
+                },
+                Extent {
+                    length_bytes: 8192,
+                    flags: STATE_HOLE | STATE_ZERO
+                },
+                Extent {
+                    length_bytes: 4096,
+                    flags: STATE_ZERO
+                },
             ]
         );
         assert_eq!(to_nbd_extents(&statuses, 20480, true).len(), 1);
@@ -146,11 +191,31 @@ mod tests {
     #[test]
     fn every_backend_error_has_one_errno() {
         let cases = [
-            (ExportIoError::Invalid { reason: "x" }, Errno::Invalid, Disposition::Continue),
-            (ExportIoError::ReadOnly, Errno::NotPermitted, Disposition::Continue),
-            (ExportIoError::NoSpace, Errno::NoSpace, Disposition::Continue),
-            (ExportIoError::Io { detail: "x".into() }, Errno::Io, Disposition::Continue),
-            (ExportIoError::Gone, Errno::Shutdown, Disposition::Disconnect),
+            (
+                ExportIoError::Invalid { reason: "x" },
+                Errno::Invalid,
+                Disposition::Continue,
+            ),
+            (
+                ExportIoError::ReadOnly,
+                Errno::NotPermitted,
+                Disposition::Continue,
+            ),
+            (
+                ExportIoError::NoSpace,
+                Errno::NoSpace,
+                Disposition::Continue,
+            ),
+            (
+                ExportIoError::Io { detail: "x".into() },
+                Errno::Io,
+                Disposition::Continue,
+            ),
+            (
+                ExportIoError::Gone,
+                Errno::Shutdown,
+                Disposition::Disconnect,
+            ),
         ];
         for (error, errno, disposition) in cases {
             assert_eq!(nbd_status(&error), (errno, disposition));

@@ -42,7 +42,12 @@ impl TestServer {
             })
         };
         let addr = rx.recv().expect("listener bound");
-        TestServer { addr, backend, shutdown, thread: Some(thread) }
+        TestServer {
+            addr,
+            backend,
+            shutdown,
+            thread: Some(thread),
+        }
     }
 
     /// Three exports: `disk` (64 MiB, default), `small` (1 MiB) and `ro` (1 MiB, read-only).
@@ -62,7 +67,11 @@ impl TestServer {
     /// Cancel and wait for `run` to return (every connection drained).
     pub fn stop(mut self) -> std::io::Result<()> {
         self.shutdown.cancel();
-        self.thread.take().expect("running").join().expect("server thread")
+        self.thread
+            .take()
+            .expect("running")
+            .join()
+            .expect("server thread")
     }
 }
 
@@ -86,7 +95,9 @@ pub fn have_tool(tool: &str) -> bool {
 
 /// Run a command, panicking with its output if it fails.
 pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

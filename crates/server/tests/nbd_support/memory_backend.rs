@@ -57,13 +57,22 @@ impl MemoryBackend {
     }
 
     pub fn export(&self, name: &str) -> Arc<MemoryExport> {
-        Arc::clone(self.exports.iter().find(|e| e.info.name == name).expect("export exists"))
+        Arc::clone(
+            self.exports
+                .iter()
+                .find(|e| e.info.name == name)
+                .expect("export exists"),
+        )
     }
 }
 
 impl ExportBackend for MemoryBackend {
     fn list_exports(&self) -> Vec<ExportInfo> {
-        self.exports.iter().filter(|e| !e.is_gone()).map(|e| e.info.clone()).collect()
+        self.exports
+            .iter()
+            .filter(|e| !e.is_gone())
+            .map(|e| e.info.clone())
+            .collect()
     }
 
     fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError> {
@@ -71,7 +80,9 @@ impl ExportBackend for MemoryBackend {
             .iter()
             .find(|e| e.info.name == name && !e.is_gone())
             .map(|e| Arc::clone(e) as Arc<dyn ExportHandle>)
-            .ok_or_else(|| OpenError::UnknownExport { name: name.to_string() })
+            .ok_or_else(|| OpenError::UnknownExport {
+                name: name.to_string(),
+            })
     }
 }
 
@@ -81,7 +92,8 @@ impl MemoryExport {
         assert!(data.len() as u64 <= self.info.size_bytes);
         self.for_each_piece(0, data.len() as u64, |index, within, range| {
             let mut chunk = self.chunks[index].lock();
-            let target = chunk.get_or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice());
+            let target =
+                chunk.get_or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice());
             target[within..within + range.len()].copy_from_slice(&data[range]);
         });
     }
@@ -91,17 +103,28 @@ impl MemoryExport {
         self.gone.store(true, Ordering::SeqCst);
     }
 
-    fn check(&self, offset_bytes: u64, length_bytes: u64, write: bool) -> Result<(), ExportIoError> {
+    fn check(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        write: bool,
+    ) -> Result<(), ExportIoError> {
         if self.is_gone() {
             return Err(ExportIoError::Gone);
         }
-        let block = u64::from(EXPORT_BLOCK_SIZE_BYTES);
-        if offset_bytes % block != 0 || length_bytes % block != 0 {
-            return Err(ExportIoError::Invalid { reason: "misaligned" });
+        let mask = u64::from(EXPORT_BLOCK_SIZE_BYTES) - 1;
+        if (offset_bytes | length_bytes) & mask != 0 {
+            return Err(ExportIoError::Invalid {
+                reason: "misaligned",
+            });
         }
         match offset_bytes.checked_add(length_bytes) {
             Some(end) if end <= self.info.size_bytes => {}
-            _ => return Err(ExportIoError::Invalid { reason: "out of range" }),
+            _ => {
+                return Err(ExportIoError::Invalid {
+                    reason: "out of range",
+                })
+            }
         }
         if write && self.info.read_only {
             return Err(ExportIoError::ReadOnly);
@@ -110,7 +133,12 @@ impl MemoryExport {
     }
 
     /// Calls `f(chunk_index, offset_in_chunk, range_in_request)` for each chunk piece.
-    fn for_each_piece(&self, offset_bytes: u64, length_bytes: u64, mut f: impl FnMut(usize, usize, std::ops::Range<usize>)) {
+    fn for_each_piece(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        mut f: impl FnMut(usize, usize, std::ops::Range<usize>),
+    ) {
         let mut pos = offset_bytes;
         let end = offset_bytes + length_bytes;
         while pos < end {
@@ -119,7 +147,11 @@ impl MemoryExport {
             let take = (CHUNK_BYTES - within).min(end - pos);
             let start = usize::try_from(pos - offset_bytes).expect("fits");
             let len = usize::try_from(take).expect("fits");
-            f(index, usize::try_from(within).expect("fits"), start..start + len);
+            f(
+                index,
+                usize::try_from(within).expect("fits"),
+                start..start + len,
+            );
             pos += take;
         }
     }
@@ -150,7 +182,9 @@ impl ExportHandle for MemoryExport {
         self.for_each_piece(offset_bytes, buf.len() as u64, |index, within, range| {
             let chunk = self.chunks[index].lock();
             match chunk.as_ref() {
-                Some(data) => buf[range.clone()].copy_from_slice(&data[within..within + range.len()]),
+                Some(data) => {
+                    buf[range.clone()].copy_from_slice(&data[within..within + range.len()])
+                }
                 None => buf[range].fill(0),
             }
         });
@@ -161,7 +195,8 @@ impl ExportHandle for MemoryExport {
         self.check(offset_bytes, data.len() as u64, true)?;
         self.for_each_piece(offset_bytes, data.len() as u64, |index, within, range| {
             let mut chunk = self.chunks[index].lock();
-            let target = chunk.get_or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice());
+            let target =
+                chunk.get_or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice());
             target[within..within + range.len()].copy_from_slice(&data[range]);
         });
         Ok(())
@@ -181,18 +216,32 @@ impl ExportHandle for MemoryExport {
         Ok(())
     }
 
-    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64, may_trim: bool, _fua: bool) -> Result<(), ExportIoError> {
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        may_trim: bool,
+        _fua: bool,
+    ) -> Result<(), ExportIoError> {
         self.check(offset_bytes, length_bytes, true)?;
         self.zero_range(offset_bytes, length_bytes, may_trim);
         Ok(())
     }
 
-    fn block_status(&self, offset_bytes: u64, length_bytes: u64) -> Result<Vec<ExtentStatus>, ExportIoError> {
+    fn block_status(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<ExtentStatus>, ExportIoError> {
         self.check(offset_bytes, length_bytes, false)?;
         let mut out = Vec::new();
         self.for_each_piece(offset_bytes, length_bytes, |index, _, range| {
             let hole = self.chunks[index].lock().is_none();
-            out.push(ExtentStatus { length_bytes: range.len() as u64, hole, zero: hole });
+            out.push(ExtentStatus {
+                length_bytes: range.len() as u64,
+                hole,
+                zero: hole,
+            });
         });
         Ok(out)
     }

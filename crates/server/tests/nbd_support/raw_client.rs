@@ -23,8 +23,16 @@ pub struct RawClient {
 /// One reply as the client sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    Simple { error: u32, handle: u64 },
-    Chunk { flags: u16, reply_type: u16, handle: u64, payload: Vec<u8> },
+    Simple {
+        error: u32,
+        handle: u64,
+    },
+    Chunk {
+        flags: u16,
+        reply_type: u16,
+        handle: u64,
+        payload: Vec<u8>,
+    },
 }
 
 impl Reply {
@@ -39,7 +47,9 @@ impl RawClient {
     /// Connect and get past the greeting and client flags.
     pub fn connect(addr: SocketAddr) -> Self {
         let stream = TcpStream::connect(addr).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
         stream.set_nodelay(true).expect("nodelay");
         let mut c = RawClient { stream };
         let greeting = c.read_exact_vec(18);
@@ -58,7 +68,11 @@ impl RawClient {
             assert_eq!(replies.len(), 2, "one context and ACK: {replies:?}");
         }
         let replies = c.option(OPT_GO, &encode_info_request(export, &[]));
-        assert_eq!(replies.last().map(|r| r.0), Some(REP_ACK), "GO {export}: {replies:?}");
+        assert_eq!(
+            replies.last().map(|r| r.0),
+            Some(REP_ACK),
+            "GO {export}: {replies:?}"
+        );
         let info = &replies.iter().find(|r| r.0 == REP_INFO).expect("info").1;
         let size = u64::from_be_bytes(info[2..10].try_into().expect("8"));
         let flags = u16::from_be_bytes(info[10..12].try_into().expect("2"));
@@ -83,7 +97,10 @@ impl RawClient {
         let mut replies = Vec::new();
         loop {
             let h = self.read_exact_vec(20);
-            assert_eq!(u64::from_be_bytes(h[0..8].try_into().expect("8")), OPTION_REPLY_MAGIC);
+            assert_eq!(
+                u64::from_be_bytes(h[0..8].try_into().expect("8")),
+                OPTION_REPLY_MAGIC
+            );
             assert_eq!(u32::from_be_bytes(h[8..12].try_into().expect("4")), option);
             let reply_type = u32::from_be_bytes(h[12..16].try_into().expect("4"));
             let len = u32::from_be_bytes(h[16..20].try_into().expect("4")) as usize;
@@ -95,8 +112,24 @@ impl RawClient {
         }
     }
 
-    pub fn request(&mut self, command: u16, flags: u16, handle: u64, offset_bytes: u64, length_bytes: u32, payload: &[u8]) {
-        let mut bytes = RequestHeader { flags, command, handle, offset_bytes, length_bytes }.encode().to_vec();
+    pub fn request(
+        &mut self,
+        command: u16,
+        flags: u16,
+        handle: u64,
+        offset_bytes: u64,
+        length_bytes: u32,
+        payload: &[u8],
+    ) {
+        let mut bytes = RequestHeader {
+            flags,
+            command,
+            handle,
+            offset_bytes,
+            length_bytes,
+        }
+        .encode()
+        .to_vec();
         bytes.extend_from_slice(payload);
         self.send(&bytes);
     }
@@ -106,7 +139,11 @@ impl RawClient {
     pub fn reply(&mut self, read_len: usize) -> Reply {
         let mut head = self.read_exact_vec(4);
         let magic = u32::from_be_bytes(head[0..4].try_into().expect("4"));
-        let rest = if magic == weft_nbd::wire::SIMPLE_REPLY_MAGIC { 12 } else { 16 };
+        let rest = if magic == weft_nbd::wire::SIMPLE_REPLY_MAGIC {
+            12
+        } else {
+            16
+        };
         head.extend(self.read_exact_vec(rest));
         match parse_reply_header(&head) {
             Parse::Complete(ReplyHeader::Simple { error, handle }, _) => {
@@ -115,16 +152,34 @@ impl RawClient {
                 }
                 Reply::Simple { error, handle }
             }
-            Parse::Complete(ReplyHeader::Chunk { flags, reply_type, handle, length_bytes }, _) => {
+            Parse::Complete(
+                ReplyHeader::Chunk {
+                    flags,
+                    reply_type,
+                    handle,
+                    length_bytes,
+                },
+                _,
+            ) => {
                 let payload = self.read_exact_vec(length_bytes as usize);
-                Reply::Chunk { flags, reply_type, handle, payload }
+                Reply::Chunk {
+                    flags,
+                    reply_type,
+                    handle,
+                    payload,
+                }
             }
             other => panic!("bad reply header {other:?}"),
         }
     }
 
     /// Read a simple reply's data (after a successful simple read reply header).
-    pub fn read_simple(&mut self, handle: u64, offset_bytes: u64, len: u32) -> Result<Vec<u8>, u32> {
+    pub fn read_simple(
+        &mut self,
+        handle: u64,
+        offset_bytes: u64,
+        len: u32,
+    ) -> Result<Vec<u8>, u32> {
         self.request(weft_nbd::wire::CMD_READ, 0, handle, offset_bytes, len, &[]);
         let h = self.read_exact_vec(16);
         let error = u32::from_be_bytes(h[4..8].try_into().expect("4"));
