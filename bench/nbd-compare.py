@@ -701,6 +701,10 @@ def render_markdown(meta: dict, results: dict, servers: list[str], jobs: list[Jo
         for jn, r in info.get("jobs", {}).items():
             if r and "failed" in r:
                 notes.append(f"- {SERVER_TITLES[s]} {jn} failed: {r['failed']}")
+        ws = info.get("weft_stats")
+        if ws is not None:
+            txt = json.dumps(ws, separators=(",", ":")) if not isinstance(ws, str) else ws
+            notes.append(f"- weft stats at end: `{txt[:600]}`")
         if info.get("prefill"):
             pf = info["prefill"]
             du = info.get("disk_usage_bytes")
@@ -755,6 +759,18 @@ def check_perf(args: argparse.Namespace) -> str | None:
     if p.returncode != 0:
         return f"perf record unsupported here: {p.stderr.strip()[-300:]}"
     return None
+
+
+def weft_stats(srv: Server, args: argparse.Namespace) -> dict | str:
+    """`weft stats --json` of the running server (data reduction, space, write amplification)."""
+    try:
+        p = subprocess.run([str(args.weft_bin), "--data-dir", str(srv.dir / "data"), "stats", "--json"],
+                           capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            return f"weft stats failed ({p.returncode}): {p.stderr.strip()[-300:]}"
+        return json.loads(p.stdout)
+    except Exception as e:  # noqa: BLE001
+        return f"weft stats failed: {e}"
 
 
 def build_weft(args: argparse.Namespace) -> None:
@@ -912,6 +928,8 @@ def main() -> int:
                         info["jobs"][job.name]["profiled_run"] = r
                         time.sleep(args.settle)
                 info["disk_usage_bytes"] = srv.disk_usage()
+                if s == "weft":
+                    info["weft_stats"] = weft_stats(srv, args)
             except Exception as e:  # noqa: BLE001
                 msg = str(e)
                 tail = srv.log_tail() if srv.logfile else ""
