@@ -216,8 +216,8 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                     SummaryEntry::Unmap { layer, lba, count }
                 };
                 f.destage_range(entry, &released, seq, alloc, cap);
-                if let Some(b) = f.take_open_if_full(cap) {
-                    to_seal.push(b);
+                if let Some((b, since)) = f.take_open_if_full(cap) {
+                    to_seal.push((b, since, seq));
                 }
             }
             seq
@@ -235,8 +235,10 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             let (fid, layer) = (v.record.family, v.record.layer);
             let Some(f) = st.families.get_mut(&fid) else { continue };
             f.apply_block(layer, w.lba, &w.reduced, w.seq, &mut alloc, cap);
-            if let Some(b) = f.take_open_if_full(cap) {
-                to_seal.push(b);
+            if let Some((b, since)) = f.take_open_if_full(cap) {
+                // Later blocks of this record go to the next segment: the one sealed here
+                // reflects the records before it only.
+                to_seal.push((b, since, w.seq - 1));
             }
             st.buffer.retire(w.volume, w.lba, w.seq);
         }
@@ -245,8 +247,8 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         }
         st.next_segment_id = next_segment;
         st.processed_seq = st.processed_seq.max(last_seq).max(batch_last_seq);
-        for (b, since) in to_seal {
-            start_sealing(st, b, since);
+        for (b, since, hwm) in to_seal {
+            start_sealing(st, b, since, hwm);
         }
     }
     finish_sealing(shared)?;
@@ -255,12 +257,12 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
 
 /// Move a taken open segment to the sealing set (still readable from memory).
 /// `since_seq` is the seq of the first journal record the segment reflects: the journal must
-/// keep it until the stripe is durable.
-fn start_sealing(st: &mut State, builder: SegmentBuilder, since_seq: Option<u64>) {
+/// keep it until the stripe is durable. `hwm`: every record of the family up to it is
+/// reflected in this segment or earlier ones.
+fn start_sealing(st: &mut State, builder: SegmentBuilder, since_seq: Option<u64>, hwm: u64) {
     let id = builder.id;
     let family = builder.family;
     let data_bytes = builder.data_bytes() as u64;
-    let hwm = st.processed_seq;
     let bytes = Arc::new(builder.seal(hwm, StripeLayout::SINGLE));
     st.sealing.insert(id, SealingSegment { bytes, family, since_seq, journal_hwm: hwm, data_bytes });
 }
@@ -316,7 +318,8 @@ fn seal_all(shared: &Shared) -> Result<(), IoFailure> {
         let open: Vec<FamilyId> = st.families.iter().filter(|(_, f)| f.open.is_some()).map(|(&id, _)| id).collect();
         for fid in open {
             if let Some((b, since)) = st.families.get_mut(&fid).and_then(|f| f.take_open()) {
-                start_sealing(&mut st, b, since);
+                let hwm = st.processed_seq;
+                start_sealing(&mut st, b, since, hwm);
             }
         }
     }
@@ -418,8 +421,9 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
             }
         }
         st.next_segment_id = next_segment;
+        let hwm = st.processed_seq;
         for (b, since) in to_seal {
-            start_sealing(&mut st, b, since);
+            start_sealing(&mut st, b, since, hwm);
         }
         drop(st);
         done.push((id, stored_bytes));
@@ -428,7 +432,11 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
     seal_all(shared)?;
     for (id, stored_bytes) in done {
         shared.state.lock().sealed.remove(&id);
-        shared.store.delete(ChunkId { segment: id, index: 0 })?;
+        match shared.store.delete(ChunkId { segment: id, index: 0 }) {
+            Ok(()) => {}
+            Err(IoFailure::Disk { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
         report.segments_reclaimed += 1;
         report.bytes_reclaimed += stored_bytes;
     }

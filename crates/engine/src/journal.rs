@@ -114,6 +114,9 @@ impl Journal {
             read_records(path, &mut records)?;
         }
         let next_seq = records.last().map_or(1, |r| r.seq + 1).max(min_next_seq).max(1);
+        // A file already named after `next_seq` holds no valid record (else the next seq would
+        // be past it): it is replaced, and must not be listed twice.
+        files.retain(|(first, _)| *first != next_seq);
         let (file, path) = create_file(dir, next_seq)?;
         let mut all: VecDeque<(u64, PathBuf)> = files.into_iter().collect();
         all.push_back((next_seq, path));
@@ -342,5 +345,21 @@ mod tests {
         assert_eq!(records[1].kind, RecordKind::Zero);
         j.release_upto(2).unwrap();
         assert_eq!(j.file_count(), 1);
+    }
+
+    #[test]
+    fn reopening_twice_without_writes_keeps_the_current_file() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (j, _) = Journal::open(dir.path(), 1).unwrap();
+            j.append(RecordKind::Write, VolumeId(1), 0, 1, &[1u8; 4096], |s| s).unwrap();
+        }
+        drop(Journal::open(dir.path(), 1).unwrap());
+        let (j, _) = Journal::open(dir.path(), 1).unwrap();
+        j.release_upto(1).unwrap();
+        assert_eq!(j.append(RecordKind::Write, VolumeId(1), 0, 1, &[2u8; 4096], |s| s).unwrap(), 2);
+        drop(j);
+        let (_, records) = Journal::open(dir.path(), 1).unwrap();
+        assert_eq!(records.last().map(|r| r.seq), Some(2), "the record after release survives");
     }
 }

@@ -36,8 +36,13 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
     st.sealed = image.sealed.into_iter().filter(|(_, s)| st.families.contains_key(&s.family)).collect();
 
     // Replay segments sealed after the checkpoint; drop torn, orphaned and deleted ones.
+    // Segments GC deleted after the checkpoint are gone: their blocks were relocated by
+    // segments replayed below.
+    let chunks = store.list()?;
+    let present: std::collections::HashSet<_> = chunks.iter().map(|c| c.segment).collect();
+    st.sealed.retain(|id, _| present.contains(id));
     let mut replayed = 0u64;
-    for chunk in store.list()? {
+    for chunk in chunks {
         let id = chunk.segment;
         if id.0 < image.next_segment_id {
             if !st.sealed.contains_key(&id) {
