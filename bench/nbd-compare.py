@@ -510,9 +510,22 @@ def run_profile(srv: Server, seconds: float, out: Path, args: argparse.Namespace
         ["perf", "report", "-i", str(data), "--no-children", "--percent-limit", "0.5",
          "--stdio", "-g", "none", "--sort", "dso,sym"],
         capture_output=True, text=True, timeout=300)
+    threads = subprocess.run(
+        ["perf", "report", "-i", str(data), "--no-children", "--stdio", "-g", "none", "--sort", "comm,dso"],
+        capture_output=True, text=True, timeout=300)
+    # Aggregate per thread pool: "nbd-worker-7" -> "nbd-worker-*".
+    agg: dict[tuple[str, str], float] = {}
+    for line in threads.stdout.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+(\S+)\s+(\S+)", line)
+        if m and not line.startswith("#"):
+            key = (re.sub(r"[-_:]?\d+$", "-*", m.group(2)), m.group(3))
+            agg[key] = agg.get(key, 0.0) + float(m.group(1))
+    res["threads"] = "\n".join(f"{v:7.2f}%  {c:<20} {d}" for (c, d), v in
+                               sorted(agg.items(), key=lambda kv: -kv[1]) if v >= 0.5)
     res["report"] = rep.stdout
     res["flat"] = "\n".join(l for l in flat.stdout.splitlines() if l and not l.startswith("#"))[:8000]
-    out.with_suffix(".perf.txt").write_text(rep.stdout + "\n\n==== flat ====\n" + flat.stdout)
+    out.with_suffix(".perf.txt").write_text(rep.stdout + "\n\n==== flat ====\n" + flat.stdout
+                                            + "\n\n==== threads ====\n" + threads.stdout)
     res["data"] = str(data)
     return res
 
@@ -729,6 +742,12 @@ def render_profiles(results: dict) -> str:
                 L.append("```")
                 L.append(prof.get("report", "").rstrip())
                 L.append("```")
+                if prof.get("threads"):
+                    L.append("")
+                    L.append("by thread and object:")
+                    L.append("```")
+                    L.append("\n".join(prof["threads"].splitlines()[:20]))
+                    L.append("```")
                 if prof.get("flat"):
                     L.append("")
                     L.append("flat (dso, symbol), >= 0.5%:")
