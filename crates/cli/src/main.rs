@@ -85,6 +85,9 @@ struct ServeArgs {
     /// Take a checkpoint after this many bytes of sealed segments.
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     checkpoint_every: u64,
+    /// Size of each (zero-filled, preallocated) journal file.
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    journal_file_size: u64,
     /// Read chunks through the page cache instead of O_DIRECT.
     #[arg(long)]
     buffered_reads: bool,
@@ -177,6 +180,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
     engine.capacity_bytes = args.capacity;
     engine.checkpoint_every_bytes = args.checkpoint_every;
     engine.direct_io = !args.buffered_reads;
+    engine.journal.file_bytes = args.journal_file_size;
     anyhow::ensure!(
         (64 << 10..=1 << 30).contains(&args.segment_size),
         "--segment-size must be between 64K and 1G"

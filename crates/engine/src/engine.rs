@@ -20,7 +20,7 @@ use crate::checkpoint::SealedSegment;
 use crate::chunk_store::{ChunkId, ChunkStore};
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
-use crate::journal::{Journal, RecordKind, JOURNAL_PAYLOAD_MAX_BYTES};
+use crate::journal::{Journal, JournalOptions, RecordKind, JOURNAL_PAYLOAD_MAX_BYTES};
 use crate::metastore::{MetaStore, VolumeRecord};
 use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
 use crate::write_buffer::WriteBuffer;
@@ -54,6 +54,7 @@ pub struct EngineConfig {
     pub gc_live_fraction_max: f64,
     /// How often the destager considers GC.
     pub gc_interval_ms: u64,
+    pub journal: JournalOptions,
 }
 
 impl EngineConfig {
@@ -68,6 +69,7 @@ impl EngineConfig {
             idle_seal_ms: 1000,
             gc_live_fraction_max: 0.5,
             gc_interval_ms: 2000,
+            journal: JournalOptions::default(),
         }
     }
 
@@ -79,6 +81,7 @@ impl EngineConfig {
             checkpoint_every_bytes: 1 << 20,
             idle_seal_ms: 50,
             gc_interval_ms: 100,
+            journal: JournalOptions { file_bytes: 256 << 10, prefill: false },
             ..EngineConfig::new(data_dir)
         }
     }

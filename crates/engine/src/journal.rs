@@ -3,8 +3,14 @@
 //! Every write, trim and zeroing is appended as a record before it is acknowledged; a record
 //! handed to the OS survives a killed process. [`Journal::sync`] is a group commit: one
 //! `fdatasync` covers every record written before it started, on every volume, so NBD FLUSH
-//! and FUA are cheap under load. Files rotate at [`JOURNAL_FILE_MAX_BYTES`] and are deleted once
-//! every record in them is reflected in sealed segments.
+//! and FUA are cheap under load.
+//!
+//! Files have a fixed size, [`JOURNAL_FILE_BYTES`], and are zero-filled before use (by a
+//! background thread, one file ahead), so an append never changes the file's size or
+//! allocation: `fdatasync` then writes the data pages and flushes the device, with no file
+//! system journal commit. That is what keeps a flushed write as cheap as a write to a raw
+//! preallocated file. Files are deleted once every record in them is reflected in sealed
+//! segments.
 //!
 //! Record layout (little-endian): magic u32 `WJR1`, CRC32C u32 of bytes 8.. of the header and
 //! the payload, seq u64, volume u64, lba u64, count (blocks) u64, kind u8, 3 zero bytes,
@@ -13,7 +19,8 @@
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,12 +30,30 @@ use parking_lot::Mutex;
 use crate::error::IoFailure;
 use crate::units::VolumeId;
 
-/// A journal file is rotated past this size.
-pub const JOURNAL_FILE_MAX_BYTES: u64 = 256 << 20;
+/// Default size of every journal file; a record that does not fit in the rest of a file goes
+/// to the next one (a record bigger than a whole file makes that file grow).
+pub const JOURNAL_FILE_BYTES: u64 = 64 << 20;
+
+/// How journal files are laid out.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalOptions {
+    pub file_bytes: u64,
+    /// Zero-fill files before use (fast flushes). Without it files are sparse, which is
+    /// correct but makes every flush also commit file system metadata; for tests.
+    pub prefill: bool,
+}
+
+impl Default for JournalOptions {
+    fn default() -> JournalOptions {
+        JournalOptions { file_bytes: JOURNAL_FILE_BYTES, prefill: true }
+    }
+}
 /// Largest payload of one record: the largest NBD request we accept.
 pub const JOURNAL_PAYLOAD_MAX_BYTES: u32 = 32 << 20;
 const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"WJR1");
 const RECORD_HEADER_BYTES: usize = 48;
+/// Zero-filled files being prepared carry this suffix until they are put in use.
+const SPARE_SUFFIX: &str = ".spare";
 
 /// What a record does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +99,10 @@ pub struct JournalRecord {
 #[derive(Debug)]
 struct Inner {
     file: Arc<File>,
-    file_bytes: u64,
+    /// Where the next record goes in `file`.
+    write_offset: u64,
+    /// Reused buffer holding one record (header and payload) for a single write.
+    record: Vec<u8>,
     /// (first seq, path) of every file, oldest first; the last is `file`.
     files: VecDeque<(u64, PathBuf)>,
     next_seq: u64,
@@ -91,18 +119,30 @@ pub struct Journal {
     /// Highest seq known durable (fdatasync done).
     synced_seq: AtomicU64,
     sync_lock: Mutex<()>,
+    options: JournalOptions,
+    /// The next file, zero-filled in the background.
+    spare: Arc<Mutex<Option<std::thread::JoinHandle<std::io::Result<PathBuf>>>>>,
 }
 
 impl Journal {
     /// Open the journal in `dir`, returning it and every valid record in it (for replay).
     /// New records continue after the highest seq seen, in a new file.
-    pub fn open(dir: &Path, min_next_seq: u64) -> Result<(Journal, Vec<JournalRecord>), IoFailure> {
+    pub fn open(
+        dir: &Path,
+        min_next_seq: u64,
+        options: JournalOptions,
+    ) -> Result<(Journal, Vec<JournalRecord>), IoFailure> {
         let derr = |e| IoFailure::disk(dir.display().to_string(), e);
         std::fs::create_dir_all(dir).map_err(derr)?;
         let mut files: Vec<(u64, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(derr)? {
             let entry = entry.map_err(derr)?;
             let name = entry.file_name();
+            if name.to_str().is_some_and(|n| n.ends_with(SPARE_SUFFIX)) {
+                // A spare that was being prepared: its contents are not known to be zero.
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
             let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".wal")) else { continue };
             if let Ok(first) = u64::from_str_radix(stem, 16) {
                 files.push((first, entry.path()));
@@ -117,14 +157,15 @@ impl Journal {
         // A file already named after `next_seq` holds no valid record (else the next seq would
         // be past it): it is replaced, and must not be listed twice.
         files.retain(|(first, _)| *first != next_seq);
-        let (file, path) = create_file(dir, next_seq)?;
+        let (file, path) = create_file(dir, next_seq, prepare_spare(dir, 0, options), options)?;
         let mut all: VecDeque<(u64, PathBuf)> = files.into_iter().collect();
         all.push_back((next_seq, path));
         let journal = Journal {
             dir: dir.to_path_buf(),
             inner: Mutex::new(Inner {
                 file: Arc::new(file),
-                file_bytes: 0,
+                write_offset: 0,
+                record: Vec::new(),
                 files: all,
                 next_seq,
                 header: [0; RECORD_HEADER_BYTES],
@@ -132,7 +173,10 @@ impl Journal {
             written_seq: AtomicU64::new(next_seq - 1),
             synced_seq: AtomicU64::new(next_seq - 1),
             sync_lock: Mutex::new(()),
+            spare: Arc::new(Mutex::new(None)),
+            options,
         };
+        journal.prepare_next_spare(1);
         Ok((journal, records))
     }
 
@@ -151,7 +195,8 @@ impl Journal {
         let payload_len = u32::try_from(payload.len()).expect("payload below 4 GiB");
         assert!(payload_len <= JOURNAL_PAYLOAD_MAX_BYTES, "front ends bound request sizes");
         let mut inner = self.inner.lock();
-        if inner.file_bytes >= JOURNAL_FILE_MAX_BYTES {
+        let record_bytes = (RECORD_HEADER_BYTES + payload.len()) as u64;
+        if inner.write_offset > 0 && inner.write_offset + record_bytes > self.options.file_bytes {
             self.rotate(&mut inner)?;
         }
         let seq = inner.next_seq;
@@ -166,15 +211,20 @@ impl Journal {
         h[44..48].copy_from_slice(&payload_len.to_le_bytes());
         let crc = crc32c::crc32c_append(crc32c::crc32c(&h[8..]), payload);
         h[4..8].copy_from_slice(&crc.to_le_bytes());
-        let header = inner.header;
-        let file = inner.file.clone();
-        if let Err(e) = write_all_vectored(&file, &header, payload) {
+        let Inner { header, record, file, write_offset, .. } = &mut *inner;
+        record.clear();
+        record.extend_from_slice(header);
+        record.extend_from_slice(payload);
+        if let Err(e) = file.write_all_at(record, *write_offset) {
             // A partial record would be a torn tail in the middle of the log: start a new file
             // so replay sees the next records. The seq is not consumed.
             let _ = self.rotate(&mut inner);
             return Err(IoFailure::disk(self.dir.display().to_string(), e));
         }
-        inner.file_bytes += (RECORD_HEADER_BYTES + payload.len()) as u64;
+        if record.capacity() > 1 << 20 {
+            *record = Vec::new();
+        }
+        inner.write_offset += record_bytes;
         inner.next_seq += 1;
         self.written_seq.store(seq, Ordering::Release);
         Ok(on_written(seq))
@@ -222,9 +272,11 @@ impl Journal {
         // Records in the old file must be as durable as `sync` promises before it stops being
         // the file `sync` looks at.
         inner.file.sync_data().map_err(|e| IoFailure::disk(self.dir.display().to_string(), e))?;
-        let (file, path) = create_file(&self.dir, inner.next_seq)?;
+        let spare = self.spare.lock().take();
+        let (file, path) = create_file(&self.dir, inner.next_seq, spare, self.options)?;
+        self.prepare_next_spare(inner.next_seq);
         inner.file = Arc::new(file);
-        inner.file_bytes = 0;
+        inner.write_offset = 0;
         if inner.files.back().map(|(s, _)| *s) == Some(inner.next_seq) {
             // The current file holds no record yet (a failed append): reuse its slot.
             inner.files.pop_back();
@@ -234,37 +286,69 @@ impl Journal {
     }
 }
 
-fn create_file(dir: &Path, first_seq: u64) -> Result<(File, PathBuf), IoFailure> {
-    let path = dir.join(format!("{first_seq:016x}.wal"));
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| IoFailure::disk(path.display().to_string(), e))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
-    Ok((file, path))
-}
-
-fn write_all_vectored(mut file: &File, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
-    let total = header.len() + payload.len();
-    let mut done = 0;
-    while done < total {
-        let result = if done < header.len() {
-            file.write_vectored(&[IoSlice::new(&header[done..]), IoSlice::new(payload)])
-        } else {
-            file.write(&payload[done - header.len()..])
-        };
-        match result {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+impl Journal {
+    /// Start zero-filling the file after the current one.
+    fn prepare_next_spare(&self, salt: u64) {
+        let mut slot = self.spare.lock();
+        if slot.is_none() {
+            *slot = prepare_spare(&self.dir, salt, self.options);
         }
     }
-    Ok(())
+}
+
+/// Zero-fill a spare file in the background; `None` if no thread could be started (the next
+/// rotation then fills one itself).
+fn prepare_spare(
+    dir: &Path,
+    salt: u64,
+    options: JournalOptions,
+) -> Option<std::thread::JoinHandle<std::io::Result<PathBuf>>> {
+    let path = dir.join(format!("{salt:016x}-{}{SPARE_SUFFIX}", std::process::id()));
+    std::thread::Builder::new()
+        .name("weft-journal-prep".into())
+        .spawn(move || {
+            let file = OpenOptions::new().create(true).truncate(true).write(true).open(&path)?;
+            if !options.prefill {
+                file.set_len(options.file_bytes)?;
+                return Ok(path);
+            }
+            let zeroes = vec![0u8; 1 << 20];
+            let mut at = 0;
+            while at < options.file_bytes {
+                file.write_all_at(&zeroes, at)?;
+                at += zeroes.len() as u64;
+            }
+            file.sync_all()?;
+            Ok(path)
+        })
+        .ok()
+}
+
+/// Put a zero-filled file in use as the file whose first record is `first_seq`.
+fn create_file(
+    dir: &Path,
+    first_seq: u64,
+    spare: Option<std::thread::JoinHandle<std::io::Result<PathBuf>>>,
+    options: JournalOptions,
+) -> Result<(File, PathBuf), IoFailure> {
+    let path = dir.join(format!("{first_seq:016x}.wal"));
+    let err = |p: &Path, e| IoFailure::disk(p.display().to_string(), e);
+    let prepared = match spare.map(std::thread::JoinHandle::join) {
+        Some(Ok(Ok(spare_path))) => Some(spare_path),
+        _ => None,
+    };
+    let source = match prepared {
+        Some(p) => p,
+        None => prepare_spare(dir, first_seq, options)
+            .ok_or_else(|| err(dir, std::io::Error::other("cannot start a thread")))?
+            .join()
+            .map_err(|_| err(dir, std::io::Error::other("journal preparation panicked")))?
+            .map_err(|e| err(dir, e))?,
+    };
+    std::fs::rename(&source, &path).map_err(|e| err(&path, e))?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(dir, e))?;
+    let file = OpenOptions::new().write(true).open(&path).map_err(|e| err(&path, e))?;
+    Ok((file, path))
 }
 
 fn read_records(path: &Path, out: &mut Vec<JournalRecord>) -> Result<(), IoFailure> {
@@ -321,26 +405,28 @@ fn parse_record(b: &[u8]) -> Option<(JournalRecord, usize)> {
 mod tests {
     use super::*;
 
+    const TEST_OPTIONS: JournalOptions = JournalOptions { file_bytes: 1 << 20, prefill: true };
+
     #[test]
     fn records_replay_in_order_and_a_torn_tail_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (j, old) = Journal::open(dir.path(), 1).unwrap();
+            let (j, old) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
             assert!(old.is_empty());
             assert_eq!(j.append(RecordKind::Write, VolumeId(1), 5, 1, &[7u8; 4096], |s| s).unwrap(), 1);
             assert_eq!(j.append(RecordKind::Trim, VolumeId(1), 0, 100, &[], |s| s).unwrap(), 2);
             j.sync(2).unwrap();
         }
         // Tear the last record of the file.
-        let wal = std::fs::read_dir(dir.path()).unwrap().next().unwrap().unwrap().path();
-        let len = std::fs::metadata(&wal).unwrap().len();
-        OpenOptions::new().write(true).open(&wal).unwrap().set_len(len - 10).unwrap();
-        let (j, records) = Journal::open(dir.path(), 1).unwrap();
+        let wal = dir.path().join(format!("{:016x}.wal", 1));
+        let f = OpenOptions::new().write(true).open(&wal).unwrap();
+        f.write_all_at(&[0u8; 10], (2 * RECORD_HEADER_BYTES + 4096 - 10) as u64).unwrap();
+        let (j, records) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].payload, vec![7u8; 4096]);
         assert_eq!(j.append(RecordKind::Zero, VolumeId(1), 3, 1, &[], |s| s).unwrap(), 2);
         drop(j);
-        let (j, records) = Journal::open(dir.path(), 1).unwrap();
+        let (j, records) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
         assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2]);
         assert_eq!(records[1].kind, RecordKind::Zero);
         j.release_upto(2).unwrap();
@@ -351,15 +437,15 @@ mod tests {
     fn reopening_twice_without_writes_keeps_the_current_file() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (j, _) = Journal::open(dir.path(), 1).unwrap();
+            let (j, _) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
             j.append(RecordKind::Write, VolumeId(1), 0, 1, &[1u8; 4096], |s| s).unwrap();
         }
-        drop(Journal::open(dir.path(), 1).unwrap());
-        let (j, _) = Journal::open(dir.path(), 1).unwrap();
+        drop(Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap());
+        let (j, _) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
         j.release_upto(1).unwrap();
         assert_eq!(j.append(RecordKind::Write, VolumeId(1), 0, 1, &[2u8; 4096], |s| s).unwrap(), 2);
         drop(j);
-        let (_, records) = Journal::open(dir.path(), 1).unwrap();
+        let (_, records) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
         assert_eq!(records.last().map(|r| r.seq), Some(2), "the record after release survives");
     }
 }

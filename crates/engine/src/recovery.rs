@@ -78,7 +78,7 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
 
     // Replay the journal after each family's high-water mark.
     let min_next_seq = st.families.values().map(|f| f.journal_hwm + 1).max().unwrap_or(1);
-    let (journal, records) = Journal::open(&dir.join("journal"), min_next_seq)?;
+    let (journal, records) = Journal::open(&dir.join("journal"), min_next_seq, config.journal)?;
     let mut replayed_records = 0u64;
     let mut first_pending = None;
     for r in records {
