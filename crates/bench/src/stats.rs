@@ -111,7 +111,8 @@ impl Recorder {
             return DirStats::default();
         }
         let us = |ns: u64| ns as f64 / 1000.0;
-        let q = |quantile: f64| us(self.hist.value_at_quantile(quantile));
+        // HDR reports a bucket's highest equivalent value, which may pass the exact max.
+        let q = |quantile: f64| us(self.hist.value_at_quantile(quantile).min(self.max_ns));
         let last = self.pow2.iter().rposition(|&c| c > 0).map_or(0, |i| i + 1);
         DirStats {
             ios: self.ios,
