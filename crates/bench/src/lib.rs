@@ -104,3 +104,55 @@ fn run_typed(args: BenchArgs) -> Result<(), BenchError> {
         None => runner::run_bench(&args.run),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{Parser, Subcommand};
+
+    use super::*;
+
+    /// The shape `weft` uses: `Command::Bench(args) => weft_bench::run(args)`.
+    #[derive(Parser, Debug)]
+    struct Weft {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum Command {
+        Bench(BenchArgs),
+    }
+
+    fn parse(args: &[&str]) -> BenchArgs {
+        let Command::Bench(b) = Weft::try_parse_from(args).expect("parses").command;
+        b
+    }
+
+    #[test]
+    fn bench_parses_as_a_weft_subcommand() {
+        let b = parse(&[
+            "weft",
+            "bench",
+            "nbd://h/e",
+            "--mode",
+            "oltp",
+            "--qd",
+            "1,8",
+        ]);
+        assert!(b.command.is_none());
+        assert_eq!(b.run.target.as_deref(), Some("nbd://h/e"));
+        assert_eq!(b.run.mode, Mode::Oltp);
+        assert_eq!(b.run.qd, [1, 8]);
+        let b = parse(&[
+            "weft", "bench", "report", "a.json", "b.json", "-o", "c.html",
+        ]);
+        match b.command {
+            Some(BenchCommand::Report(r)) => assert_eq!(r.inputs.len(), 2),
+            other => panic!("expected report, got {other:?}"),
+        }
+        assert!(
+            Weft::try_parse_from(["weft", "bench"]).is_err(),
+            "TARGET is required"
+        );
+    }
+}
