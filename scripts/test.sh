@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The test command: installs the client tools the end-to-end tests drive (when run as root on
+# Debian and one is missing), then runs every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# tool -> Debian package
+declare -A needed=(
+  [fio]=fio [nbdinfo]=libnbd-bin [nbdfuse]=libnbd-bin [nbdkit]=nbdkit
+  [qemu-img]=qemu-utils [qemu-io]=qemu-utils [fusermount3]=fuse3
+  [mkfs.ext4]=e2fsprogs [chromium]=chromium
+)
+missing=()
+for tool in "${!needed[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("${needed[$tool]}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  packages=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing test peers: $packages"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq $packages
+  else
+    echo "the tests need these Debian packages: $packages (run as root, or install them)" >&2
+    exit 1
+  fi
+fi
+
+exec cargo test --workspace "$@"
