@@ -255,8 +255,27 @@ fn writer(
 
 #[test]
 fn versioned_blocks_survive_kill9_acked_and_flushed() {
-    let (mut rng, _) = test_rng("versioned_blocks_survive_kill9_acked_and_flushed");
-    let mut srv = Server::start_with("crash-versions", ServeOpts::default().volume_size("64M"));
+    versioned_blocks("versioned_blocks_survive_kill9_acked_and_flushed", false);
+}
+
+/// The same with `weft gc`, `weft checkpoint` and `weft sync` running in a loop while the
+/// writers overwrite (so GC has garbage to move), and small segments so many get sealed: the
+/// kill lands in the middle of maintenance work too.
+#[test]
+fn versioned_blocks_survive_kill9_during_gc_and_checkpoint() {
+    versioned_blocks("versioned_blocks_survive_kill9_during_gc_and_checkpoint", true);
+}
+
+fn versioned_blocks(test: &str, maintenance: bool) {
+    let (mut rng, _) = test_rng(test);
+    let mut opts = ServeOpts::default().volume_size("64M");
+    if maintenance {
+        opts = opts.arg("--segment-size").arg("256K");
+    }
+    let mut srv = Server::start_with(if maintenance { "crash-gc" } else { "crash-versions" }, opts);
+    if maintenance && srv.skip_without_api(test) {
+        return;
+    }
     let salt: u64 = rng.random();
     let nblocks = THREADS as u64 * BLOCKS_PER_THREAD;
     let state = Arc::new(Mutex::new(vec![BlockState::default(); nblocks as usize]));
@@ -268,10 +287,33 @@ fn versioned_blocks_survive_kill9_acked_and_flushed() {
                 std::thread::spawn(move || writer(addr, t, salt, seed, st, stop))
             })
             .collect();
+        let maint = maintenance.then(|| {
+            let (stop, api, token) = (stop.clone(), srv.api.clone(), srv.token());
+            std::thread::spawn(move || {
+                let mut runs = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    for path in ["/api/v1/gc", "/api/v1/checkpoint", "/api/v1/sync"] {
+                        // The server dies mid-call eventually: a transport error ends the loop.
+                        match try_api_request(&api, "POST", path, None, Some(&token)) {
+                            Ok((st, body)) => runs.push(format!("{path} {st}{}", if st >= 300 { format!(" {body}") } else { String::new() })),
+                            Err(_) => return runs,
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                runs
+            })
+        });
         let kill_after = Duration::from_millis(rng.random_range(300..2000));
         std::thread::sleep(kill_after);
         srv.kill9();
         stop.store(true, Ordering::Relaxed);
+        if let Some(m) = maint {
+            let runs = m.join().expect("maintenance thread");
+            let failed: Vec<_> = runs.iter().filter(|r| !r.ends_with(" 200") && !r.ends_with(" 204")).collect();
+            eprintln!("round {round}: {} maintenance calls before the kill", runs.len());
+            assert!(failed.is_empty(), "maintenance calls failed while the server was up: {failed:?}");
+        }
         let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("writer thread")).collect();
         let total_writes: u64 = results.iter().map(|r| r.0).sum();
         eprintln!("round {round}: killed after {kill_after:?}; writers (writes, flushes, ended by): {results:?}");

@@ -663,6 +663,17 @@ impl Drop for Server {
 
 /// One HTTP request against `base` (e.g. http://127.0.0.1:PORT). `token` None sends no header.
 pub fn api_request(base: &str, method: &str, path: &str, body: Option<Value>, token: Option<&str>) -> (u16, String) {
+    try_api_request(base, method, path, body, token).unwrap_or_else(|e| panic!("{method} {base}{path}: {e}"))
+}
+
+/// Like `api_request`, but a transport error (server gone) is an Err instead of a panic.
+pub fn try_api_request(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> Result<(u16, String), ureq::Error> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(120)))
@@ -690,10 +701,10 @@ pub fn api_request(base: &str, method: &str, path: &str, body: Option<Value>, to
         }
         m => panic!("method {m}"),
     };
-    let mut resp = res.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let mut resp = res?;
     let status = resp.status().as_u16();
     let text = resp.body_mut().read_to_string().unwrap_or_default();
-    (status, text)
+    Ok((status, text))
 }
 
 // ------------------------------------------------------------------------------------------
