@@ -9,8 +9,9 @@
 //! background thread, one file ahead), so an append never changes the file's size or
 //! allocation: `fdatasync` then writes the data pages and flushes the device, with no file
 //! system journal commit. That is what keeps a flushed write as cheap as a write to a raw
-//! preallocated file. Files are deleted once every record in them is reflected in sealed
-//! segments.
+//! preallocated file. Once every record in a file is reflected in sealed segments the file is
+//! released: kept for reuse (its first block zeroed, so its old records are unreachable; any
+//! old record after the new tail has a lower seq and ends replay) or deleted.
 //!
 //! Record layout (little-endian): magic u32 `WJR1`, CRC32C u32 of bytes 8.. of the header and
 //! the payload, seq u64, volume u64, lba u64, count (blocks) u64, kind u8, 3 zero bytes,
@@ -54,6 +55,10 @@ const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"WJR1");
 const RECORD_HEADER_BYTES: usize = 48;
 /// Zero-filled files being prepared carry this suffix until they are put in use.
 const SPARE_SUFFIX: &str = ".spare";
+/// Released files kept for reuse carry this suffix.
+const RECYCLED_SUFFIX: &str = ".recycled";
+/// Released files kept for reuse: reusing a file costs no zero-fill writes.
+const RECYCLED_FILES_MAX: usize = 2;
 
 /// What a record does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +125,8 @@ pub struct Journal {
     synced_seq: AtomicU64,
     sync_lock: Mutex<()>,
     options: JournalOptions,
+    /// Released files kept for reuse.
+    recycled: Mutex<Vec<PathBuf>>,
     /// The next file, zero-filled in the background.
     spare: Arc<Mutex<Option<std::thread::JoinHandle<std::io::Result<PathBuf>>>>>,
 }
@@ -138,7 +145,7 @@ impl Journal {
         for entry in std::fs::read_dir(dir).map_err(derr)? {
             let entry = entry.map_err(derr)?;
             let name = entry.file_name();
-            if name.to_str().is_some_and(|n| n.ends_with(SPARE_SUFFIX)) {
+            if name.to_str().is_some_and(|n| n.ends_with(SPARE_SUFFIX) || n.ends_with(RECYCLED_SUFFIX)) {
                 // A spare that was being prepared: its contents are not known to be zero.
                 let _ = std::fs::remove_file(entry.path());
                 continue;
@@ -174,6 +181,7 @@ impl Journal {
             synced_seq: AtomicU64::new(next_seq - 1),
             sync_lock: Mutex::new(()),
             spare: Arc::new(Mutex::new(None)),
+            recycled: Mutex::new(Vec::new()),
             options,
         };
         journal.prepare_next_spare(1);
@@ -257,8 +265,17 @@ impl Journal {
     pub fn release_upto(&self, hwm: u64) -> Result<(), IoFailure> {
         let mut inner = self.inner.lock();
         while inner.files.len() > 1 && inner.files[1].0 <= hwm + 1 {
-            let (_, path) = inner.files.pop_front().expect("two files");
-            std::fs::remove_file(&path).map_err(|e| IoFailure::disk(path.display().to_string(), e))?;
+            let (first, path) = inner.files.pop_front().expect("two files");
+            let err = |e| IoFailure::disk(path.display().to_string(), e);
+            let mut recycled = self.recycled.lock();
+            let full_size = std::fs::metadata(&path).is_ok_and(|m| m.len() == self.options.file_bytes);
+            if recycled.len() < RECYCLED_FILES_MAX && full_size && self.options.prefill {
+                let keep = self.dir.join(format!("{first:016x}{RECYCLED_SUFFIX}"));
+                std::fs::rename(&path, &keep).map_err(err)?;
+                recycled.push(keep);
+            } else {
+                std::fs::remove_file(&path).map_err(err)?;
+            }
         }
         Ok(())
     }
@@ -272,9 +289,16 @@ impl Journal {
         // Records in the old file must be as durable as `sync` promises before it stops being
         // the file `sync` looks at.
         inner.file.sync_data().map_err(|e| IoFailure::disk(self.dir.display().to_string(), e))?;
-        let spare = self.spare.lock().take();
-        let (file, path) = create_file(&self.dir, inner.next_seq, spare, self.options)?;
-        self.prepare_next_spare(inner.next_seq);
+        let reuse = self.recycled.lock().pop();
+        let (file, path) = match reuse {
+            Some(old) => reuse_file(&self.dir, inner.next_seq, &old)?,
+            None => {
+                let spare = self.spare.lock().take();
+                let created = create_file(&self.dir, inner.next_seq, spare, self.options)?;
+                self.prepare_next_spare(inner.next_seq);
+                created
+            }
+        };
         inner.file = Arc::new(file);
         inner.write_offset = 0;
         if inner.files.back().map(|(s, _)| *s) == Some(inner.next_seq) {
@@ -322,6 +346,18 @@ fn prepare_spare(
             Ok(path)
         })
         .ok()
+}
+
+/// Put a released file back in use: zero its first block (so none of its old records is
+/// reachable before new ones overwrite them), then name it after `first_seq`.
+fn reuse_file(dir: &Path, first_seq: u64, old: &Path) -> Result<(File, PathBuf), IoFailure> {
+    let path = dir.join(format!("{first_seq:016x}.wal"));
+    let err = |p: &Path, e| IoFailure::disk(p.display().to_string(), e);
+    let file = OpenOptions::new().write(true).open(old).map_err(|e| err(old, e))?;
+    file.write_all_at(&[0u8; 4096], 0).and_then(|()| file.sync_data()).map_err(|e| err(old, e))?;
+    std::fs::rename(old, &path).map_err(|e| err(&path, e))?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(dir, e))?;
+    Ok((file, path))
 }
 
 /// Put a zero-filled file in use as the file whose first record is `first_seq`.
@@ -447,5 +483,25 @@ mod tests {
         drop(j);
         let (_, records) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
         assert_eq!(records.last().map(|r| r.seq), Some(2), "the record after release survives");
+    }
+
+    #[test]
+    fn recycled_files_never_replay_old_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = JournalOptions { file_bytes: 64 << 10, prefill: true };
+        let (j, _) = Journal::open(dir.path(), 1, opts).unwrap();
+        // Fill several files so some are released and reused.
+        for i in 0..60u64 {
+            let seq = j.append(RecordKind::Write, VolumeId(1), i, 1, &[i as u8; 4096], |s| s).unwrap();
+            j.release_upto(seq.saturating_sub(20)).unwrap();
+        }
+        drop(j);
+        let (_, records) = Journal::open(dir.path(), 1, opts).unwrap();
+        let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "replay is one increasing run: {seqs:?}");
+        assert_eq!(seqs.last(), Some(&60));
+        for r in &records {
+            assert_eq!(r.payload[0], (r.seq - 1) as u8, "record {} holds its own data", r.seq);
+        }
     }
 }
