@@ -16,7 +16,11 @@ use crate::client::ApiClient;
 use crate::size::parse_size;
 
 #[derive(Debug, Parser)]
-#[command(name = "weft", version, about = "weft: block storage for databases, served over NBD")]
+#[command(
+    name = "weft",
+    version,
+    about = "weft: block storage for databases, served over NBD"
+)]
 struct Cli {
     #[command(flatten)]
     global: GlobalArgs,
@@ -27,7 +31,12 @@ struct Cli {
 #[derive(Debug, Args)]
 struct GlobalArgs {
     /// Data directory of the server (where the CLI finds serve.json and api-token).
-    #[arg(long, global = true, env = "WEFT_DATA_DIR", default_value = "./weft-data")]
+    #[arg(
+        long,
+        global = true,
+        env = "WEFT_DATA_DIR",
+        default_value = "./weft-data"
+    )]
     data_dir: PathBuf,
     /// Management API base URL, e.g. http://127.0.0.1:10810 (default: from DATA_DIR/serve.json).
     #[arg(long, global = true, env = "WEFT_API")]
@@ -126,9 +135,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(&cli.global, args),
-        Command::Bench(args) => return ExitCode::from(clamp_exit(weft_bench::main_exit_code(args))),
+        Command::Bench(args) => {
+            return ExitCode::from(clamp_exit(weft_bench::main_exit_code(args)))
+        }
         command => {
-            let client = match ApiClient::discover(&cli.global.data_dir, cli.global.api.as_deref(), cli.global.token.as_deref()) {
+            let client = match ApiClient::discover(
+                &cli.global.data_dir,
+                cli.global.api.as_deref(),
+                cli.global.token.as_deref(),
+            ) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("weft: {e:#}");
@@ -154,10 +169,16 @@ fn clamp_exit(code: i32) -> u8 {
 fn command_to_request(command: Command) -> client::Request {
     use client::Request as R;
     match command {
-        Command::Volume(VolumeCommand::Create { name, size }) => R::Create { name, size_bytes: size },
+        Command::Volume(VolumeCommand::Create { name, size }) => R::Create {
+            name,
+            size_bytes: size,
+        },
         Command::Volume(VolumeCommand::List { json }) => R::List { json },
         Command::Volume(VolumeCommand::Info { name, json }) => R::Info { name, json },
-        Command::Volume(VolumeCommand::Resize { name, size }) => R::Resize { name, size_bytes: size },
+        Command::Volume(VolumeCommand::Resize { name, size }) => R::Resize {
+            name,
+            size_bytes: size,
+        },
         Command::Volume(VolumeCommand::Delete { name }) => R::Delete { name },
         Command::Stats { json } => R::Stats { json },
         Command::Sync => R::Sync,
@@ -170,7 +191,8 @@ fn command_to_request(command: Command) -> client::Request {
 fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -3,7 +3,10 @@
 /// Parse a size in bytes.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
     let (number, shift) = match t.chars().last() {
         Some('K' | 'k') => (&t[..t.len() - 1], 10),
         Some('M' | 'm') => (&t[..t.len() - 1], 20),
@@ -14,7 +17,10 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     };
     let bad = || format!("{text:?} is not a size (examples: 4096, 64K, 100G, 1.5T)");
     if let Ok(n) = number.parse::<u64>() {
-        return n.checked_shl(shift).filter(|v| v >> shift == n).ok_or_else(bad);
+        return n
+            .checked_shl(shift)
+            .filter(|v| v >> shift == n)
+            .ok_or_else(bad);
     }
     let f: f64 = number.parse().map_err(|_| bad())?;
     if !(f.is_finite() && f >= 0.0) {

@@ -140,7 +140,10 @@ impl BlockMap {
 
     /// Number of entries that read as zero.
     pub fn zero_entries(&self) -> u64 {
-        self.pages.values().map(|p| p.entries.iter().filter(|&&e| e == ENCODED_ZERO).count() as u64).sum()
+        self.pages
+            .values()
+            .map(|p| p.entries.iter().filter(|&&e| e == ENCODED_ZERO).count() as u64)
+            .sum()
     }
 
     pub fn allocated_pages(&self) -> usize {
@@ -149,7 +152,11 @@ impl BlockMap {
 
     /// Every allocated page as (page number, raw entries), for checkpoints; sorted by page.
     pub fn raw_pages(&self) -> Vec<(u64, &[u64; PAGE_ENTRIES])> {
-        let mut pages: Vec<_> = self.pages.iter().map(|(&no, p)| (no, &*p.entries)).collect();
+        let mut pages: Vec<_> = self
+            .pages
+            .iter()
+            .map(|(&no, p)| (no, &*p.entries))
+            .collect();
         pages.sort_unstable_by_key(|(no, _)| *no);
         pages
     }
@@ -169,7 +176,10 @@ impl BlockMap {
 }
 
 fn split(lba: Lba) -> (u64, usize) {
-    (lba.0 / PAGE_ENTRIES_U64, (lba.0 % PAGE_ENTRIES_U64) as usize)
+    (
+        lba.0 / PAGE_ENTRIES_U64,
+        (lba.0 % PAGE_ENTRIES_U64) as usize,
+    )
 }
 
 #[cfg(test)]

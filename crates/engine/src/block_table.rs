@@ -87,8 +87,15 @@ impl BlockTable {
         if index >= self.entries.len() {
             self.entries.resize(index + 1, FREE_SLOT);
         }
-        assert_eq!(self.entries[index].refcount, 0, "block {id} inserted while in use");
-        self.entries[index] = BlockEntry { location, fingerprint, refcount: 1 };
+        assert_eq!(
+            self.entries[index].refcount, 0,
+            "block {id} inserted while in use"
+        );
+        self.entries[index] = BlockEntry {
+            location,
+            fingerprint,
+            refcount: 1,
+        };
         self.dedup.insert(fingerprint, id);
         self.account(location, 1);
     }
@@ -174,12 +181,16 @@ impl BlockTable {
 
     /// Recompute the free-id list from the holes in the table (after replay).
     pub fn rebuild_free_ids(&mut self) {
-        self.free_ids =
-            (0..self.entries.len() as u64).rev().filter(|&i| self.entries[i as usize].refcount == 0).collect();
+        self.free_ids = (0..self.entries.len() as u64)
+            .rev()
+            .filter(|&i| self.entries[i as usize].refcount == 0)
+            .collect();
     }
 
     fn live_mut(&mut self, id: BlockId) -> &mut BlockEntry {
-        let entry = usize::try_from(id.0).ok().and_then(|i| self.entries.get_mut(i));
+        let entry = usize::try_from(id.0)
+            .ok()
+            .and_then(|i| self.entries.get_mut(i));
         match entry {
             Some(e) if e.refcount > 0 => e,
             _ => panic!("block {id} is not live"),

@@ -49,7 +49,10 @@ pub fn encode(
     put(&mut e, next_segment_id);
     put(&mut e, families.len() as u64);
     for family in families.values() {
-        assert!(family.open.is_none(), "checkpoints are taken with no open segment");
+        assert!(
+            family.open.is_none(),
+            "checkpoints are taken with no open segment"
+        );
         put(&mut e, family.id.0);
         put(&mut e, family.journal_hwm);
         put(&mut e, family.layers.len() as u64);
@@ -112,7 +115,10 @@ pub fn load(dir: &Path) -> Result<Option<CheckpointImage>, IoFailure> {
     if bytes.len() < CHECKPOINT_PREAMBLE_BYTES || bytes[..8] != CHECKPOINT_MAGIC {
         return Err(corrupt("bad magic"));
     }
-    let mut d = Decoder { b: &bytes[8..], at: 0 };
+    let mut d = Decoder {
+        b: &bytes[8..],
+        at: 0,
+    };
     let version = d.u32().ok_or_else(|| corrupt("short"))?;
     if version != CHECKPOINT_VERSION {
         return Err(corrupt("unsupported version"));
@@ -123,12 +129,17 @@ pub fn load(dir: &Path) -> Result<Option<CheckpointImage>, IoFailure> {
     if body.len() as u64 != len || crc32c::crc32c(body) != crc {
         return Err(corrupt("checksum mismatch"));
     }
-    decode(body).map(Some).ok_or_else(|| corrupt("body does not decode"))
+    decode(body)
+        .map(Some)
+        .ok_or_else(|| corrupt("body does not decode"))
 }
 
 fn decode(body: &[u8]) -> Option<CheckpointImage> {
     let mut d = Decoder { b: body, at: 0 };
-    let mut image = CheckpointImage { next_segment_id: d.u64()?, ..CheckpointImage::default() };
+    let mut image = CheckpointImage {
+        next_segment_id: d.u64()?,
+        ..CheckpointImage::default()
+    };
     for _ in 0..d.u64()? {
         let mut family = Family::new(FamilyId(d.u64()?));
         family.journal_hwm = d.u64()?;
@@ -157,14 +168,25 @@ fn decode(body: &[u8]) -> Option<CheckpointImage> {
             };
             let fingerprint = d.u128()?;
             let refcount = d.u32()?;
-            entries.push((id, BlockEntry { location, fingerprint, refcount }));
+            entries.push((
+                id,
+                BlockEntry {
+                    location,
+                    fingerprint,
+                    refcount,
+                },
+            ));
         }
         family.table = BlockTable::from_entries(entries);
         image.families.push(family);
     }
     for _ in 0..d.u64()? {
         let id = SegmentId(d.u64()?);
-        let s = SealedSegment { family: FamilyId(d.u64()?), data_bytes: d.u64()?, stored_bytes: d.u64()? };
+        let s = SealedSegment {
+            family: FamilyId(d.u64()?),
+            data_bytes: d.u64()?,
+            stored_bytes: d.u64()?,
+        };
         image.sealed.insert(id, s);
     }
     (d.at == body.len()).then_some(image)

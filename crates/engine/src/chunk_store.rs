@@ -58,9 +58,14 @@ impl LocalChunkStore {
     /// Open (creating) the store in `dir`. With `direct_io`, reads bypass the page cache
     /// (the host's cache is the right place for hot data), falling back when the file system
     /// refuses O_DIRECT.
-    pub fn open(dir: &Path, direct_io: bool, capacity_bytes: Option<u64>) -> Result<Self, IoFailure> {
+    pub fn open(
+        dir: &Path,
+        direct_io: bool,
+        capacity_bytes: Option<u64>,
+    ) -> Result<Self, IoFailure> {
         std::fs::create_dir_all(dir).map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
-        let dir_handle = File::open(dir).map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
+        let dir_handle =
+            File::open(dir).map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
         let store = LocalChunkStore {
             dir: dir.to_path_buf(),
             dir_handle,
@@ -72,14 +77,17 @@ impl LocalChunkStore {
         let mut used = 0;
         for id in store.list()? {
             let path = store.path(id);
-            used += std::fs::metadata(&path).map_err(|e| store.err(&path, e))?.len();
+            used += std::fs::metadata(&path)
+                .map_err(|e| store.err(&path, e))?
+                .len();
         }
         store.used_bytes.store(used, Ordering::Relaxed);
         Ok(store)
     }
 
     fn path(&self, id: ChunkId) -> PathBuf {
-        self.dir.join(format!("{:016x}.{}.chunk", id.segment.0, id.index))
+        self.dir
+            .join(format!("{:016x}.{}.chunk", id.segment.0, id.index))
     }
 
     fn err(&self, path: &Path, e: std::io::Error) -> IoFailure {
@@ -106,7 +114,11 @@ impl LocalChunkStore {
         let file = Arc::new(file);
         let mut cache = self.open_files.lock();
         if cache.len() >= OPEN_CHUNK_FILES_MAX {
-            let victims: Vec<ChunkId> = cache.keys().take(OPEN_CHUNK_FILES_MAX / 2).copied().collect();
+            let victims: Vec<ChunkId> = cache
+                .keys()
+                .take(OPEN_CHUNK_FILES_MAX / 2)
+                .copied()
+                .collect();
             for v in victims {
                 cache.remove(&v);
             }
@@ -129,14 +141,22 @@ impl ChunkStore for LocalChunkStore {
         }
         let path = self.path(id);
         let result = (|| {
-            let file = OpenOptions::new().write(true).create_new(true).open(&path)?;
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)?;
             file.write_all_at(bytes, 0)?;
             file.sync_data()?;
             // The data is durable; keep it out of the page cache (reads use O_DIRECT).
             #[allow(unsafe_code)]
             // SAFETY: the fd is valid for the lifetime of `file`; fadvise reads no memory.
             unsafe {
-                libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_DONTNEED);
+                libc::posix_fadvise(
+                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    0,
+                    0,
+                    libc::POSIX_FADV_DONTNEED,
+                );
             }
             self.dir_handle.sync_all()
         })();
@@ -152,7 +172,9 @@ impl ChunkStore for LocalChunkStore {
         let file = self.file(id)?;
         let path = || self.path(id);
         if !self.direct_io {
-            return file.read_exact_at(buf, offset_bytes).map_err(|e| self.err(&path(), e));
+            return file
+                .read_exact_at(buf, offset_bytes)
+                .map_err(|e| self.err(&path(), e));
         }
         let align = DIRECT_IO_ALIGN_BYTES as u64;
         let start = offset_bytes / align * align;
@@ -181,7 +203,9 @@ impl ChunkStore for LocalChunkStore {
     fn delete(&self, id: ChunkId) -> Result<(), IoFailure> {
         self.open_files.lock().remove(&id);
         let path = self.path(id);
-        let len = std::fs::metadata(&path).map_err(|e| self.err(&path, e))?.len();
+        let len = std::fs::metadata(&path)
+            .map_err(|e| self.err(&path, e))?
+            .len();
         std::fs::remove_file(&path).map_err(|e| self.err(&path, e))?;
         self.used_bytes.fetch_sub(len, Ordering::Relaxed);
         Ok(())
@@ -194,10 +218,17 @@ impl ChunkStore for LocalChunkStore {
             let entry = entry.map_err(|e| self.err(&self.dir, e))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            let Some(stem) = name.strip_suffix(".chunk") else { continue };
-            let Some((seg, index)) = stem.split_once('.') else { continue };
+            let Some(stem) = name.strip_suffix(".chunk") else {
+                continue;
+            };
+            let Some((seg, index)) = stem.split_once('.') else {
+                continue;
+            };
             if let (Ok(seg), Ok(index)) = (u64::from_str_radix(seg, 16), index.parse::<u8>()) {
-                ids.push(ChunkId { segment: SegmentId(seg), index });
+                ids.push(ChunkId {
+                    segment: SegmentId(seg),
+                    index,
+                });
             }
         }
         ids.sort();
@@ -223,7 +254,10 @@ mod tests {
         for direct in [false, true] {
             let sub = dir.path().join(format!("d{direct}"));
             let store = LocalChunkStore::open(&sub, direct, Some(3 * 8192)).unwrap();
-            let id = ChunkId { segment: SegmentId(0xabc), index: 0 };
+            let id = ChunkId {
+                segment: SegmentId(0xabc),
+                index: 0,
+            };
             let bytes: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
             store.put(id, &bytes).unwrap();
             let mut buf = vec![0u8; 100];
@@ -231,9 +265,20 @@ mod tests {
             assert_eq!(&buf[..], &bytes[4000..4100]);
             assert_eq!(store.list().unwrap(), vec![id]);
             assert_eq!(store.used_bytes(), 8192);
-            let id2 = ChunkId { segment: SegmentId(2), index: 0 };
+            let id2 = ChunkId {
+                segment: SegmentId(2),
+                index: 0,
+            };
             store.put(id2, &bytes).unwrap();
-            let err = store.put(ChunkId { segment: SegmentId(3), index: 0 }, &[0u8; 16384]).unwrap_err();
+            let err = store
+                .put(
+                    ChunkId {
+                        segment: SegmentId(3),
+                        index: 0,
+                    },
+                    &[0u8; 16384],
+                )
+                .unwrap_err();
             assert!(err.is_no_space());
             store.delete(id).unwrap();
             assert!(store.read(id, 0, &mut buf).is_err());

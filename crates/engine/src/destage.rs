@@ -11,7 +11,10 @@ use crate::block_map::Mapping;
 use crate::block_table::BlockLocation;
 use crate::checkpoint::{self, SealedSegment};
 use crate::chunk_store::ChunkId;
-use crate::engine::{release_journal, Command, EngineStats, GcReport, GcStats, ReductionStats, SealingSegment, Shared, State};
+use crate::engine::{
+    release_journal, Command, EngineStats, GcReport, GcStats, ReductionStats, SealingSegment,
+    Shared, State,
+};
 use crate::error::{EngineError, IoFailure};
 use crate::journal::RecordKind;
 use crate::reduce::{self, Reduced};
@@ -79,7 +82,8 @@ pub(crate) fn run(shared: &Shared) {
                 continue;
             }
         }
-        let due = shared.state.lock().sealed_bytes_since_checkpoint >= shared.config.checkpoint_every_bytes;
+        let due = shared.state.lock().sealed_bytes_since_checkpoint
+            >= shared.config.checkpoint_every_bytes;
         if due {
             if let Err(e) = take_checkpoint(shared) {
                 tracing::error!(error = %e, "checkpoint failed");
@@ -133,18 +137,43 @@ fn drain(shared: &Shared) -> Result<(), IoFailure> {
 }
 
 /// Buffer a trim or zeroing: applied to the map at once, its releases deferred to destage.
-pub(crate) fn buffer_range(st: &mut State, seq: u64, volume: VolumeId, lba: u64, count: u64, kind: RecordKind) {
-    let Some(v) = st.volumes.get(&volume) else { return };
+pub(crate) fn buffer_range(
+    st: &mut State,
+    seq: u64,
+    volume: VolumeId,
+    lba: u64,
+    count: u64,
+    kind: RecordKind,
+) {
+    let Some(v) = st.volumes.get(&volume) else {
+        return;
+    };
     let (family_id, layer) = (v.record.family, v.record.layer);
-    let mapping = if kind == RecordKind::Trim { Mapping::Absent } else { Mapping::Zero };
+    let mapping = if kind == RecordKind::Trim {
+        Mapping::Absent
+    } else {
+        Mapping::Zero
+    };
     let released = match st.families.get_mut(&family_id) {
         Some(f) => f.set_range(layer, lba, count, mapping),
         None => return,
     };
     let pending = if kind == RecordKind::Trim {
-        Pending::Trim { seq, volume, lba, count, released }
+        Pending::Trim {
+            seq,
+            volume,
+            lba,
+            count,
+            released,
+        }
     } else {
-        Pending::Zero { seq, volume, lba, count, released }
+        Pending::Zero {
+            seq,
+            volume,
+            lba,
+            count,
+            released,
+        }
     };
     st.buffer.push_range(pending);
 }
@@ -174,15 +203,30 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
     let mut work = Vec::new();
     for p in batch {
         match p {
-            Pending::Write { seq, volume, lba, data } => {
+            Pending::Write {
+                seq,
+                volume,
+                lba,
+                data,
+            } => {
                 let current: Vec<u64> = {
                     let st = shared.state.lock();
-                    (0..(data.len() / BLOCK_SIZE_BYTES) as u64).filter(|&i| st.buffer.is_current(volume, lba + i, seq)).collect()
+                    (0..(data.len() / BLOCK_SIZE_BYTES) as u64)
+                        .filter(|&i| st.buffer.is_current(volume, lba + i, seq))
+                        .collect()
                 };
                 for i in current {
                     let start = i as usize * BLOCK_SIZE_BYTES;
                     let reduced = reduce::reduce(&data[start..start + BLOCK_SIZE_BYTES]);
-                    work.push((work.len(), Work { seq, volume, lba: lba + i, reduced }));
+                    work.push((
+                        work.len(),
+                        Work {
+                            seq,
+                            volume,
+                            lba: lba + i,
+                            reduced,
+                        },
+                    ));
                 }
             }
             other => ranges.push((work.len(), other)),
@@ -201,13 +245,30 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             id
         };
         let mut last_seq = st.processed_seq;
-        let apply_range = |st: &mut State, p: Pending, alloc: &mut dyn FnMut() -> SegmentId, to_seal: &mut Vec<_>| {
+        let apply_range = |st: &mut State,
+                           p: Pending,
+                           alloc: &mut dyn FnMut() -> SegmentId,
+                           to_seal: &mut Vec<_>| {
             let (seq, volume, lba, count, released, zero) = match p {
-                Pending::Trim { seq, volume, lba, count, released } => (seq, volume, lba, count, released, false),
-                Pending::Zero { seq, volume, lba, count, released } => (seq, volume, lba, count, released, true),
+                Pending::Trim {
+                    seq,
+                    volume,
+                    lba,
+                    count,
+                    released,
+                } => (seq, volume, lba, count, released, false),
+                Pending::Zero {
+                    seq,
+                    volume,
+                    lba,
+                    count,
+                    released,
+                } => (seq, volume, lba, count, released, true),
                 Pending::Write { .. } => unreachable!("only ranges are queued here"),
             };
-            let Some(v) = st.volumes.get(&volume) else { return seq };
+            let Some(v) = st.volumes.get(&volume) else {
+                return seq;
+            };
             let (fid, layer) = (v.record.family, v.record.layer);
             if let Some(f) = st.families.get_mut(&fid) {
                 let entry = if zero {
@@ -231,9 +292,13 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             if !st.buffer.is_current(w.volume, w.lba, w.seq) {
                 continue;
             }
-            let Some(v) = st.volumes.get(&w.volume) else { continue };
+            let Some(v) = st.volumes.get(&w.volume) else {
+                continue;
+            };
             let (fid, layer) = (v.record.family, v.record.layer);
-            let Some(f) = st.families.get_mut(&fid) else { continue };
+            let Some(f) = st.families.get_mut(&fid) else {
+                continue;
+            };
             f.apply_block(layer, w.lba, &w.reduced, w.seq, &mut alloc, cap);
             if let Some((b, since)) = f.take_open_if_full(cap) {
                 // Later blocks of this record go to the next segment: the one sealed here
@@ -264,7 +329,16 @@ fn start_sealing(st: &mut State, builder: SegmentBuilder, since_seq: Option<u64>
     let family = builder.family;
     let data_bytes = builder.data_bytes() as u64;
     let bytes = Arc::new(builder.seal(hwm, StripeLayout::SINGLE));
-    st.sealing.insert(id, SealingSegment { bytes, family, since_seq, journal_hwm: hwm, data_bytes });
+    st.sealing.insert(
+        id,
+        SealingSegment {
+            bytes,
+            family,
+            since_seq,
+            journal_hwm: hwm,
+            data_bytes,
+        },
+    );
 }
 
 /// Write every sealing segment's stripe, in id order; stop at the first failure.
@@ -272,10 +346,19 @@ fn finish_sealing(shared: &Shared) -> Result<(), IoFailure> {
     loop {
         let next = {
             let st = shared.state.lock();
-            st.sealing.iter().next().map(|(&id, s)| (id, s.bytes.clone()))
+            st.sealing
+                .iter()
+                .next()
+                .map(|(&id, s)| (id, s.bytes.clone()))
         };
         let Some((id, bytes)) = next else { break };
-        match shared.store.put(ChunkId { segment: id, index: 0 }, &bytes) {
+        match shared.store.put(
+            ChunkId {
+                segment: id,
+                index: 0,
+            },
+            &bytes,
+        ) {
             Ok(()) => {}
             Err(e) => {
                 if e.is_no_space() {
@@ -284,15 +367,28 @@ fn finish_sealing(shared: &Shared) -> Result<(), IoFailure> {
                 return Err(e);
             }
         }
-        shared.counters.chunk_written_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        shared
+            .counters
+            .chunk_written_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         let orphan = {
             let mut st = shared.state.lock();
-            let s = st.sealing.remove(&id).expect("only the destager removes sealing segments");
+            let s = st
+                .sealing
+                .remove(&id)
+                .expect("only the destager removes sealing segments");
             st.out_of_space = false;
             match st.families.get_mut(&s.family) {
                 Some(f) => {
                     f.journal_hwm = f.journal_hwm.max(s.journal_hwm);
-                    st.sealed.insert(id, SealedSegment { family: s.family, data_bytes: s.data_bytes, stored_bytes: bytes.len() as u64 });
+                    st.sealed.insert(
+                        id,
+                        SealedSegment {
+                            family: s.family,
+                            data_bytes: s.data_bytes,
+                            stored_bytes: bytes.len() as u64,
+                        },
+                    );
                     st.sealed_bytes_since_checkpoint += bytes.len() as u64;
                     false
                 }
@@ -300,7 +396,10 @@ fn finish_sealing(shared: &Shared) -> Result<(), IoFailure> {
             }
         };
         if orphan {
-            shared.store.delete(ChunkId { segment: id, index: 0 })?;
+            shared.store.delete(ChunkId {
+                segment: id,
+                index: 0,
+            })?;
         }
     }
     release_journal(shared);
@@ -315,7 +414,12 @@ fn retry_sealing(shared: &Shared) -> Result<(), IoFailure> {
 fn seal_all(shared: &Shared) -> Result<(), IoFailure> {
     {
         let mut st = shared.state.lock();
-        let open: Vec<FamilyId> = st.families.iter().filter(|(_, f)| f.open.is_some()).map(|(&id, _)| id).collect();
+        let open: Vec<FamilyId> = st
+            .families
+            .iter()
+            .filter(|(_, f)| f.open.is_some())
+            .map(|(&id, _)| id)
+            .collect();
         for fid in open {
             if let Some((b, since)) = st.families.get_mut(&fid).and_then(|f| f.take_open()) {
                 let hwm = st.processed_seq;
@@ -336,15 +440,25 @@ fn take_checkpoint(shared: &Shared) -> Result<(), IoFailure> {
     let (body, below) = {
         let st = shared.state.lock();
         if !st.sealing.is_empty() {
-            return Err(IoFailure::CorruptMetadata { what: "checkpoint".into(), detail: "stripes still being written".into() });
+            return Err(IoFailure::CorruptMetadata {
+                what: "checkpoint".into(),
+                detail: "stripes still being written".into(),
+            });
         }
-        (checkpoint::encode(st.next_segment_id, &st.families, &st.sealed), st.next_segment_id)
+        (
+            checkpoint::encode(st.next_segment_id, &st.families, &st.sealed),
+            st.next_segment_id,
+        )
     };
     checkpoint::store(&shared.config.data_dir.join("meta"), &body)?;
     let mut st = shared.state.lock();
     st.checkpoint_below = below;
     st.sealed_bytes_since_checkpoint = 0;
-    tracing::debug!(bytes = body.len(), segments_below = below, "checkpoint written");
+    tracing::debug!(
+        bytes = body.len(),
+        segments_below = below,
+        "checkpoint written"
+    );
     Ok(())
 }
 
@@ -356,10 +470,17 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
         let mut victims = Vec::new();
         let mut uncovered = false;
         for (&id, s) in &st.sealed {
-            let Some(f) = st.families.get(&s.family) else { continue };
+            let Some(f) = st.families.get(&s.family) else {
+                continue;
+            };
             let usage = f.table.segment_usage(id);
-            let fraction = if s.data_bytes == 0 { 0.0 } else { usage.live_bytes as f64 / s.data_bytes as f64 };
-            let garbage = fraction < live_fraction_max && (usage.live_bytes < s.data_bytes || s.data_bytes == 0);
+            let fraction = if s.data_bytes == 0 {
+                0.0
+            } else {
+                usage.live_bytes as f64 / s.data_bytes as f64
+            };
+            let garbage = fraction < live_fraction_max
+                && (usage.live_bytes < s.data_bytes || s.data_bytes == 0);
             if !garbage {
                 continue;
             }
@@ -393,7 +514,14 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
         };
         let mut bytes = vec![0u8; usize::try_from(stored_bytes).expect("segment fits in memory")];
         if live_bytes > 0 {
-            shared.store.read(ChunkId { segment: id, index: 0 }, 0, &mut bytes)?;
+            shared.store.read(
+                ChunkId {
+                    segment: id,
+                    index: 0,
+                },
+                0,
+                &mut bytes,
+            )?;
         }
         let mut st = shared.state.lock();
         let cap = shared.config.segment_size_bytes;
@@ -410,8 +538,15 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
                 let start = loc.offset_bytes as usize;
                 let stored = &bytes[start..start + usize::from(loc.stored_len_bytes)];
                 if crc32c::crc32c(stored) != loc.crc32c {
-                    shared.counters.corrupt_reads.fetch_add(1, Ordering::Relaxed);
-                    return Err(IoFailure::Corrupt { block, segment: id, offset_bytes: u64::from(loc.offset_bytes) });
+                    shared
+                        .counters
+                        .corrupt_reads
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Err(IoFailure::Corrupt {
+                        block,
+                        segment: id,
+                        offset_bytes: u64::from(loc.offset_bytes),
+                    });
                 }
                 f.relocate(block, stored, loc.compressed, &mut alloc, cap);
                 report.bytes_moved += u64::from(loc.stored_len_bytes);
@@ -432,18 +567,25 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
     seal_all(shared)?;
     for (id, stored_bytes) in done {
         shared.state.lock().sealed.remove(&id);
-        match shared.store.delete(ChunkId { segment: id, index: 0 }) {
+        match shared.store.delete(ChunkId {
+            segment: id,
+            index: 0,
+        }) {
             Ok(()) => {}
-            Err(IoFailure::Disk { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(IoFailure::Disk { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
         report.segments_reclaimed += 1;
         report.bytes_reclaimed += stored_bytes;
     }
     let c = &shared.counters;
-    c.gc_segments_reclaimed.fetch_add(report.segments_reclaimed, Ordering::Relaxed);
-    c.gc_bytes_moved.fetch_add(report.bytes_moved, Ordering::Relaxed);
-    c.gc_bytes_reclaimed.fetch_add(report.bytes_reclaimed, Ordering::Relaxed);
+    c.gc_segments_reclaimed
+        .fetch_add(report.segments_reclaimed, Ordering::Relaxed);
+    c.gc_bytes_moved
+        .fetch_add(report.bytes_moved, Ordering::Relaxed);
+    c.gc_bytes_reclaimed
+        .fetch_add(report.bytes_reclaimed, Ordering::Relaxed);
     shared.state.lock().out_of_space = false;
     Ok(report)
 }
@@ -451,11 +593,20 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
 /// Where a block to read comes from, decided under the lock.
 enum Source {
     Ready,
-    Disk { index: usize, location: BlockLocation },
+    Disk {
+        index: usize,
+        location: BlockLocation,
+    },
 }
 
 /// Read `count` blocks from `lba` into `buf`: buffer, then map, then chunk.
-pub(crate) fn read_blocks(shared: &Shared, volume: VolumeId, lba: u64, count: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+pub(crate) fn read_blocks(
+    shared: &Shared,
+    volume: VolumeId,
+    lba: u64,
+    count: u64,
+    buf: &mut [u8],
+) -> Result<(), EngineError> {
     let mut disk = Vec::new();
     {
         let st = shared.state.lock();
@@ -482,7 +633,9 @@ pub(crate) fn read_blocks(shared: &Shared, volume: VolumeId, lba: u64, count: u6
                             }
                             (_, Some(s)) => {
                                 let start = location.offset_bytes as usize;
-                                Some(&s.bytes[start..start + usize::from(location.stored_len_bytes)])
+                                Some(
+                                    &s.bytes[start..start + usize::from(location.stored_len_bytes)],
+                                )
                             }
                             _ => None,
                         };
@@ -518,21 +671,45 @@ pub(crate) fn read_blocks(shared: &Shared, volume: VolumeId, lba: u64, count: u6
         }
         let start = u64::from(first.offset_bytes);
         scratch.resize(usize::try_from(end - start).expect("bounded run"), 0);
-        shared.store.read(ChunkId { segment: first.segment, index: 0 }, start, &mut scratch)?;
+        shared.store.read(
+            ChunkId {
+                segment: first.segment,
+                index: 0,
+            },
+            start,
+            &mut scratch,
+        )?;
         for &(index, loc) in &disk[i..j] {
             let at = usize::try_from(u64::from(loc.offset_bytes) - start).expect("inside run");
             let stored = &scratch[at..at + usize::from(loc.stored_len_bytes)];
-            restore_block(shared, stored, loc, &mut buf[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES])?;
+            restore_block(
+                shared,
+                stored,
+                loc,
+                &mut buf[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES],
+            )?;
         }
         i = j;
     }
     Ok(())
 }
 
-fn restore_block(shared: &Shared, stored: &[u8], loc: BlockLocation, out: &mut [u8]) -> Result<(), EngineError> {
+fn restore_block(
+    shared: &Shared,
+    stored: &[u8],
+    loc: BlockLocation,
+    out: &mut [u8],
+) -> Result<(), EngineError> {
     let corrupt = || {
-        shared.counters.corrupt_reads.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(segment = loc.segment.0, offset = loc.offset_bytes, "checksum mismatch: block not served");
+        shared
+            .counters
+            .corrupt_reads
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            segment = loc.segment.0,
+            offset = loc.offset_bytes,
+            "checksum mismatch: block not served"
+        );
         EngineError::Io(IoFailure::Corrupt {
             block: crate::units::BlockId(u64::MAX),
             segment: loc.segment,
@@ -602,15 +779,26 @@ pub(crate) fn stats(shared: &Shared) -> EngineStats {
 }
 
 /// Read a sealed segment's header and summary (recovery).
-pub(crate) fn read_summary(shared_store: &dyn crate::chunk_store::ChunkStore, id: SegmentId) -> Result<Option<(segment::SegmentHeader, Vec<SummaryEntry>)>, IoFailure> {
-    let chunk = ChunkId { segment: id, index: 0 };
+pub(crate) fn read_summary(
+    shared_store: &dyn crate::chunk_store::ChunkStore,
+    id: SegmentId,
+) -> Result<Option<(segment::SegmentHeader, Vec<SummaryEntry>)>, IoFailure> {
+    let chunk = ChunkId {
+        segment: id,
+        index: 0,
+    };
     let mut head = vec![0u8; SEGMENT_HEADER_BYTES];
     if shared_store.read(chunk, 0, &mut head).is_err() {
         return Ok(None);
     }
-    let Ok(header) = segment::parse_header(&head) else { return Ok(None) };
+    let Ok(header) = segment::parse_header(&head) else {
+        return Ok(None);
+    };
     let mut summary = vec![0u8; header.summary_len_bytes as usize];
-    if shared_store.read(chunk, u64::from(header.data_end_bytes), &mut summary).is_err() {
+    if shared_store
+        .read(chunk, u64::from(header.data_end_bytes), &mut summary)
+        .is_err()
+    {
         return Ok(None);
     }
     match segment::parse_summary(&header, &summary) {

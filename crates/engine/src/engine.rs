@@ -81,7 +81,10 @@ impl EngineConfig {
             checkpoint_every_bytes: 1 << 20,
             idle_seal_ms: 50,
             gc_interval_ms: 100,
-            journal: JournalOptions { file_bytes: 256 << 10, prefill: false },
+            journal: JournalOptions {
+                file_bytes: 256 << 10,
+                prefill: false,
+            },
             ..EngineConfig::new(data_dir)
         }
     }
@@ -286,7 +289,10 @@ impl Engine {
             .name("weft-destage".into())
             .spawn(move || crate::destage::run(&thread_shared))
             .map_err(|e| IoFailure::disk("destager thread", e))?;
-        Ok(Engine { shared, destager: Mutex::new(Some(destager)) })
+        Ok(Engine {
+            shared,
+            destager: Mutex::new(Some(destager)),
+        })
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -317,7 +323,9 @@ impl Engine {
         check_size(size_bytes)?;
         let mut meta = self.shared.meta.lock();
         if meta.state.volumes.iter().any(|v| v.name == name) {
-            return Err(EngineError::VolumeExists { name: name.to_string() });
+            return Err(EngineError::VolumeExists {
+                name: name.to_string(),
+            });
         }
         let mut next = meta.state.clone();
         let record = VolumeRecord {
@@ -336,8 +344,16 @@ impl Engine {
         next.volumes.push(record.clone());
         meta.commit(next)?;
         let mut st = self.shared.state.lock();
-        st.families.entry(record.family).or_insert_with(|| Family::new(record.family));
-        st.volumes.insert(record.id, Volume { record: record.clone(), gone: Arc::new(AtomicBool::new(false)) });
+        st.families
+            .entry(record.family)
+            .or_insert_with(|| Family::new(record.family));
+        st.volumes.insert(
+            record.id,
+            Volume {
+                record: record.clone(),
+                gone: Arc::new(AtomicBool::new(false)),
+            },
+        );
         Ok(volume_info(&st, &record))
     }
 
@@ -354,8 +370,12 @@ impl Engine {
             }
             st.buffer.drop_volume(record.id);
             st.families.remove(&record.family);
-            let doomed: Vec<SegmentId> =
-                st.sealed.iter().filter(|(_, s)| s.family == record.family).map(|(&id, _)| id).collect();
+            let doomed: Vec<SegmentId> = st
+                .sealed
+                .iter()
+                .filter(|(_, s)| s.family == record.family)
+                .map(|(&id, _)| id)
+                .collect();
             for id in &doomed {
                 st.sealed.remove(id);
             }
@@ -363,7 +383,10 @@ impl Engine {
             doomed
         };
         for id in doomed {
-            if let Err(e) = self.shared.store.delete(ChunkId { segment: id, index: 0 }) {
+            if let Err(e) = self.shared.store.delete(ChunkId {
+                segment: id,
+                index: 0,
+            }) {
                 tracing::warn!(segment = id.0, error = %e, "could not delete a segment of a deleted volume");
             }
         }
@@ -397,7 +420,11 @@ impl Engine {
     pub fn list_volumes(&self) -> Vec<VolumeInfo> {
         let meta = self.shared.meta.lock();
         let st = self.shared.state.lock();
-        meta.state.volumes.iter().map(|r| volume_info(&st, r)).collect()
+        meta.state
+            .volumes
+            .iter()
+            .map(|r| volume_info(&st, r))
+            .collect()
     }
 
     pub fn volume_info(&self, name: &str) -> Result<VolumeInfo, EngineError> {
@@ -413,7 +440,11 @@ impl Engine {
         let record = find(&meta, name)?;
         let st = self.shared.state.lock();
         let v = st.volume(record.id)?;
-        Ok(VolumeHandle { id: record.id, name: record.name, gone: v.gone.clone() })
+        Ok(VolumeHandle {
+            id: record.id,
+            name: record.name,
+            gone: v.gone.clone(),
+        })
     }
 
     /// The current size of an open volume.
@@ -425,13 +456,22 @@ impl Engine {
 
     /// Write whole blocks; durable against a process crash on return, against power loss with
     /// `fua`.
-    pub fn write(&self, id: VolumeId, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
+    pub fn write(
+        &self,
+        id: VolumeId,
+        offset_bytes: u64,
+        data: &[u8],
+        fua: bool,
+    ) -> Result<(), EngineError> {
         let count = self.check_range(id, offset_bytes, data.len() as u64)?;
         if count == 0 {
             return Ok(());
         }
         if data.len() > JOURNAL_PAYLOAD_MAX_BYTES as usize {
-            return Err(EngineError::OutOfRange { offset_bytes, length_bytes: data.len() as u64 });
+            return Err(EngineError::OutOfRange {
+                offset_bytes,
+                length_bytes: data.len() as u64,
+            });
         }
         self.admit(data.len() as u64)?;
         let lba = offset_bytes / BLOCK_SIZE_U64;
@@ -440,11 +480,18 @@ impl Engine {
         let seq = shared
             .journal
             .append(RecordKind::Write, id, lba, count, data, |seq| {
-                shared.state.lock().buffer.push_write(seq, id, lba, buffered);
+                shared
+                    .state
+                    .lock()
+                    .buffer
+                    .push_write(seq, id, lba, buffered);
                 seq
             })
             .map_err(map_io)?;
-        shared.counters.host_written_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        shared
+            .counters
+            .host_written_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
         shared.work.notify_one();
         if fua {
             shared.journal.sync(seq).map_err(map_io)?;
@@ -453,7 +500,13 @@ impl Engine {
     }
 
     /// Unmap a range (reads return zeroes); its space becomes garbage.
-    pub fn trim(&self, id: VolumeId, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), EngineError> {
+    pub fn trim(
+        &self,
+        id: VolumeId,
+        offset_bytes: u64,
+        length_bytes: u64,
+        fua: bool,
+    ) -> Result<(), EngineError> {
         self.apply_range(id, offset_bytes, length_bytes, RecordKind::Trim, fua)
     }
 
@@ -467,7 +520,11 @@ impl Engine {
         may_unmap: bool,
         fua: bool,
     ) -> Result<(), EngineError> {
-        let kind = if may_unmap { RecordKind::Trim } else { RecordKind::Zero };
+        let kind = if may_unmap {
+            RecordKind::Trim
+        } else {
+            RecordKind::Zero
+        };
         self.apply_range(id, offset_bytes, length_bytes, kind, fua)
     }
 
@@ -485,7 +542,9 @@ impl Engine {
         for _ in 0..READ_RETRIES_MAX {
             match crate::destage::read_blocks(&self.shared, id, lba, count, buf) {
                 Ok(()) => return Ok(()),
-                Err(EngineError::Io(IoFailure::Disk { source, what })) if source.kind() == std::io::ErrorKind::NotFound => {
+                Err(EngineError::Io(IoFailure::Disk { source, what }))
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
                     last_err = Some(EngineError::Io(IoFailure::Disk { source, what }));
                 }
                 Err(e) => return Err(e),
@@ -495,7 +554,12 @@ impl Engine {
     }
 
     /// Allocation status of a range, as runs of equal status.
-    pub fn block_status(&self, id: VolumeId, offset_bytes: u64, length_bytes: u64) -> Result<Vec<Extent>, EngineError> {
+    pub fn block_status(
+        &self,
+        id: VolumeId,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<Extent>, EngineError> {
         let count = self.check_range(id, offset_bytes, length_bytes)?;
         let lba = offset_bytes / BLOCK_SIZE_U64;
         let st = self.shared.state.lock();
@@ -514,8 +578,14 @@ impl Engine {
                 }
             };
             match out.last_mut() {
-                Some(last) if last.hole == hole && last.zero == zero => last.length_bytes += BLOCK_SIZE_U64,
-                _ => out.push(Extent { length_bytes: BLOCK_SIZE_U64, hole, zero }),
+                Some(last) if last.hole == hole && last.zero == zero => {
+                    last.length_bytes += BLOCK_SIZE_U64
+                }
+                _ => out.push(Extent {
+                    length_bytes: BLOCK_SIZE_U64,
+                    hole,
+                    zero,
+                }),
             }
         }
         Ok(out)
@@ -543,22 +613,38 @@ impl Engine {
 
     // ---- helpers -------------------------------------------------------------------------
 
-    fn command<T>(&self, make: impl FnOnce(std::sync::mpsc::Sender<Result<T, String>>) -> Command) -> Result<T, EngineError> {
+    fn command<T>(
+        &self,
+        make: impl FnOnce(std::sync::mpsc::Sender<Result<T, String>>) -> Command,
+    ) -> Result<T, EngineError> {
         let (tx, rx) = std::sync::mpsc::channel();
         self.shared.commands.lock().push(make(tx));
         self.shared.work.notify_all();
         match rx.recv() {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(detail)) => Err(EngineError::Io(IoFailure::CorruptMetadata { what: "maintenance".into(), detail })),
+            Ok(Err(detail)) => Err(EngineError::Io(IoFailure::CorruptMetadata {
+                what: "maintenance".into(),
+                detail,
+            })),
             Err(_) => Err(EngineError::Gone),
         }
     }
 
     /// Check a request against the volume; returns its length in blocks.
-    fn check_range(&self, id: VolumeId, offset_bytes: u64, length_bytes: u64) -> Result<u64, EngineError> {
+    fn check_range(
+        &self,
+        id: VolumeId,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<u64, EngineError> {
         let size = self.volume_size(id)?;
-        let bad = EngineError::OutOfRange { offset_bytes, length_bytes };
-        if offset_bytes % BLOCK_SIZE_U64 != 0 || length_bytes % BLOCK_SIZE_U64 != 0 {
+        let bad = EngineError::OutOfRange {
+            offset_bytes,
+            length_bytes,
+        };
+        if !offset_bytes.is_multiple_of(BLOCK_SIZE_U64)
+            || !length_bytes.is_multiple_of(BLOCK_SIZE_U64)
+        {
             return Err(bad);
         }
         match offset_bytes.checked_add(length_bytes) {
@@ -585,7 +671,9 @@ impl Engine {
                     return Err(EngineError::NoSpace);
                 }
             }
-            if st.buffer.data_bytes() + bytes <= shared.config.write_buffer_max_bytes || st.buffer.is_empty() {
+            if st.buffer.data_bytes() + bytes <= shared.config.write_buffer_max_bytes
+                || st.buffer.is_empty()
+            {
                 return Ok(());
             }
             shared.work.notify_one();
@@ -593,7 +681,14 @@ impl Engine {
         }
     }
 
-    fn apply_range(&self, id: VolumeId, offset_bytes: u64, length_bytes: u64, kind: RecordKind, fua: bool) -> Result<(), EngineError> {
+    fn apply_range(
+        &self,
+        id: VolumeId,
+        offset_bytes: u64,
+        length_bytes: u64,
+        kind: RecordKind,
+        fua: bool,
+    ) -> Result<(), EngineError> {
         let count = self.check_range(id, offset_bytes, length_bytes)?;
         if count == 0 {
             return Ok(());
@@ -637,11 +732,17 @@ fn find(meta: &MetaStore, name: &str) -> Result<VolumeRecord, EngineError> {
         .iter()
         .find(|v| v.name == name)
         .cloned()
-        .ok_or_else(|| EngineError::UnknownVolume { name: name.to_string() })
+        .ok_or_else(|| EngineError::UnknownVolume {
+            name: name.to_string(),
+        })
 }
 
 fn volume_info(st: &State, r: &VolumeRecord) -> VolumeInfo {
-    let counts = st.families.get(&r.family).map(|f| f.counts(r.layer)).unwrap_or_default();
+    let counts = st
+        .families
+        .get(&r.family)
+        .map(|f| f.counts(r.layer))
+        .unwrap_or_default();
     VolumeInfo {
         name: r.name.clone(),
         id: r.id.0,
@@ -657,16 +758,23 @@ fn check_name(name: &str) -> Result<(), EngineError> {
     let ok = !name.is_empty()
         && name.len() <= VOLUME_NAME_MAX_BYTES
         && !name.starts_with(['.', '-'])
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
     if ok {
         Ok(())
     } else {
-        Err(EngineError::InvalidName { name: name.to_string() })
+        Err(EngineError::InvalidName {
+            name: name.to_string(),
+        })
     }
 }
 
 fn check_size(size_bytes: u64) -> Result<(), EngineError> {
-    if size_bytes == 0 || size_bytes % BLOCK_SIZE_U64 != 0 || size_bytes > VOLUME_SIZE_MAX_BYTES {
+    if size_bytes == 0
+        || !size_bytes.is_multiple_of(BLOCK_SIZE_U64)
+        || size_bytes > VOLUME_SIZE_MAX_BYTES
+    {
         return Err(EngineError::InvalidSize {
             reason: format!(
                 "{size_bytes} bytes: a volume is a non-zero multiple of {BLOCK_SIZE_BYTES} bytes, at most {VOLUME_SIZE_MAX_BYTES}"

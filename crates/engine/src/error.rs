@@ -16,7 +16,10 @@ pub enum EngineError {
     #[error("invalid size: {reason}")]
     InvalidSize { reason: String },
     #[error("request outside the volume or not 4 KiB aligned: offset {offset_bytes}, length {length_bytes}")]
-    OutOfRange { offset_bytes: u64, length_bytes: u64 },
+    OutOfRange {
+        offset_bytes: u64,
+        length_bytes: u64,
+    },
     #[error("volume is read-only")]
     ReadOnly,
     #[error("the volume was deleted")]
@@ -38,14 +41,21 @@ pub enum IoFailure {
         source: std::io::Error,
     },
     #[error("checksum mismatch in block {block} of segment {segment} (offset {offset_bytes})")]
-    Corrupt { block: BlockId, segment: SegmentId, offset_bytes: u64 },
+    Corrupt {
+        block: BlockId,
+        segment: SegmentId,
+        offset_bytes: u64,
+    },
     #[error("corrupt metadata in {what}: {detail}")]
     CorruptMetadata { what: String, detail: String },
 }
 
 impl IoFailure {
     pub fn disk(what: impl Into<String>, source: std::io::Error) -> IoFailure {
-        IoFailure::Disk { what: what.into(), source }
+        IoFailure::Disk {
+            what: what.into(),
+            source,
+        }
     }
 
     /// True when the underlying error is a full disk.

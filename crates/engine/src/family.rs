@@ -75,14 +75,30 @@ impl Family {
         self.open_since_seq.get_or_insert(seq);
         let new_mapping = match reduced {
             Reduced::Zero => {
-                self.record(SummaryEntry::MapZero { layer, lba, count: 1 }, new_segment, segment_capacity_bytes);
+                self.record(
+                    SummaryEntry::MapZero {
+                        layer,
+                        lba,
+                        count: 1,
+                    },
+                    new_segment,
+                    segment_capacity_bytes,
+                );
                 Mapping::Zero
             }
-            Reduced::Data { fingerprint, stored, compressed } => {
+            Reduced::Data {
+                fingerprint,
+                stored,
+                compressed,
+            } => {
                 if let Some(existing) = self.table.find_duplicate(*fingerprint) {
                     self.table.add_ref(existing);
                     self.record(
-                        SummaryEntry::MapExisting { layer, lba, block: existing },
+                        SummaryEntry::MapExisting {
+                            layer,
+                            lba,
+                            block: existing,
+                        },
                         new_segment,
                         segment_capacity_bytes,
                     );
@@ -92,21 +108,40 @@ impl Family {
                     let open = self.open_segment(new_segment, segment_capacity_bytes);
                     let placed = open.append(id, stored, *compressed);
                     let segment = open.id;
-                    open.record(SummaryEntry::MapNew { layer, lba, stored: placed, fingerprint: *fingerprint });
-                    self.table.insert(id, location(segment, placed), *fingerprint);
+                    open.record(SummaryEntry::MapNew {
+                        layer,
+                        lba,
+                        stored: placed,
+                        fingerprint: *fingerprint,
+                    });
+                    self.table
+                        .insert(id, location(segment, placed), *fingerprint);
                     Mapping::Block(id)
                 }
             }
         };
-        let old = self.layers.entry(layer).or_default().set(Lba(lba), new_mapping);
+        let old = self
+            .layers
+            .entry(layer)
+            .or_default()
+            .set(Lba(lba), new_mapping);
         self.release_mapping(old);
     }
 
     /// Set a range of a layer to zero or absent, returning the block references that were
     /// dropped from the map. The caller releases them later with [`Self::release_blocks`]
     /// (live: when the trim is destaged) or at once (replay).
-    pub fn set_range(&mut self, layer: LayerId, lba: u64, count: u64, mapping: Mapping) -> Vec<BlockId> {
-        assert!(matches!(mapping, Mapping::Zero | Mapping::Absent), "ranges are set to zero or absent");
+    pub fn set_range(
+        &mut self,
+        layer: LayerId,
+        lba: u64,
+        count: u64,
+        mapping: Mapping,
+    ) -> Vec<BlockId> {
+        assert!(
+            matches!(mapping, Mapping::Zero | Mapping::Absent),
+            "ranges are set to zero or absent"
+        );
         let map = self.layers.entry(layer).or_default();
         let end = lba.saturating_add(count);
         let mut dropped = Vec::new();
@@ -167,14 +202,28 @@ impl Family {
     pub fn replay(&mut self, segment: SegmentId, entries: &[SummaryEntry]) {
         for entry in entries {
             match *entry {
-                SummaryEntry::MapNew { layer, lba, stored, fingerprint } => {
-                    self.table.insert(stored.block, location(segment, stored), fingerprint);
-                    let old = self.layers.entry(layer).or_default().set(Lba(lba), Mapping::Block(stored.block));
+                SummaryEntry::MapNew {
+                    layer,
+                    lba,
+                    stored,
+                    fingerprint,
+                } => {
+                    self.table
+                        .insert(stored.block, location(segment, stored), fingerprint);
+                    let old = self
+                        .layers
+                        .entry(layer)
+                        .or_default()
+                        .set(Lba(lba), Mapping::Block(stored.block));
                     self.release_mapping(old);
                 }
                 SummaryEntry::MapExisting { layer, lba, block } => {
                     self.table.add_ref(block);
-                    let old = self.layers.entry(layer).or_default().set(Lba(lba), Mapping::Block(block));
+                    let old = self
+                        .layers
+                        .entry(layer)
+                        .or_default()
+                        .set(Lba(lba), Mapping::Block(block));
                     self.release_mapping(old);
                 }
                 SummaryEntry::MapZero { layer, lba, count } => {
@@ -193,8 +242,15 @@ impl Family {
     }
 
     /// The open segment, if it should be sealed now, with the seq of its first journal record.
-    pub fn take_open_if_full(&mut self, segment_capacity_bytes: usize) -> Option<(SegmentBuilder, Option<u64>)> {
-        if self.open.as_ref().is_some_and(|o| o.data_bytes() >= segment_capacity_bytes) {
+    pub fn take_open_if_full(
+        &mut self,
+        segment_capacity_bytes: usize,
+    ) -> Option<(SegmentBuilder, Option<u64>)> {
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.data_bytes() >= segment_capacity_bytes)
+        {
             self.take_open()
         } else {
             None
@@ -204,12 +260,20 @@ impl Family {
     /// The open segment, whatever its fill (idle seal, checkpoint).
     pub fn take_open(&mut self) -> Option<(SegmentBuilder, Option<u64>)> {
         let since = self.open_since_seq.take();
-        self.open.take().filter(|o| !o.is_empty()).map(|o| (o, since))
+        self.open
+            .take()
+            .filter(|o| !o.is_empty())
+            .map(|o| (o, since))
     }
 
     pub fn counts(&self, layer: LayerId) -> LayerCounts {
-        let Some(map) = self.layers.get(&layer) else { return LayerCounts::default() };
-        LayerCounts { mapped_blocks: map.present_entries(), zero_blocks: map.zero_entries() }
+        let Some(map) = self.layers.get(&layer) else {
+            return LayerCounts::default();
+        };
+        LayerCounts {
+            mapped_blocks: map.present_entries(),
+            zero_blocks: map.zero_entries(),
+        }
     }
 
     fn release_mapping(&mut self, old: Mapping) {
@@ -218,13 +282,23 @@ impl Family {
         }
     }
 
-    fn record(&mut self, entry: SummaryEntry, new_segment: &mut dyn FnMut() -> SegmentId, cap: usize) {
+    fn record(
+        &mut self,
+        entry: SummaryEntry,
+        new_segment: &mut dyn FnMut() -> SegmentId,
+        cap: usize,
+    ) {
         self.open_segment(new_segment, cap).record(entry);
     }
 
-    fn open_segment(&mut self, new_segment: &mut dyn FnMut() -> SegmentId, cap: usize) -> &mut SegmentBuilder {
+    fn open_segment(
+        &mut self,
+        new_segment: &mut dyn FnMut() -> SegmentId,
+        cap: usize,
+    ) -> &mut SegmentBuilder {
         let family = self.id;
-        self.open.get_or_insert_with(|| SegmentBuilder::new(new_segment(), family, cap))
+        self.open
+            .get_or_insert_with(|| SegmentBuilder::new(new_segment(), family, cap))
     }
 }
 

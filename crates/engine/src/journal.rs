@@ -46,7 +46,10 @@ pub struct JournalOptions {
 
 impl Default for JournalOptions {
     fn default() -> JournalOptions {
-        JournalOptions { file_bytes: JOURNAL_FILE_BYTES, prefill: true }
+        JournalOptions {
+            file_bytes: JOURNAL_FILE_BYTES,
+            prefill: true,
+        }
     }
 }
 /// Largest payload of one record: the largest NBD request we accept.
@@ -145,12 +148,17 @@ impl Journal {
         for entry in std::fs::read_dir(dir).map_err(derr)? {
             let entry = entry.map_err(derr)?;
             let name = entry.file_name();
-            if name.to_str().is_some_and(|n| n.ends_with(SPARE_SUFFIX) || n.ends_with(RECYCLED_SUFFIX)) {
+            if name
+                .to_str()
+                .is_some_and(|n| n.ends_with(SPARE_SUFFIX) || n.ends_with(RECYCLED_SUFFIX))
+            {
                 // A spare that was being prepared: its contents are not known to be zero.
                 let _ = std::fs::remove_file(entry.path());
                 continue;
             }
-            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".wal")) else { continue };
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".wal")) else {
+                continue;
+            };
             if let Ok(first) = u64::from_str_radix(stem, 16) {
                 files.push((first, entry.path()));
             }
@@ -160,7 +168,11 @@ impl Journal {
         for (_, path) in &files {
             read_records(path, &mut records)?;
         }
-        let next_seq = records.last().map_or(1, |r| r.seq + 1).max(min_next_seq).max(1);
+        let next_seq = records
+            .last()
+            .map_or(1, |r| r.seq + 1)
+            .max(min_next_seq)
+            .max(1);
         // A file already named after `next_seq` holds no valid record (else the next seq would
         // be past it): it is replaced, and must not be listed twice.
         files.retain(|(first, _)| *first != next_seq);
@@ -201,7 +213,10 @@ impl Journal {
         on_written: impl FnOnce(u64) -> R,
     ) -> Result<R, IoFailure> {
         let payload_len = u32::try_from(payload.len()).expect("payload below 4 GiB");
-        assert!(payload_len <= JOURNAL_PAYLOAD_MAX_BYTES, "front ends bound request sizes");
+        assert!(
+            payload_len <= JOURNAL_PAYLOAD_MAX_BYTES,
+            "front ends bound request sizes"
+        );
         let mut inner = self.inner.lock();
         let record_bytes = (RECORD_HEADER_BYTES + payload.len()) as u64;
         if inner.write_offset > 0 && inner.write_offset + record_bytes > self.options.file_bytes {
@@ -219,7 +234,13 @@ impl Journal {
         h[44..48].copy_from_slice(&payload_len.to_le_bytes());
         let crc = crc32c::crc32c_append(crc32c::crc32c(&h[8..]), payload);
         h[4..8].copy_from_slice(&crc.to_le_bytes());
-        let Inner { header, record, file, write_offset, .. } = &mut *inner;
+        let Inner {
+            header,
+            record,
+            file,
+            write_offset,
+            ..
+        } = &mut *inner;
         record.clear();
         record.extend_from_slice(header);
         record.extend_from_slice(payload);
@@ -251,7 +272,8 @@ impl Journal {
             let inner = self.inner.lock();
             (inner.file.clone(), self.written_seq.load(Ordering::Acquire))
         };
-        file.sync_data().map_err(|e| IoFailure::disk(self.dir.display().to_string(), e))?;
+        file.sync_data()
+            .map_err(|e| IoFailure::disk(self.dir.display().to_string(), e))?;
         self.synced_seq.fetch_max(written, Ordering::AcqRel);
         Ok(())
     }
@@ -268,7 +290,8 @@ impl Journal {
             let (first, path) = inner.files.pop_front().expect("two files");
             let err = |e| IoFailure::disk(path.display().to_string(), e);
             let mut recycled = self.recycled.lock();
-            let full_size = std::fs::metadata(&path).is_ok_and(|m| m.len() == self.options.file_bytes);
+            let full_size =
+                std::fs::metadata(&path).is_ok_and(|m| m.len() == self.options.file_bytes);
             if recycled.len() < RECYCLED_FILES_MAX && full_size && self.options.prefill {
                 let keep = self.dir.join(format!("{first:016x}{RECYCLED_SUFFIX}"));
                 std::fs::rename(&path, &keep).map_err(err)?;
@@ -288,7 +311,10 @@ impl Journal {
     fn rotate(&self, inner: &mut Inner) -> Result<(), IoFailure> {
         // Records in the old file must be as durable as `sync` promises before it stops being
         // the file `sync` looks at.
-        inner.file.sync_data().map_err(|e| IoFailure::disk(self.dir.display().to_string(), e))?;
+        inner
+            .file
+            .sync_data()
+            .map_err(|e| IoFailure::disk(self.dir.display().to_string(), e))?;
         let reuse = self.recycled.lock().pop();
         let (file, path) = match reuse {
             Some(old) => reuse_file(&self.dir, inner.next_seq, &old)?,
@@ -331,7 +357,11 @@ fn prepare_spare(
     std::thread::Builder::new()
         .name("weft-journal-prep".into())
         .spawn(move || {
-            let file = OpenOptions::new().create(true).truncate(true).write(true).open(&path)?;
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(&path)?;
             if !options.prefill {
                 file.set_len(options.file_bytes)?;
                 return Ok(path);
@@ -353,10 +383,17 @@ fn prepare_spare(
 fn reuse_file(dir: &Path, first_seq: u64, old: &Path) -> Result<(File, PathBuf), IoFailure> {
     let path = dir.join(format!("{first_seq:016x}.wal"));
     let err = |p: &Path, e| IoFailure::disk(p.display().to_string(), e);
-    let file = OpenOptions::new().write(true).open(old).map_err(|e| err(old, e))?;
-    file.write_all_at(&[0u8; 4096], 0).and_then(|()| file.sync_data()).map_err(|e| err(old, e))?;
+    let file = OpenOptions::new()
+        .write(true)
+        .open(old)
+        .map_err(|e| err(old, e))?;
+    file.write_all_at(&[0u8; 4096], 0)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| err(old, e))?;
     std::fs::rename(old, &path).map_err(|e| err(&path, e))?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(dir, e))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| err(dir, e))?;
     Ok((file, path))
 }
 
@@ -382,8 +419,13 @@ fn create_file(
             .map_err(|e| err(dir, e))?,
     };
     std::fs::rename(&source, &path).map_err(|e| err(&path, e))?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(dir, e))?;
-    let file = OpenOptions::new().write(true).open(&path).map_err(|e| err(&path, e))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| err(dir, e))?;
+    let file = OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .map_err(|e| err(&path, e))?;
     Ok((file, path))
 }
 
@@ -421,7 +463,10 @@ fn parse_record(b: &[u8]) -> Option<(JournalRecord, usize)> {
     if b.len() < end {
         return None;
     }
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&b[8..RECORD_HEADER_BYTES]), &b[RECORD_HEADER_BYTES..end]);
+    let crc = crc32c::crc32c_append(
+        crc32c::crc32c(&b[8..RECORD_HEADER_BYTES]),
+        &b[RECORD_HEADER_BYTES..end],
+    );
     if crc != u32_at(4) {
         return None;
     }
@@ -441,7 +486,10 @@ fn parse_record(b: &[u8]) -> Option<(JournalRecord, usize)> {
 mod tests {
     use super::*;
 
-    const TEST_OPTIONS: JournalOptions = JournalOptions { file_bytes: 1 << 20, prefill: true };
+    const TEST_OPTIONS: JournalOptions = JournalOptions {
+        file_bytes: 1 << 20,
+        prefill: true,
+    };
 
     #[test]
     fn records_replay_in_order_and_a_torn_tail_is_dropped() {
@@ -449,21 +497,37 @@ mod tests {
         {
             let (j, old) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
             assert!(old.is_empty());
-            assert_eq!(j.append(RecordKind::Write, VolumeId(1), 5, 1, &[7u8; 4096], |s| s).unwrap(), 1);
-            assert_eq!(j.append(RecordKind::Trim, VolumeId(1), 0, 100, &[], |s| s).unwrap(), 2);
+            assert_eq!(
+                j.append(RecordKind::Write, VolumeId(1), 5, 1, &[7u8; 4096], |s| s)
+                    .unwrap(),
+                1
+            );
+            assert_eq!(
+                j.append(RecordKind::Trim, VolumeId(1), 0, 100, &[], |s| s)
+                    .unwrap(),
+                2
+            );
             j.sync(2).unwrap();
         }
         // Tear the last record of the file.
         let wal = dir.path().join(format!("{:016x}.wal", 1));
         let f = OpenOptions::new().write(true).open(&wal).unwrap();
-        f.write_all_at(&[0u8; 10], (2 * RECORD_HEADER_BYTES + 4096 - 10) as u64).unwrap();
+        f.write_all_at(&[0u8; 10], (2 * RECORD_HEADER_BYTES + 4096 - 10) as u64)
+            .unwrap();
         let (j, records) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].payload, vec![7u8; 4096]);
-        assert_eq!(j.append(RecordKind::Zero, VolumeId(1), 3, 1, &[], |s| s).unwrap(), 2);
+        assert_eq!(
+            j.append(RecordKind::Zero, VolumeId(1), 3, 1, &[], |s| s)
+                .unwrap(),
+            2
+        );
         drop(j);
         let (j, records) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
-        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(
+            records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
         assert_eq!(records[1].kind, RecordKind::Zero);
         j.release_upto(2).unwrap();
         assert_eq!(j.file_count(), 1);
@@ -474,34 +538,63 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let (j, _) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
-            j.append(RecordKind::Write, VolumeId(1), 0, 1, &[1u8; 4096], |s| s).unwrap();
+            j.append(RecordKind::Write, VolumeId(1), 0, 1, &[1u8; 4096], |s| s)
+                .unwrap();
         }
         drop(Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap());
         let (j, _) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
         j.release_upto(1).unwrap();
-        assert_eq!(j.append(RecordKind::Write, VolumeId(1), 0, 1, &[2u8; 4096], |s| s).unwrap(), 2);
+        assert_eq!(
+            j.append(RecordKind::Write, VolumeId(1), 0, 1, &[2u8; 4096], |s| s)
+                .unwrap(),
+            2
+        );
         drop(j);
         let (_, records) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
-        assert_eq!(records.last().map(|r| r.seq), Some(2), "the record after release survives");
+        assert_eq!(
+            records.last().map(|r| r.seq),
+            Some(2),
+            "the record after release survives"
+        );
     }
 
     #[test]
     fn recycled_files_never_replay_old_records() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = JournalOptions { file_bytes: 64 << 10, prefill: true };
+        let opts = JournalOptions {
+            file_bytes: 64 << 10,
+            prefill: true,
+        };
         let (j, _) = Journal::open(dir.path(), 1, opts).unwrap();
         // Fill several files so some are released and reused.
         for i in 0..60u64 {
-            let seq = j.append(RecordKind::Write, VolumeId(1), i, 1, &[i as u8; 4096], |s| s).unwrap();
+            let seq = j
+                .append(
+                    RecordKind::Write,
+                    VolumeId(1),
+                    i,
+                    1,
+                    &[i as u8; 4096],
+                    |s| s,
+                )
+                .unwrap();
             j.release_upto(seq.saturating_sub(20)).unwrap();
         }
         drop(j);
         let (_, records) = Journal::open(dir.path(), 1, opts).unwrap();
         let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
-        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "replay is one increasing run: {seqs:?}");
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0] + 1),
+            "replay is one increasing run: {seqs:?}"
+        );
         assert_eq!(seqs.last(), Some(&60));
         for r in &records {
-            assert_eq!(r.payload[0], (r.seq - 1) as u8, "record {} holds its own data", r.seq);
+            assert_eq!(
+                r.payload[0],
+                (r.seq - 1) as u8,
+                "record {} holds its own data",
+                r.seq
+            );
         }
     }
 }

@@ -47,16 +47,22 @@ impl MetaStore {
         std::fs::create_dir_all(dir).map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
         let path = dir.join(METASTORE_FILE);
         let state = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| IoFailure::CorruptMetadata {
-                what: path.display().to_string(),
-                detail: e.to_string(),
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                ClusterState { format_version: 1, ..ClusterState::default() }
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes).map_err(|e| IoFailure::CorruptMetadata {
+                    what: path.display().to_string(),
+                    detail: e.to_string(),
+                })?
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ClusterState {
+                format_version: 1,
+                ..ClusterState::default()
+            },
             Err(e) => return Err(IoFailure::disk(path.display().to_string(), e)),
         };
-        Ok(MetaStore { dir: dir.to_path_buf(), state })
+        Ok(MetaStore {
+            dir: dir.to_path_buf(),
+            state,
+        })
     }
 
     /// Replace the stored state with `next`; on failure nothing changes.
@@ -75,9 +81,13 @@ pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), IoFa
     let path = dir.join(name);
     let err = |p: &Path, e| IoFailure::disk(p.display().to_string(), e);
     let mut f = std::fs::File::create(&tmp).map_err(|e| err(&tmp, e))?;
-    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| err(&tmp, e))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| err(&tmp, e))?;
     std::fs::rename(&tmp, &path).map_err(|e| err(&path, e))?;
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(dir, e))
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| err(dir, e))
 }
 
 #[cfg(test)]

@@ -23,17 +23,37 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
     let dir = &config.data_dir;
     let meta_dir = dir.join("meta");
     let meta = MetaStore::open(&meta_dir)?;
-    let store = Arc::new(LocalChunkStore::open(&dir.join("dnode0").join("chunks"), config.direct_io, config.capacity_bytes)?);
+    let store = Arc::new(LocalChunkStore::open(
+        &dir.join("dnode0").join("chunks"),
+        config.direct_io,
+        config.capacity_bytes,
+    )?);
 
     let image = checkpoint::load(&meta_dir)?.unwrap_or_default();
     let mut families: HashMap<_, _> = image.families.into_iter().map(|f| (f.id, f)).collect();
-    let mut st = State { next_segment_id: image.next_segment_id, checkpoint_below: image.next_segment_id, ..State::default() };
+    let mut st = State {
+        next_segment_id: image.next_segment_id,
+        checkpoint_below: image.next_segment_id,
+        ..State::default()
+    };
     for record in &meta.state.volumes {
-        let family = families.remove(&record.family).unwrap_or_else(|| Family::new(record.family));
+        let family = families
+            .remove(&record.family)
+            .unwrap_or_else(|| Family::new(record.family));
         st.families.insert(record.family, family);
-        st.volumes.insert(record.id, Volume { record: record.clone(), gone: Arc::new(AtomicBool::new(false)) });
+        st.volumes.insert(
+            record.id,
+            Volume {
+                record: record.clone(),
+                gone: Arc::new(AtomicBool::new(false)),
+            },
+        );
     }
-    st.sealed = image.sealed.into_iter().filter(|(_, s)| st.families.contains_key(&s.family)).collect();
+    st.sealed = image
+        .sealed
+        .into_iter()
+        .filter(|(_, s)| st.families.contains_key(&s.family))
+        .collect();
 
     // Replay segments sealed after the checkpoint; drop torn, orphaned and deleted ones.
     // Segments GC deleted after the checkpoint are gone: their blocks were relocated by
@@ -46,12 +66,20 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         let id = chunk.segment;
         if id.0 < image.next_segment_id {
             if !st.sealed.contains_key(&id) {
-                discard(&*store, chunk, "not in the checkpoint (deleted volume or finished GC)");
+                discard(
+                    &*store,
+                    chunk,
+                    "not in the checkpoint (deleted volume or finished GC)",
+                );
             }
             continue;
         }
         let Some((header, entries)) = crate::destage::read_summary(&*store, id)? else {
-            discard(&*store, chunk, "torn: its writes are replayed from the journal");
+            discard(
+                &*store,
+                chunk,
+                "torn: its writes are replayed from the journal",
+            );
             continue;
         };
         let Some(family) = st.families.get_mut(&header.family) else {
@@ -60,30 +88,58 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         };
         family.replay(id, &entries);
         family.journal_hwm = family.journal_hwm.max(header.journal_hwm);
-        let stored_bytes = std::fs::metadata(dir.join("dnode0").join("chunks").join(format!("{:016x}.0.chunk", id.0)))
-            .map_or(0, |m| m.len());
-        let data_bytes = u64::from(header.data_end_bytes) - crate::segment::SEGMENT_HEADER_BYTES as u64;
-        st.sealed.insert(id, SealedSegment { family: header.family, data_bytes, stored_bytes });
+        let stored_bytes = std::fs::metadata(
+            dir.join("dnode0")
+                .join("chunks")
+                .join(format!("{:016x}.0.chunk", id.0)),
+        )
+        .map_or(0, |m| m.len());
+        let data_bytes =
+            u64::from(header.data_end_bytes) - crate::segment::SEGMENT_HEADER_BYTES as u64;
+        st.sealed.insert(
+            id,
+            SealedSegment {
+                family: header.family,
+                data_bytes,
+                stored_bytes,
+            },
+        );
         st.next_segment_id = st.next_segment_id.max(id.0 + 1);
         replayed += 1;
     }
     let mut missing = 0;
     for f in st.families.values_mut() {
         f.table.rebuild_free_ids();
-        missing += f.table.live_entries().filter(|(_, e)| !st.sealed.contains_key(&e.location.segment)).count();
+        missing += f
+            .table
+            .live_entries()
+            .filter(|(_, e)| !st.sealed.contains_key(&e.location.segment))
+            .count();
     }
     if missing > 0 {
-        tracing::error!(blocks = missing, "blocks point at missing segments: reads of them fail with EIO");
+        tracing::error!(
+            blocks = missing,
+            "blocks point at missing segments: reads of them fail with EIO"
+        );
     }
 
     // Replay the journal after each family's high-water mark.
-    let min_next_seq = st.families.values().map(|f| f.journal_hwm + 1).max().unwrap_or(1);
+    let min_next_seq = st
+        .families
+        .values()
+        .map(|f| f.journal_hwm + 1)
+        .max()
+        .unwrap_or(1);
     let (journal, records) = Journal::open(&dir.join("journal"), min_next_seq, config.journal)?;
     let mut replayed_records = 0u64;
     let mut first_pending = None;
     for r in records {
-        let Some(v) = st.volumes.get(&r.volume) else { continue };
-        let Some(f) = st.families.get(&v.record.family) else { continue };
+        let Some(v) = st.volumes.get(&r.volume) else {
+            continue;
+        };
+        let Some(f) = st.families.get(&v.record.family) else {
+            continue;
+        };
         if r.seq <= f.journal_hwm {
             continue;
         }
@@ -92,10 +148,14 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         match r.kind {
             RecordKind::Write => {
                 if r.payload.len() as u64 != r.count * BLOCK_SIZE_BYTES as u64 {
-                    tracing::error!(seq = r.seq, "journal record length does not match its block count; skipped");
+                    tracing::error!(
+                        seq = r.seq,
+                        "journal record length does not match its block count; skipped"
+                    );
                     continue;
                 }
-                st.buffer.push_write(r.seq, r.volume, r.lba, r.payload.into());
+                st.buffer
+                    .push_write(r.seq, r.volume, r.lba, r.payload.into());
             }
             kind => crate::destage::buffer_range(&mut st, r.seq, r.volume, r.lba, r.count, kind),
         }

@@ -13,14 +13,20 @@ pub enum Reduced {
     /// All zero: the map records a zero, nothing is stored.
     Zero,
     /// Store (or dedup) these bytes.
-    Data { fingerprint: Fingerprint, stored: Vec<u8>, compressed: bool },
+    Data {
+        fingerprint: Fingerprint,
+        stored: Vec<u8>,
+        compressed: bool,
+    },
 }
 
 pub fn is_zero(block: &[u8]) -> bool {
     // Word-at-a-time comparison; the compiler vectorises it.
     let words = block.chunks_exact(8);
     let tail = words.remainder();
-    words.into_iter().all(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")) == 0)
+    words
+        .into_iter()
+        .all(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")) == 0)
         && tail.iter().all(|&b| b == 0)
 }
 
@@ -32,16 +38,28 @@ pub fn fingerprint(block: &[u8]) -> Fingerprint {
 
 /// Reduce one block of exactly [`BLOCK_SIZE_BYTES`].
 pub fn reduce(block: &[u8]) -> Reduced {
-    assert_eq!(block.len(), BLOCK_SIZE_BYTES, "reduce works on whole blocks");
+    assert_eq!(
+        block.len(),
+        BLOCK_SIZE_BYTES,
+        "reduce works on whole blocks"
+    );
     if is_zero(block) {
         return Reduced::Zero;
     }
     let fingerprint = fingerprint(block);
     let compressed = lz4_flex::block::compress(block);
     if compressed.len() + COMPRESSION_MIN_SAVING_BYTES <= BLOCK_SIZE_BYTES {
-        Reduced::Data { fingerprint, stored: compressed, compressed: true }
+        Reduced::Data {
+            fingerprint,
+            stored: compressed,
+            compressed: true,
+        }
     } else {
-        Reduced::Data { fingerprint, stored: block.to_vec(), compressed: false }
+        Reduced::Data {
+            fingerprint,
+            stored: block.to_vec(),
+            compressed: false,
+        }
     }
 }
 
@@ -76,7 +94,12 @@ mod tests {
         for (i, b) in text.iter_mut().enumerate() {
             *b = b"weft stores blocks "[i % 19];
         }
-        let Reduced::Data { stored, compressed, .. } = reduce(&text) else { panic!() };
+        let Reduced::Data {
+            stored, compressed, ..
+        } = reduce(&text)
+        else {
+            panic!()
+        };
         assert!(compressed && stored.len() < 512);
         let mut out = vec![0u8; BLOCK_SIZE_BYTES];
         restore(&stored, true, &mut out).unwrap();
@@ -91,7 +114,12 @@ mod tests {
                 x.to_le_bytes()[0]
             })
             .collect();
-        let Reduced::Data { stored, compressed, .. } = reduce(&random) else { panic!() };
+        let Reduced::Data {
+            stored, compressed, ..
+        } = reduce(&random)
+        else {
+            panic!()
+        };
         assert!(!compressed);
         assert_eq!(stored, random);
     }

@@ -47,7 +47,11 @@ pub struct StripeLayout {
 }
 
 impl StripeLayout {
-    pub const SINGLE: StripeLayout = StripeLayout { codec_id: 0, data_chunks: 1, parity_chunks: 0 };
+    pub const SINGLE: StripeLayout = StripeLayout {
+        codec_id: 0,
+        data_chunks: 1,
+        parity_chunks: 0,
+    };
 }
 
 /// Where a new block's stored bytes are inside its segment.
@@ -65,13 +69,30 @@ pub struct StoredBlock {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SummaryEntry {
     /// `lba` of `layer` now holds a block stored in this segment.
-    MapNew { layer: LayerId, lba: u64, stored: StoredBlock, fingerprint: Fingerprint },
+    MapNew {
+        layer: LayerId,
+        lba: u64,
+        stored: StoredBlock,
+        fingerprint: Fingerprint,
+    },
     /// `lba` of `layer` now references an existing block (a dedup hit).
-    MapExisting { layer: LayerId, lba: u64, block: BlockId },
+    MapExisting {
+        layer: LayerId,
+        lba: u64,
+        block: BlockId,
+    },
     /// `count` blocks from `lba` of `layer` read as zeroes (written zeroes, kept allocated).
-    MapZero { layer: LayerId, lba: u64, count: u64 },
+    MapZero {
+        layer: LayerId,
+        lba: u64,
+        count: u64,
+    },
     /// `count` blocks from `lba` of `layer` are unmapped (trim).
-    Unmap { layer: LayerId, lba: u64, count: u64 },
+    Unmap {
+        layer: LayerId,
+        lba: u64,
+        count: u64,
+    },
     /// GC moved a live block into this segment.
     Relocate { stored: StoredBlock },
 }
@@ -121,7 +142,12 @@ impl SegmentBuilder {
     pub fn new(id: SegmentId, family: FamilyId, capacity_bytes: usize) -> SegmentBuilder {
         let mut data = Vec::with_capacity(capacity_bytes + SEGMENT_HEADER_BYTES);
         data.resize(SEGMENT_HEADER_BYTES, 0);
-        SegmentBuilder { id, family, data, entries: Vec::new() }
+        SegmentBuilder {
+            id,
+            family,
+            data,
+            entries: Vec::new(),
+        }
     }
 
     /// Append stored bytes; returns where they went.
@@ -219,7 +245,11 @@ pub fn parse_header(bytes: &[u8]) -> Result<SegmentHeader, SegmentFormatError> {
     Ok(SegmentHeader {
         segment: SegmentId(le_u64(bytes, 16)),
         family: FamilyId(le_u64(bytes, 24)),
-        layout: StripeLayout { codec_id: bytes[10], data_chunks: bytes[11], parity_chunks: bytes[12] },
+        layout: StripeLayout {
+            codec_id: bytes[10],
+            data_chunks: bytes[11],
+            parity_chunks: bytes[12],
+        },
         data_end_bytes: le_u32(bytes, 32),
         summary_len_bytes: le_u32(bytes, 36),
         journal_hwm: le_u64(bytes, 40),
@@ -250,12 +280,24 @@ mod tests {
         let mut b = SegmentBuilder::new(SegmentId(9), FamilyId(3), 1 << 20);
         let stored = b.append(BlockId(5), b"hello block", true);
         assert_eq!(stored.offset_bytes as usize, SEGMENT_HEADER_BYTES);
-        b.record(SummaryEntry::MapNew { layer: LayerId(1), lba: 77, stored, fingerprint: 123 });
-        b.record(SummaryEntry::Unmap { layer: LayerId(1), lba: 0, count: 1 << 30 });
+        b.record(SummaryEntry::MapNew {
+            layer: LayerId(1),
+            lba: 77,
+            stored,
+            fingerprint: 123,
+        });
+        b.record(SummaryEntry::Unmap {
+            layer: LayerId(1),
+            lba: 0,
+            count: 1 << 30,
+        });
         let mut bytes = b.seal(41, StripeLayout::SINGLE);
         assert_eq!(bytes.len() % SEGMENT_ALIGN_BYTES, 0);
         let h = parse_header(&bytes).unwrap();
-        assert_eq!((h.segment, h.family, h.journal_hwm), (SegmentId(9), FamilyId(3), 41));
+        assert_eq!(
+            (h.segment, h.family, h.journal_hwm),
+            (SegmentId(9), FamilyId(3), 41)
+        );
         let start = h.data_end_bytes as usize;
         let summary = &bytes[start..start + h.summary_len_bytes as usize];
         let entries = parse_summary(&h, summary).unwrap();
@@ -264,9 +306,18 @@ mod tests {
 
         bytes[start] ^= 1;
         let summary = &bytes[start..start + h.summary_len_bytes as usize];
-        assert_eq!(parse_summary(&h, summary), Err(SegmentFormatError::SummaryChecksum));
+        assert_eq!(
+            parse_summary(&h, summary),
+            Err(SegmentFormatError::SummaryChecksum)
+        );
         bytes[20] ^= 1;
-        assert_eq!(parse_header(&bytes), Err(SegmentFormatError::HeaderChecksum));
-        assert_eq!(parse_header(&[0u8; 4096]), Err(SegmentFormatError::BadMagic));
+        assert_eq!(
+            parse_header(&bytes),
+            Err(SegmentFormatError::HeaderChecksum)
+        );
+        assert_eq!(
+            parse_header(&[0u8; 4096]),
+            Err(SegmentFormatError::BadMagic)
+        );
     }
 }

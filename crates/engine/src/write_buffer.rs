@@ -15,19 +15,38 @@ use crate::units::{BlockId, VolumeId, BLOCK_SIZE_BYTES};
 #[derive(Debug, Clone)]
 pub enum Pending {
     /// Data for `count` blocks from `lba`, `data.len() == count * 4096`.
-    Write { seq: u64, volume: VolumeId, lba: u64, data: Arc<[u8]> },
+    Write {
+        seq: u64,
+        volume: VolumeId,
+        lba: u64,
+        data: Arc<[u8]>,
+    },
     /// Unmap `count` blocks from `lba`. Already applied to the map when buffered (reads see
     /// it at once); the references it dropped, `released`, are released when it is destaged,
     /// so that block ids are freed in the same order live and in replay.
-    Trim { seq: u64, volume: VolumeId, lba: u64, count: u64, released: Vec<BlockId> },
+    Trim {
+        seq: u64,
+        volume: VolumeId,
+        lba: u64,
+        count: u64,
+        released: Vec<BlockId>,
+    },
     /// Zero `count` blocks from `lba`; like `Trim`, but the blocks stay allocated as zeroes.
-    Zero { seq: u64, volume: VolumeId, lba: u64, count: u64, released: Vec<BlockId> },
+    Zero {
+        seq: u64,
+        volume: VolumeId,
+        lba: u64,
+        count: u64,
+        released: Vec<BlockId>,
+    },
 }
 
 impl Pending {
     pub fn seq(&self) -> u64 {
         match self {
-            Pending::Write { seq, .. } | Pending::Trim { seq, .. } | Pending::Zero { seq, .. } => *seq,
+            Pending::Write { seq, .. } | Pending::Trim { seq, .. } | Pending::Zero { seq, .. } => {
+                *seq
+            }
         }
     }
 }
@@ -62,23 +81,41 @@ impl WriteBuffer {
         let index = self.index.entry(volume).or_default();
         for i in 0..blocks {
             let block = u32::try_from(i).expect("request size is bounded");
-            index.insert(lba + i as u64, Buffered { seq, data: data.clone(), block });
+            index.insert(
+                lba + i as u64,
+                Buffered {
+                    seq,
+                    data: data.clone(),
+                    block,
+                },
+            );
         }
         self.data_bytes += data.len() as u64;
-        self.fifo.push_back(Pending::Write { seq, volume, lba, data });
+        self.fifo.push_back(Pending::Write {
+            seq,
+            volume,
+            lba,
+            data,
+        });
     }
 
     /// Buffer a trim or zeroing: buffered data in the range is superseded at once.
     pub fn push_range(&mut self, pending: Pending) {
         let (volume, lba, count) = match &pending {
-            Pending::Trim { volume, lba, count, .. } | Pending::Zero { volume, lba, count, .. } => {
-                (*volume, *lba, *count)
+            Pending::Trim {
+                volume, lba, count, ..
             }
+            | Pending::Zero {
+                volume, lba, count, ..
+            } => (*volume, *lba, *count),
             Pending::Write { .. } => panic!("push_range takes trims and zeroings"),
         };
         self.pending_ranges += 1;
         if let Some(index) = self.index.get_mut(&volume) {
-            let doomed: Vec<u64> = index.range(lba..lba.saturating_add(count)).map(|(&l, _)| l).collect();
+            let doomed: Vec<u64> = index
+                .range(lba..lba.saturating_add(count))
+                .map(|(&l, _)| l)
+                .collect();
             for l in doomed {
                 index.remove(&l);
             }
@@ -95,7 +132,10 @@ impl WriteBuffer {
 
     /// Is the block `lba` of the write `seq` still the newest data for it?
     pub fn is_current(&self, volume: VolumeId, lba: u64, seq: u64) -> bool {
-        self.index.get(&volume).and_then(|i| i.get(&lba)).is_some_and(|b| b.seq == seq)
+        self.index
+            .get(&volume)
+            .and_then(|i| i.get(&lba))
+            .is_some_and(|b| b.seq == seq)
     }
 
     /// The block was destaged: drop it from the index unless something newer replaced it.
@@ -161,11 +201,20 @@ mod tests {
         assert_eq!(wb.lookup(vol, 10).unwrap()[0], 1);
         assert_eq!(wb.lookup(vol, 11).unwrap()[0], 2);
         assert!(!wb.is_current(vol, 11, 1));
-        wb.push_range(Pending::Trim { seq: 3, volume: vol, lba: 11, count: 5, released: vec![] });
+        wb.push_range(Pending::Trim {
+            seq: 3,
+            volume: vol,
+            lba: 11,
+            count: 5,
+            released: vec![],
+        });
         assert!(wb.lookup(vol, 11).is_none());
         assert!(wb.is_current(vol, 10, 1));
         let popped = wb.pop_front(10);
-        assert_eq!(popped.iter().map(Pending::seq).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(
+            popped.iter().map(Pending::seq).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
         assert_eq!(wb.data_bytes(), 0);
         assert_eq!(wb.pending_ranges(), 0);
         wb.retire(vol, 10, 1);

@@ -20,7 +20,11 @@ fn pattern(p: u64) -> Vec<u8> {
     let mut rng = StdRng::seed_from_u64(p);
     if p % 2 == 1 {
         let word: Vec<u8> = (0..16).map(|_| rng.random()).collect();
-        word.iter().cycle().take(BLOCK_SIZE_BYTES).copied().collect()
+        word.iter()
+            .cycle()
+            .take(BLOCK_SIZE_BYTES)
+            .copied()
+            .collect()
     } else {
         (0..BLOCK_SIZE_BYTES).map(|_| rng.random()).collect()
     }
@@ -57,11 +61,22 @@ fn check_refcounts(engine: &Engine, model: &Model) {
     let distinct: u64 = model
         .volumes
         .iter()
-        .map(|m| m.values().filter(|&&p| p != 0).collect::<HashSet<_>>().len() as u64)
+        .map(|m| {
+            m.values()
+                .filter(|&&p| p != 0)
+                .collect::<HashSet<_>>()
+                .len() as u64
+        })
         .sum();
-    assert_eq!(stats.reduction.unique_blocks, distinct, "stored blocks = distinct non-zero contents per family");
+    assert_eq!(
+        stats.reduction.unique_blocks, distinct,
+        "stored blocks = distinct non-zero contents per family"
+    );
     let mapped: u64 = model.volumes.iter().map(|m| m.len() as u64).sum();
-    assert_eq!(stats.reduction.logical_bytes, mapped * BLOCK_SIZE_BYTES as u64);
+    assert_eq!(
+        stats.reduction.logical_bytes,
+        mapped * BLOCK_SIZE_BYTES as u64
+    );
 }
 
 fn run_seed(seed: u64, steps: usize) {
@@ -70,9 +85,13 @@ fn run_seed(seed: u64, steps: usize) {
     let names: Vec<String> = (0..2).map(|i| format!("vol{i}")).collect();
     let mut engine = open(dir.path());
     for n in &names {
-        engine.create_volume(n, VOLUME_BLOCKS * BLOCK_SIZE_BYTES as u64).unwrap();
+        engine
+            .create_volume(n, VOLUME_BLOCKS * BLOCK_SIZE_BYTES as u64)
+            .unwrap();
     }
-    let mut model = Model { volumes: vec![HashMap::new(), HashMap::new()] };
+    let mut model = Model {
+        volumes: vec![HashMap::new(), HashMap::new()],
+    };
     for step in 0..steps {
         let v = rng.random_range(0..names.len());
         let id = engine.open_volume(&names[v]).unwrap().id;
@@ -83,20 +102,32 @@ fn run_seed(seed: u64, steps: usize) {
             0..=64 => {
                 let pats: Vec<u64> = (0..count).map(|_| rng.random_range(0..PATTERNS)).collect();
                 let data: Vec<u8> = pats.iter().flat_map(|&p| pattern(p)).collect();
-                engine.write(id, offset, &data, rng.random_bool(0.1)).unwrap();
+                engine
+                    .write(id, offset, &data, rng.random_bool(0.1))
+                    .unwrap();
                 for (i, p) in pats.into_iter().enumerate() {
                     model.volumes[v].insert(lba + i as u64, p);
                 }
             }
             65..=74 => {
-                engine.trim(id, offset, count * BLOCK_SIZE_BYTES as u64, false).unwrap();
+                engine
+                    .trim(id, offset, count * BLOCK_SIZE_BYTES as u64, false)
+                    .unwrap();
                 for i in 0..count {
                     model.volumes[v].remove(&(lba + i));
                 }
             }
             75..=82 => {
                 let may_unmap = rng.random_bool(0.5);
-                engine.write_zeroes(id, offset, count * BLOCK_SIZE_BYTES as u64, may_unmap, false).unwrap();
+                engine
+                    .write_zeroes(
+                        id,
+                        offset,
+                        count * BLOCK_SIZE_BYTES as u64,
+                        may_unmap,
+                        false,
+                    )
+                    .unwrap();
                 for i in 0..count {
                     if may_unmap {
                         model.volumes[v].remove(&(lba + i));
@@ -115,26 +146,44 @@ fn run_seed(seed: u64, steps: usize) {
                 engine.crash();
                 drop(engine);
                 engine = open(dir.path());
-                check_all(&engine, &model, &names, &format!("seed {seed} step {step} after crash"));
+                check_all(
+                    &engine,
+                    &model,
+                    &names,
+                    &format!("seed {seed} step {step} after crash"),
+                );
             }
             _ => {
                 engine.shutdown();
                 drop(engine);
                 engine = open(dir.path());
-                check_all(&engine, &model, &names, &format!("seed {seed} step {step} after restart"));
+                check_all(
+                    &engine,
+                    &model,
+                    &names,
+                    &format!("seed {seed} step {step} after restart"),
+                );
             }
         }
     }
     check_all(&engine, &model, &names, &format!("seed {seed} end"));
     check_refcounts(&engine, &model);
     engine.gc_now().unwrap();
-    check_all(&engine, &model, &names, &format!("seed {seed} after final gc"));
+    check_all(
+        &engine,
+        &model,
+        &names,
+        &format!("seed {seed} after final gc"),
+    );
 }
 
 #[test]
 fn random_operations_match_the_model_across_crashes_gc_and_restarts() {
     // WEFT_MODEL_SEEDS=500 for a long run by hand; CI runs a fixed small set.
-    let seeds: u64 = std::env::var("WEFT_MODEL_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(6);
+    let seeds: u64 = std::env::var("WEFT_MODEL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
     for seed in 0..seeds {
         run_seed(seed, 400);
     }
@@ -144,24 +193,43 @@ fn random_operations_match_the_model_across_crashes_gc_and_restarts() {
 fn overwrite_heavy_workload_is_compacted_by_gc() {
     let dir = tempfile::tempdir().unwrap();
     // Background GC off, so the explicit run below is the one that compacts.
-    let engine = Engine::open(EngineConfig { gc_interval_ms: 3_600_000, ..EngineConfig::for_tests(dir.path()) }).unwrap();
-    let id = engine.create_volume("v", 64 * BLOCK_SIZE_BYTES as u64).map(|_| engine.open_volume("v").unwrap().id).unwrap();
+    let engine = Engine::open(EngineConfig {
+        gc_interval_ms: 3_600_000,
+        ..EngineConfig::for_tests(dir.path())
+    })
+    .unwrap();
+    let id = engine
+        .create_volume("v", 64 * BLOCK_SIZE_BYTES as u64)
+        .map(|_| engine.open_volume("v").unwrap().id)
+        .unwrap();
     for round in 0..40u64 {
         for lba in 0..64u64 {
             let data = pattern(1000 + round * 64 + lba);
-            engine.write(id, lba * BLOCK_SIZE_BYTES as u64, &data, false).unwrap();
+            engine
+                .write(id, lba * BLOCK_SIZE_BYTES as u64, &data, false)
+                .unwrap();
         }
     }
     engine.sync().unwrap();
     let before = engine.stats();
     let report = engine.gc_now().unwrap();
     let after = engine.stats();
-    assert!(report.segments_reclaimed > 0, "gc reclaimed nothing: {report:?}");
-    assert!(after.used_bytes < before.used_bytes, "used {} -> {}", before.used_bytes, after.used_bytes);
+    assert!(
+        report.segments_reclaimed > 0,
+        "gc reclaimed nothing: {report:?}"
+    );
+    assert!(
+        after.used_bytes < before.used_bytes,
+        "used {} -> {}",
+        before.used_bytes,
+        after.used_bytes
+    );
     assert_eq!(after.reduction.unique_blocks, 64);
     for lba in 0..64u64 {
         let mut buf = vec![0u8; BLOCK_SIZE_BYTES];
-        engine.read(id, lba * BLOCK_SIZE_BYTES as u64, &mut buf).unwrap();
+        engine
+            .read(id, lba * BLOCK_SIZE_BYTES as u64, &mut buf)
+            .unwrap();
         assert_eq!(buf, pattern(1000 + 39 * 64 + lba));
     }
     assert!(after.write_amplification.unwrap() > 0.0);
@@ -171,7 +239,9 @@ fn overwrite_heavy_workload_is_compacted_by_gc() {
 fn corrupt_chunk_is_an_io_error_never_data() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
-    engine.create_volume("v", 16 * BLOCK_SIZE_BYTES as u64).unwrap();
+    engine
+        .create_volume("v", 16 * BLOCK_SIZE_BYTES as u64)
+        .unwrap();
     let id = engine.open_volume("v").unwrap().id;
     engine.write(id, 0, &pattern(2), false).unwrap();
     engine.sync().unwrap();
@@ -194,14 +264,24 @@ fn corrupt_chunk_is_an_io_error_never_data() {
 #[test]
 fn full_datastore_refuses_writes_and_keeps_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig { capacity_bytes: Some(1 << 20), ..EngineConfig::for_tests(dir.path()) };
+    let config = EngineConfig {
+        capacity_bytes: Some(1 << 20),
+        ..EngineConfig::for_tests(dir.path())
+    };
     let engine = Engine::open(config).unwrap();
-    engine.create_volume("v", 4096 * BLOCK_SIZE_BYTES as u64).unwrap();
+    engine
+        .create_volume("v", 4096 * BLOCK_SIZE_BYTES as u64)
+        .unwrap();
     let id = engine.open_volume("v").unwrap().id;
     let mut written = 0u64;
     let mut refused = false;
     for lba in 0..4096u64 {
-        match engine.write(id, lba * BLOCK_SIZE_BYTES as u64, &pattern(2 * lba + 2), false) {
+        match engine.write(
+            id,
+            lba * BLOCK_SIZE_BYTES as u64,
+            &pattern(2 * lba + 2),
+            false,
+        ) {
             Ok(()) => written += 1,
             Err(weft_engine::EngineError::NoSpace) => {
                 refused = true;
@@ -214,7 +294,9 @@ fn full_datastore_refuses_writes_and_keeps_reads() {
     engine.sync().ok();
     for lba in 0..written {
         let mut buf = vec![0u8; BLOCK_SIZE_BYTES];
-        engine.read(id, lba * BLOCK_SIZE_BYTES as u64, &mut buf).unwrap();
+        engine
+            .read(id, lba * BLOCK_SIZE_BYTES as u64, &mut buf)
+            .unwrap();
         assert_eq!(buf, pattern(2 * lba + 2), "block {lba}");
     }
 }

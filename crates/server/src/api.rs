@@ -50,9 +50,9 @@ impl From<EngineError> for ApiError {
         let status = match &e {
             EngineError::UnknownVolume { .. } | EngineError::Gone => StatusCode::NOT_FOUND,
             EngineError::VolumeExists { .. } => StatusCode::CONFLICT,
-            EngineError::InvalidName { .. } | EngineError::InvalidSize { .. } | EngineError::OutOfRange { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            EngineError::InvalidName { .. }
+            | EngineError::InvalidSize { .. }
+            | EngineError::OutOfRange { .. } => StatusCode::BAD_REQUEST,
             EngineError::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -63,7 +63,10 @@ impl From<EngineError> for ApiError {
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/api/v1/volumes", get(list_volumes).post(create_volume))
-        .route("/api/v1/volumes/{name}", get(volume_info).delete(delete_volume))
+        .route(
+            "/api/v1/volumes/{name}",
+            get(volume_info).delete(delete_volume),
+        )
         .route("/api/v1/volumes/{name}/resize", post(resize_volume))
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/sync", post(sync))
@@ -80,8 +83,14 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match presented {
-        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => next.run(request).await,
-        _ => ApiError(StatusCode::UNAUTHORIZED, "missing or wrong bearer token".into()).into_response(),
+        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => {
+            next.run(request).await
+        }
+        _ => ApiError(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token".into(),
+        )
+        .into_response(),
     }
 }
 
@@ -89,7 +98,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, EngineError> + Send + 'static) -> Result<T, ApiError> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
+) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
@@ -105,7 +116,9 @@ fn with_uri(state: &ApiState, info: weft_engine::VolumeInfo) -> serde_json::Valu
 async fn list_volumes(State(state): State<ApiState>) -> Result<Json<serde_json::Value>, ApiError> {
     let engine = state.engine.clone();
     let volumes = blocking(move || Ok(engine.list_volumes())).await?;
-    Ok(Json(volumes.into_iter().map(|v| with_uri(&state, v)).collect()))
+    Ok(Json(
+        volumes.into_iter().map(|v| with_uri(&state, v)).collect(),
+    ))
 }
 
 async fn create_volume(
@@ -118,13 +131,19 @@ async fn create_volume(
     Ok((StatusCode::CREATED, Json(with_uri(&state, info))))
 }
 
-async fn volume_info(State(state): State<ApiState>, Path(name): Path<String>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn volume_info(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || engine.volume_info(&name)).await?;
     Ok(Json(with_uri(&state, info)))
 }
 
-async fn delete_volume(State(state): State<ApiState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+async fn delete_volume(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
     let engine = state.engine.clone();
     blocking(move || engine.delete_volume(&name)).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use weft_engine::engine::VolumeHandle;
 use weft_engine::{Engine, EngineError};
 
-use crate::backend::{ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError};
+use crate::backend::{
+    ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
+};
 
 /// Serves every volume of an engine.
 #[derive(Debug, Clone)]
@@ -38,8 +40,13 @@ impl ExportBackend for EngineBackend {
         let handle = self
             .engine
             .open_volume(name)
-            .map_err(|_| OpenError::UnknownExport { name: name.to_string() })?;
-        Ok(Arc::new(VolumeExport { engine: self.engine.clone(), handle }))
+            .map_err(|_| OpenError::UnknownExport {
+                name: name.to_string(),
+            })?;
+        Ok(Arc::new(VolumeExport {
+            engine: self.engine.clone(),
+            handle,
+        }))
     }
 }
 
@@ -53,12 +60,22 @@ struct VolumeExport {
 /// The one place engine errors become front-end errors.
 fn to_export_error(e: EngineError) -> ExportIoError {
     match e {
-        EngineError::OutOfRange { .. } => ExportIoError::Invalid { reason: "outside the volume or not 4 KiB aligned" },
-        EngineError::InvalidName { .. } | EngineError::InvalidSize { .. } => ExportIoError::Invalid { reason: "invalid request" },
+        EngineError::OutOfRange { .. } => ExportIoError::Invalid {
+            reason: "outside the volume or not 4 KiB aligned",
+        },
+        EngineError::InvalidName { .. } | EngineError::InvalidSize { .. } => {
+            ExportIoError::Invalid {
+                reason: "invalid request",
+            }
+        }
         EngineError::ReadOnly => ExportIoError::ReadOnly,
         EngineError::NoSpace => ExportIoError::NoSpace,
-        EngineError::Gone | EngineError::UnknownVolume { .. } | EngineError::VolumeExists { .. } => ExportIoError::Gone,
-        e => ExportIoError::Io { detail: e.to_string() },
+        EngineError::Gone
+        | EngineError::UnknownVolume { .. }
+        | EngineError::VolumeExists { .. } => ExportIoError::Gone,
+        e => ExportIoError::Io {
+            detail: e.to_string(),
+        },
     }
 }
 
@@ -74,11 +91,15 @@ impl ExportHandle for VolumeExport {
     }
 
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ExportIoError> {
-        self.engine.read(self.handle.id, offset_bytes, buf).map_err(to_export_error)
+        self.engine
+            .read(self.handle.id, offset_bytes, buf)
+            .map_err(to_export_error)
     }
 
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), ExportIoError> {
-        self.engine.write(self.handle.id, offset_bytes, data, fua).map_err(to_export_error)
+        self.engine
+            .write(self.handle.id, offset_bytes, data, fua)
+            .map_err(to_export_error)
     }
 
     fn flush(&self) -> Result<(), ExportIoError> {
@@ -86,20 +107,39 @@ impl ExportHandle for VolumeExport {
     }
 
     fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), ExportIoError> {
-        self.engine.trim(self.handle.id, offset_bytes, length_bytes, fua).map_err(to_export_error)
+        self.engine
+            .trim(self.handle.id, offset_bytes, length_bytes, fua)
+            .map_err(to_export_error)
     }
 
-    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64, may_trim: bool, fua: bool) -> Result<(), ExportIoError> {
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        may_trim: bool,
+        fua: bool,
+    ) -> Result<(), ExportIoError> {
         self.engine
             .write_zeroes(self.handle.id, offset_bytes, length_bytes, may_trim, fua)
             .map_err(to_export_error)
     }
 
-    fn block_status(&self, offset_bytes: u64, length_bytes: u64) -> Result<Vec<ExtentStatus>, ExportIoError> {
-        let extents = self.engine.block_status(self.handle.id, offset_bytes, length_bytes).map_err(to_export_error)?;
+    fn block_status(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<ExtentStatus>, ExportIoError> {
+        let extents = self
+            .engine
+            .block_status(self.handle.id, offset_bytes, length_bytes)
+            .map_err(to_export_error)?;
         Ok(extents
             .into_iter()
-            .map(|e| ExtentStatus { length_bytes: e.length_bytes, hole: e.hole, zero: e.zero })
+            .map(|e| ExtentStatus {
+                length_bytes: e.length_bytes,
+                hole: e.hole,
+                zero: e.zero,
+            })
             .collect())
     }
 

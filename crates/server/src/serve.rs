@@ -34,9 +34,13 @@ pub struct ServeConfig {
 /// Run until a signal; returns after a clean shutdown (destaged and checkpointed).
 pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let data_dir = absolute(&config.engine.data_dir)?;
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let token = load_or_create_token(&data_dir)?;
-    let engine_config = EngineConfig { data_dir: data_dir.clone(), ..config.engine.clone() };
+    let engine_config = EngineConfig {
+        data_dir: data_dir.clone(),
+        ..config.engine.clone()
+    };
     let engine = tokio::task::spawn_blocking(move || Engine::open(engine_config))
         .await?
         .with_context(|| format!("opening the datastore in {}", data_dir.display()))?;
@@ -47,15 +51,23 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             .with_context(|| format!("creating the default volume {}", config.default_volume))?;
     }
 
-    let nbd = TcpListener::bind(config.nbd_listen).await.with_context(|| format!("binding NBD on {}", config.nbd_listen))?;
-    let api_listener = TcpListener::bind(config.api_listen).await.with_context(|| format!("binding the API on {}", config.api_listen))?;
+    let nbd = TcpListener::bind(config.nbd_listen)
+        .await
+        .with_context(|| format!("binding NBD on {}", config.nbd_listen))?;
+    let api_listener = TcpListener::bind(config.api_listen)
+        .await
+        .with_context(|| format!("binding the API on {}", config.api_listen))?;
     let nbd_addr = nbd.local_addr()?;
     let api_addr = api_listener.local_addr()?;
 
     let shutdown = CancellationToken::new();
     let backend = Arc::new(EngineBackend::new(engine.clone()));
     let nbd_task = tokio::spawn(crate::nbd_listener::run(nbd, backend, shutdown.clone()));
-    let state = ApiState { engine: engine.clone(), token: token.into(), nbd_address: nbd_addr.to_string().into() };
+    let state = ApiState {
+        engine: engine.clone(),
+        token: token.into(),
+        nbd_address: nbd_addr.to_string().into(),
+    };
     let api_shutdown = shutdown.clone();
     let api_task = tokio::spawn(async move {
         axum::serve(api_listener, api::router(state))
@@ -68,14 +80,30 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "api": format!("http://{api_addr}"),
         "pid": std::process::id(),
     });
-    weft_engine::metastore::write_atomically(&data_dir, SERVE_FILE, serde_json::to_vec_pretty(&serve_json)?.as_slice())?;
+    weft_engine::metastore::write_atomically(
+        &data_dir,
+        SERVE_FILE,
+        serde_json::to_vec_pretty(&serve_json)?.as_slice(),
+    )?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "weft: data dir {}", data_dir.display())?;
     for v in engine.list_volumes() {
-        writeln!(out, "nbd: nbd://{nbd_addr}/{}  ({} bytes)", v.name, v.size_bytes)?;
+        writeln!(
+            out,
+            "nbd: nbd://{nbd_addr}/{}  ({} bytes)",
+            v.name, v.size_bytes
+        )?;
     }
-    writeln!(out, "api: http://{api_addr}/api/v1 (token in {})", data_dir.join(TOKEN_FILE).display())?;
-    writeln!(out, "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}", name = config.default_volume)?;
+    writeln!(
+        out,
+        "api: http://{api_addr}/api/v1 (token in {})",
+        data_dir.join(TOKEN_FILE).display()
+    )?;
+    writeln!(
+        out,
+        "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}",
+        name = config.default_volume
+    )?;
     writeln!(out, "ready")?;
     out.flush()?;
     drop(out);

@@ -157,7 +157,12 @@ fn qemu_io_writes_and_reads_a_pattern() {
 fn fio(server: &TestServer, args: &[&str]) -> String {
     run_ok(
         Command::new("fio")
-            .args(["--name=t", "--ioengine=nbd", "--output-format=normal", "--verify_state_save=0"])
+            .args([
+                "--name=t",
+                "--ioengine=nbd",
+                "--output-format=normal",
+                "--verify_state_save=0",
+            ])
             .arg(format!("--uri={}", server.uri("disk")))
             .args(args),
     )
