@@ -15,21 +15,43 @@ fn nbdinfo_sees_export_size_and_flags() {
     let srv = Server::start_with("nbdinfo", ServeOpts::default().volume_size("1G"));
     let uri = srv.nbd_uri("vol0");
     let info = nbdinfo_json(&uri);
-    let exports = info["exports"].as_array().unwrap_or_else(|| panic!("no exports in {info}"));
+    let exports = info["exports"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no exports in {info}"));
     let e = exports
         .iter()
         .find(|e| e["export-name"] == "vol0")
         .unwrap_or_else(|| panic!("export vol0 not listed: {info}"));
     assert_eq!(e["export-size"].as_u64(), Some(1 << 30), "export size: {e}");
-    for flag in ["can_flush", "can_fua", "can_trim", "can_zero", "can_multi_conn"] {
+    for flag in [
+        "can_flush",
+        "can_fua",
+        "can_trim",
+        "can_zero",
+        "can_multi_conn",
+    ] {
         assert_eq!(e[flag].as_bool(), Some(true), "{flag} should be true: {e}");
     }
     assert_eq!(e["is_read_only"].as_bool(), Some(false), "{e}");
-    let contexts: Vec<&str> = e["contexts"].as_array().map(|a| a.iter().filter_map(|c| c.as_str()).collect()).unwrap_or_default();
-    assert!(contexts.contains(&"base:allocation"), "base:allocation not offered: {e}");
+    let contexts: Vec<&str> = e["contexts"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        contexts.contains(&"base:allocation"),
+        "base:allocation not offered: {e}"
+    );
     if srv.is_weft() {
-        assert_eq!(e["block_size_minimum"].as_u64(), Some(4096), "minimum block size: {e}");
-        assert_eq!(e["block_size_preferred"].as_u64(), Some(4096), "preferred block size: {e}");
+        assert_eq!(
+            e["block_size_minimum"].as_u64(),
+            Some(4096),
+            "minimum block size: {e}"
+        );
+        assert_eq!(
+            e["block_size_preferred"].as_u64(),
+            Some(4096),
+            "preferred block size: {e}"
+        );
     }
 
     // base:allocation: a fresh volume is one hole; after a write, the map shows data there.
@@ -37,8 +59,13 @@ fn nbdinfo_sees_export_size_and_flags() {
     c.write(1 << 20, &vec![0x5a; 64 << 10]).unwrap();
     c.flush().unwrap();
     c.disconnect();
-    let out = run(Command::new("nbdinfo").args(["--map", "--json"]).arg(&uri), Duration::from_secs(60)).ok();
-    let map: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("nbdinfo --map: {e}\n{}", out.stdout));
+    let out = run(
+        Command::new("nbdinfo").args(["--map", "--json"]).arg(&uri),
+        Duration::from_secs(60),
+    )
+    .ok();
+    let map: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("nbdinfo --map: {e}\n{}", out.stdout));
     let extents = map.as_array().unwrap_or_else(|| panic!("map: {map}"));
     let covering = extents
         .iter()
@@ -48,7 +75,11 @@ fn nbdinfo_sees_export_size_and_flags() {
             off <= (1 << 20) && (1 << 20) < off + len
         })
         .unwrap_or_else(|| panic!("no extent covers 1 MiB: {map}"));
-    assert_eq!(covering["type"].as_u64(), Some(0), "written range should be allocated data (type 0): {covering}\nfull map: {map}");
+    assert_eq!(
+        covering["type"].as_u64(),
+        Some(0),
+        "written range should be allocated data (type 0): {covering}\nfull map: {map}"
+    );
     let total: u64 = extents.iter().map(|x| x["length"].as_u64().unwrap()).sum();
     assert_eq!(total, 1 << 30, "extents should cover the export: {map}");
 }
@@ -64,17 +95,30 @@ fn qemu_img_convert_roundtrip_is_byte_identical() {
     fs::write(&src, &data).unwrap();
     let uri = srv.nbd_uri("vol0");
     run(
-        Command::new("qemu-img").args(["convert", "-n", "-f", "raw", "-O", "raw"]).arg(&src).arg(&uri),
+        Command::new("qemu-img")
+            .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+            .arg(&src)
+            .arg(&uri),
         Duration::from_secs(300),
     )
     .ok();
     let got = qemu_img_read_all(&uri, &back);
     assert_eq!(got.len(), data.len(), "read-back size");
     if let Some(at) = first_diff(&got, &data) {
-        panic!("qemu-img round trip differs first at byte {at} (block {})", at / 4096);
+        panic!(
+            "qemu-img round trip differs first at byte {at} (block {})",
+            at / 4096
+        );
     }
     // And qemu-img's own comparison agrees.
-    run(Command::new("qemu-img").args(["compare", "-f", "raw", "-F", "raw"]).arg(&src).arg(&uri), Duration::from_secs(300)).ok();
+    run(
+        Command::new("qemu-img")
+            .args(["compare", "-f", "raw", "-F", "raw"])
+            .arg(&src)
+            .arg(&uri),
+        Duration::from_secs(300),
+    )
+    .ok();
 }
 
 #[test]
@@ -136,7 +180,11 @@ fn own_client_write_read_trim_zero_and_misaligned() {
         (NBD_FLAG_SEND_WRITE_ZEROES, "WRITE_ZEROES"),
         (NBD_FLAG_CAN_MULTI_CONN, "MULTI_CONN"),
     ] {
-        assert!(c.flags & flag != 0, "transmission flag {name} missing (flags {:#x})", c.flags);
+        assert!(
+            c.flags & flag != 0,
+            "transmission flag {name} missing (flags {:#x})",
+            c.flags
+        );
     }
     let (mut rng, _) = test_rng("own_client_write_read_trim_zero_and_misaligned");
     let a = random_bytes(&mut rng, 256 << 10);
@@ -151,9 +199,15 @@ fn own_client_write_read_trim_zero_and_misaligned() {
     c.write_zeroes(65536, 4096).unwrap();
     let back = c.read(0, a.len() as u32).unwrap();
     assert_eq!(&back[..4096], &a[..4096]);
-    assert!(back[4096..12288].iter().all(|&b| b == 0), "trimmed range not zero");
+    assert!(
+        back[4096..12288].iter().all(|&b| b == 0),
+        "trimmed range not zero"
+    );
     assert_eq!(&back[12288..65536], &a[12288..65536]);
-    assert!(back[65536..69632].iter().all(|&b| b == 0), "write-zeroes range not zero");
+    assert!(
+        back[65536..69632].iter().all(|&b| b == 0),
+        "write-zeroes range not zero"
+    );
     assert_eq!(&back[69632..], &a[69632..]);
     c.flush().unwrap();
     if !srv.is_weft() {
@@ -162,14 +216,24 @@ fn own_client_write_read_trim_zero_and_misaligned() {
     // Misaligned requests: EINVAL (22), and the connection stays usable.
     match c.read(1, 4096) {
         Err(NbdError::Server(22)) => {}
-        other => panic!("misaligned read should fail with EINVAL (22), got {:?}", other.map(|v| v.len())),
+        other => panic!(
+            "misaligned read should fail with EINVAL (22), got {:?}",
+            other.map(|v| v.len())
+        ),
     }
     match c.write(4096, &[1u8; 100]) {
         Err(NbdError::Server(22)) => {}
         other => panic!("short (misaligned) write should fail with EINVAL (22), got {other:?}"),
     }
     // Beyond the end: an error, not a crash.
-    assert!(c.read(64 << 20, 4096).is_err(), "read past the end should fail");
-    assert_eq!(c.read(0, 4096).unwrap(), &a[..4096], "connection unusable after errors");
+    assert!(
+        c.read(64 << 20, 4096).is_err(),
+        "read past the end should fail"
+    );
+    assert_eq!(
+        c.read(0, 4096).unwrap(),
+        &a[..4096],
+        "connection unusable after errors"
+    );
     c.disconnect();
 }

@@ -84,7 +84,10 @@ fn fio_verify_state_survives_kill9_at_random_points() {
             if writer.try_wait().is_some() {
                 return Some(Instant::now());
             }
-            writer.all_so_far().contains("connected to NBD server").then(Instant::now)
+            writer
+                .all_so_far()
+                .contains("connected to NBD server")
+                .then(Instant::now)
         });
         let mut finished_early = false;
         while t0.elapsed() < kill_after {
@@ -96,25 +99,46 @@ fn fio_verify_state_survives_kill9_at_random_points() {
         }
         eprintln!(
             "round {round}: fio seed {fio_seed}, kill -9 after {kill_after:?}{}",
-            if finished_early { " (fio finished before the kill: the kill hits an idle server)" } else { "" }
+            if finished_early {
+                " (fio finished before the kill: the kill hits an idle server)"
+            } else {
+                ""
+            }
         );
         srv.kill9();
         let wout = writer.wait(Duration::from_secs(60));
-        assert!(!wout.timed_out, "fio did not exit within 60 s after the server died:\n{}", wout.all());
+        assert!(
+            !wout.timed_out,
+            "fio did not exit within 60 s after the server died:\n{}",
+            wout.all()
+        );
         let mut issued = Vec::new();
         for j in 0..JOBS {
             let st = cwd.join(format!("local-crash-{j}-verify.state"));
             let n = state_numberio(&st).unwrap_or_else(|| {
-                panic!("fio wrote no verify state {} (round {round}):\n{}", st.display(), wout.all())
+                panic!(
+                    "fio wrote no verify state {} (round {round}):\n{}",
+                    st.display(),
+                    wout.all()
+                )
             });
             issued.push(n);
         }
         eprintln!("round {round}: writes issued per job before the kill: {issued:?}");
-        assert!(issued.iter().sum::<u64>() > 0, "fio wrote nothing before the kill:\n{}", wout.all());
+        assert!(
+            issued.iter().sum::<u64>() > 0,
+            "fio wrote nothing before the kill:\n{}",
+            wout.all()
+        );
 
         srv.restart();
         let mut vargs = fio_crash_job(fio_seed);
-        vargs.extend(strs(&["--verify_only", "--verify_state_load=1", "--verify_state_save=0", "--verify_fatal=1"]));
+        vargs.extend(strs(&[
+            "--verify_only",
+            "--verify_state_load=1",
+            "--verify_state_save=0",
+            "--verify_fatal=1",
+        ]));
         let vout = fio(&cwd, &uri, &vargs, Duration::from_secs(600));
         if !vout.success() || vout.all().lines().any(|l| l.starts_with("verify:")) {
             panic!(
@@ -179,7 +203,9 @@ fn decode_block(salt: u64, block: u64, data: &[u8]) -> Result<u64, String> {
     let idx = u64::from_le_bytes(data[8..16].try_into().unwrap());
     let ver = u64::from_le_bytes(data[16..24].try_into().unwrap());
     if idx != block {
-        return Err(format!("holds block {idx}'s data (misdirected write), version {ver}"));
+        return Err(format!(
+            "holds block {idx}'s data (misdirected write), version {ver}"
+        ));
     }
     if data != block_content(salt, block, ver).as_slice() {
         return Err(format!("version {ver} header but torn or corrupt content"));
@@ -221,7 +247,11 @@ fn writer(
             }
         }
         let fua = rng.random_range(0..8) == 0;
-        let res = if fua { c.write_fua(start * 4096, &buf) } else { c.write(start * 4096, &buf) };
+        let res = if fua {
+            c.write_fua(start * 4096, &buf)
+        } else {
+            c.write(start * 4096, &buf)
+        };
         if let Err(e) = res {
             return (writes, flushes, format!("write: {e}"));
         }
@@ -263,7 +293,10 @@ fn versioned_blocks_survive_kill9_acked_and_flushed() {
 /// kill lands in the middle of maintenance work too.
 #[test]
 fn versioned_blocks_survive_kill9_during_gc_and_checkpoint() {
-    versioned_blocks("versioned_blocks_survive_kill9_during_gc_and_checkpoint", true);
+    versioned_blocks(
+        "versioned_blocks_survive_kill9_during_gc_and_checkpoint",
+        true,
+    );
 }
 
 fn versioned_blocks(test: &str, maintenance: bool) {
@@ -272,7 +305,14 @@ fn versioned_blocks(test: &str, maintenance: bool) {
     if maintenance {
         opts = opts.arg("--segment-size").arg("256K");
     }
-    let mut srv = Server::start_with(if maintenance { "crash-gc" } else { "crash-versions" }, opts);
+    let mut srv = Server::start_with(
+        if maintenance {
+            "crash-gc"
+        } else {
+            "crash-versions"
+        },
+        opts,
+    );
     if maintenance && srv.skip_without_api(test) {
         return;
     }
@@ -283,7 +323,8 @@ fn versioned_blocks(test: &str, maintenance: bool) {
         let stop = Arc::new(AtomicBool::new(false));
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
-                let (st, stop, addr, seed) = (state.clone(), stop.clone(), srv.nbd, rng.random::<u64>());
+                let (st, stop, addr, seed) =
+                    (state.clone(), stop.clone(), srv.nbd, rng.random::<u64>());
                 std::thread::spawn(move || writer(addr, t, salt, seed, st, stop))
             })
             .collect();
@@ -295,7 +336,14 @@ fn versioned_blocks(test: &str, maintenance: bool) {
                     for path in ["/api/v1/gc", "/api/v1/checkpoint", "/api/v1/sync"] {
                         // The server dies mid-call eventually: a transport error ends the loop.
                         match try_api_request(&api, "POST", path, None, Some(&token)) {
-                            Ok((st, body)) => runs.push(format!("{path} {st}{}", if st >= 300 { format!(" {body}") } else { String::new() })),
+                            Ok((st, body)) => runs.push(format!(
+                                "{path} {st}{}",
+                                if st >= 300 {
+                                    format!(" {body}")
+                                } else {
+                                    String::new()
+                                }
+                            )),
                             Err(_) => return runs,
                         }
                     }
@@ -310,14 +358,29 @@ fn versioned_blocks(test: &str, maintenance: bool) {
         stop.store(true, Ordering::Relaxed);
         if let Some(m) = maint {
             let runs = m.join().expect("maintenance thread");
-            let failed: Vec<_> = runs.iter().filter(|r| !r.ends_with(" 200") && !r.ends_with(" 204")).collect();
-            eprintln!("round {round}: {} maintenance calls before the kill", runs.len());
-            assert!(failed.is_empty(), "maintenance calls failed while the server was up: {failed:?}");
+            let failed: Vec<_> = runs
+                .iter()
+                .filter(|r| !r.ends_with(" 200") && !r.ends_with(" 204"))
+                .collect();
+            eprintln!(
+                "round {round}: {} maintenance calls before the kill",
+                runs.len()
+            );
+            assert!(
+                failed.is_empty(),
+                "maintenance calls failed while the server was up: {failed:?}"
+            );
         }
-        let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("writer thread")).collect();
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("writer thread"))
+            .collect();
         let total_writes: u64 = results.iter().map(|r| r.0).sum();
         eprintln!("round {round}: killed after {kill_after:?}; writers (writes, flushes, ended by): {results:?}");
-        assert!(total_writes > 0, "no write was acknowledged before the kill: {results:?}");
+        assert!(
+            total_writes > 0,
+            "no write was acknowledged before the kill: {results:?}"
+        );
 
         srv.restart();
         let mut c = srv.nbd_client("vol0");
@@ -328,7 +391,11 @@ fn versioned_blocks(test: &str, maintenance: bool) {
         let (mut unflushed_checked, mut inflight) = (0, 0);
         for b in 0..nblocks {
             let s = st[b as usize];
-            let got = decode_block(salt, b, &data[(b * 4096) as usize..((b + 1) * 4096) as usize]);
+            let got = decode_block(
+                salt,
+                b,
+                &data[(b * 4096) as usize..((b + 1) * 4096) as usize],
+            );
             if s.acked > s.flushed {
                 unflushed_checked += 1;
             }
@@ -336,25 +403,45 @@ fn versioned_blocks(test: &str, maintenance: bool) {
                 inflight += 1;
             }
             match got {
-                Err(why) => problems.push(format!("block {b}: {why} (acked {}, issued {})", s.acked, s.issued)),
+                Err(why) => problems.push(format!(
+                    "block {b}: {why} (acked {}, issued {})",
+                    s.acked, s.issued
+                )),
                 Ok(v) if v < s.acked => problems.push(format!(
                     "block {b}: version {v} < acknowledged {} ({}; flushed version {})",
                     s.acked,
-                    if v >= s.flushed { "an acknowledged, unflushed write was lost" } else { "a FLUSHED write was lost" },
+                    if v >= s.flushed {
+                        "an acknowledged, unflushed write was lost"
+                    } else {
+                        "a FLUSHED write was lost"
+                    },
                     s.flushed
                 )),
-                Ok(v) if v > s.issued => problems.push(format!("block {b}: version {v} was never written (issued {})", s.issued)),
+                Ok(v) if v > s.issued => problems.push(format!(
+                    "block {b}: version {v} was never written (issued {})",
+                    s.issued
+                )),
                 Ok(_) => {}
             }
         }
         eprintln!(
             "round {round}: {nblocks} blocks checked, {unflushed_checked} with acknowledged-but-unflushed versions, {inflight} with a write in flight at the kill"
         );
-        assert!(problems.is_empty(), "round {round}: {} bad blocks after kill -9:\n{}", problems.len(), problems.join("\n"));
+        assert!(
+            problems.is_empty(),
+            "round {round}: {} bad blocks after kill -9:\n{}",
+            problems.len(),
+            problems.join("\n")
+        );
         // The in-flight writes either landed or not; from now on the block holds what we read.
         let mut stm = state.lock().unwrap();
         for b in 0..nblocks {
-            let v = decode_block(salt, b, &data[(b * 4096) as usize..((b + 1) * 4096) as usize]).unwrap();
+            let v = decode_block(
+                salt,
+                b,
+                &data[(b * 4096) as usize..((b + 1) * 4096) as usize],
+            )
+            .unwrap();
             let s = &mut stm[b as usize];
             s.acked = v;
             s.flushed = v;

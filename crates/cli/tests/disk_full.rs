@@ -11,7 +11,13 @@ use common::*;
 #[test]
 fn enospc_when_full_reads_still_work_and_gc_frees_space() {
     require_tool("fio");
-    let mut srv = Server::start_with("diskfull", ServeOpts::default().volume_size("256M").arg("--capacity").arg("64M"));
+    let mut srv = Server::start_with(
+        "diskfull",
+        ServeOpts::default()
+            .volume_size("256M")
+            .arg("--capacity")
+            .arg("64M"),
+    );
     if srv.skip_without_api("enospc_when_full_reads_still_work_and_gc_frees_space") {
         return;
     }
@@ -41,14 +47,28 @@ fn enospc_when_full_reads_still_work_and_gc_frees_space() {
         Duration::from_secs(600),
     );
     let all = out.all();
-    eprintln!("fill run: {}\n{}", out.describe(), all.lines().filter(|l| l.contains("err") || l.contains("WRITE")).collect::<Vec<_>>().join("\n"));
-    assert!(!out.timed_out, "fill run hung (server should answer ENOSPC, not block forever):\n{all}");
+    eprintln!(
+        "fill run: {}\n{}",
+        out.describe(),
+        all.lines()
+            .filter(|l| l.contains("err") || l.contains("WRITE"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        !out.timed_out,
+        "fill run hung (server should answer ENOSPC, not block forever):\n{all}"
+    );
     assert!(
         all.contains("No space left on device"),
         "writing 512 MiB with --capacity 64M should fail with ENOSPC; fio said ({}):\n{all}",
         out.describe()
     );
-    assert!(srv.is_alive(), "server died when the store filled up:\n{}", srv.server_output());
+    assert!(
+        srv.is_alive(),
+        "server died when the store filled up:\n{}",
+        srv.server_output()
+    );
 
     // Once full, a new unique write gets ENOSPC (28) from our own client too...
     let mut c = srv.nbd_client("vol0");
@@ -58,20 +78,32 @@ fn enospc_when_full_reads_still_work_and_gc_frees_space() {
         other => panic!("a write to a full store should fail with ENOSPC (28), got {other:?}"),
     }
     // ...while reads keep working.
-    assert!(c.read(0, keep.len() as u32).unwrap() == keep, "data written before the store filled is not readable");
+    assert!(
+        c.read(0, keep.len() as u32).unwrap() == keep,
+        "data written before the store filled is not readable"
+    );
     c.disconnect();
     assert!(srv.is_alive(), "server died after ENOSPC");
     let stats = srv.stats();
-    let (used, cap) = (stats["used_bytes"].as_u64(), stats["capacity_bytes"].as_u64());
+    let (used, cap) = (
+        stats["used_bytes"].as_u64(),
+        stats["capacity_bytes"].as_u64(),
+    );
     assert_eq!(cap, Some(64 * MIB), "capacity_bytes: {stats}");
-    assert!(used.unwrap_or(u64::MAX) <= 64 * MIB, "used_bytes {used:?} exceeds capacity: {stats}");
+    assert!(
+        used.unwrap_or(u64::MAX) <= 64 * MIB,
+        "used_bytes {used:?} exceeds capacity: {stats}"
+    );
     let ni = nbdinfo_json(&srv.nbd_uri("vol0"));
     assert_eq!(ni["exports"][0]["export-size"].as_u64(), Some(256 * MIB));
 
     // A full store survives kill -9 + restart, and the data is still there.
     srv.kill9_and_restart();
     let mut c = srv.nbd_client("vol0");
-    assert!(c.read(0, keep.len() as u32).unwrap() == keep, "kept data after restart on a full store");
+    assert!(
+        c.read(0, keep.len() as u32).unwrap() == keep,
+        "kept data after restart on a full store"
+    );
     c.disconnect();
 
     // Deleting the filler and running GC frees space: new writes succeed again.
@@ -82,7 +114,9 @@ fn enospc_when_full_reads_still_work_and_gc_frees_space() {
     let after = srv.stats();
     eprintln!("stats after delete + gc: {after:#}");
     let mut c = srv.nbd_client("vol0");
-    c.write(32 * MIB, &fresh).unwrap_or_else(|e| panic!("write after delete + gc should succeed: {e}\nstats: {after:#}"));
+    c.write(32 * MIB, &fresh).unwrap_or_else(|e| {
+        panic!("write after delete + gc should succeed: {e}\nstats: {after:#}")
+    });
     c.flush().unwrap();
     assert!(c.read(32 * MIB, fresh.len() as u32).unwrap() == fresh);
     assert!(c.read(0, keep.len() as u32).unwrap() == keep);

@@ -32,7 +32,13 @@ impl Mounts {
     fn new(fuse_dir: PathBuf, mnt_dir: PathBuf) -> Mounts {
         fs::create_dir_all(&fuse_dir).unwrap();
         fs::create_dir_all(&mnt_dir).unwrap();
-        Mounts { fuse_dir, mnt_dir, nbdfuse: None, loop_dev: None, loop_mounted: false }
+        Mounts {
+            fuse_dir,
+            mnt_dir,
+            nbdfuse: None,
+            loop_dev: None,
+            loop_mounted: false,
+        }
     }
 
     fn disk(&self) -> PathBuf {
@@ -46,19 +52,28 @@ impl Mounts {
         let mut cmd = Command::new(require_tool("nbdfuse"));
         cmd.arg("-P").arg(&pidfile).arg(self.disk()).arg(uri);
         let mut bg = Bg::spawn(&mut cmd);
-        poll_until(Duration::from_secs(30), "nbdfuse to write its pid file", || {
-            if let Some(st) = bg.try_wait() {
-                panic!("nbdfuse exited early ({st}):\n{}", bg.all_so_far());
-            }
-            fs::metadata(&pidfile).ok().filter(|m| m.len() > 0).map(|_| ())
-        });
+        poll_until(
+            Duration::from_secs(30),
+            "nbdfuse to write its pid file",
+            || {
+                if let Some(st) = bg.try_wait() {
+                    panic!("nbdfuse exited early ({st}):\n{}", bg.all_so_far());
+                }
+                fs::metadata(&pidfile)
+                    .ok()
+                    .filter(|m| m.len() > 0)
+                    .map(|_| ())
+            },
+        );
         self.nbdfuse = Some(bg);
     }
 
     /// A loop device with 4096-byte logical sectors over the nbdfuse file.
     fn attach_loop(&mut self) -> String {
         let out = run(
-            Command::new(require_tool("losetup")).args(["-f", "--show", "-b", "4096"]).arg(self.disk()),
+            Command::new(require_tool("losetup"))
+                .args(["-f", "--show", "-b", "4096"])
+                .arg(self.disk()),
             Duration::from_secs(60),
         )
         .ok();
@@ -70,26 +85,46 @@ impl Mounts {
 
     fn mount(&mut self) {
         let dev = self.loop_dev.clone().expect("attach_loop first");
-        run(Command::new("mount").arg(&dev).arg(&self.mnt_dir), Duration::from_secs(60)).ok();
+        run(
+            Command::new("mount").arg(&dev).arg(&self.mnt_dir),
+            Duration::from_secs(60),
+        )
+        .ok();
         self.loop_mounted = true;
     }
 
     fn umount(&mut self) {
         if self.loop_mounted {
-            run(Command::new("umount").arg(&self.mnt_dir), Duration::from_secs(120)).ok();
+            run(
+                Command::new("umount").arg(&self.mnt_dir),
+                Duration::from_secs(120),
+            )
+            .ok();
             self.loop_mounted = false;
         }
         if let Some(dev) = self.loop_dev.take() {
-            run(Command::new("losetup").arg("-d").arg(&dev), Duration::from_secs(60)).ok();
+            run(
+                Command::new("losetup").arg("-d").arg(&dev),
+                Duration::from_secs(60),
+            )
+            .ok();
         }
     }
 
     /// `fusermount3 -u`, then wait for nbdfuse to exit by itself.
     fn unexpose(&mut self) {
         if let Some(bg) = self.nbdfuse.take() {
-            run(Command::new("fusermount3").arg("-u").arg(&self.fuse_dir), Duration::from_secs(60)).ok();
+            run(
+                Command::new("fusermount3").arg("-u").arg(&self.fuse_dir),
+                Duration::from_secs(60),
+            )
+            .ok();
             let out = bg.wait(Duration::from_secs(60));
-            assert!(!out.timed_out, "nbdfuse did not exit after fusermount3 -u:\n{}", out.all());
+            assert!(
+                !out.timed_out,
+                "nbdfuse did not exit after fusermount3 -u:\n{}",
+                out.all()
+            );
         }
     }
 }
@@ -103,13 +138,20 @@ impl Drop for Mounts {
             let _ = Command::new("losetup").arg("-d").arg(dev).status();
         }
         if self.nbdfuse.is_some() {
-            let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&self.fuse_dir).status();
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(&self.fuse_dir)
+                .status();
         }
     }
 }
 
 fn is_root() -> bool {
-    run(&mut Command::new("id").arg("-u"), Duration::from_secs(10)).stdout.trim() == "0"
+    run(&mut Command::new("id").arg("-u"), Duration::from_secs(10))
+        .stdout
+        .trim()
+        == "0"
 }
 
 /// Without /dev/fuse or root this test cannot run: outside CI it says so and returns; on CI
@@ -137,7 +179,15 @@ fn ext4_over_nbdfuse_survives_kill9() {
     if !fs_prerequisites() {
         return;
     }
-    require_tools(&["nbdfuse", "fusermount3", "mkfs.ext4", "e2fsck", "losetup", "mount", "umount"]);
+    require_tools(&[
+        "nbdfuse",
+        "fusermount3",
+        "mkfs.ext4",
+        "e2fsck",
+        "losetup",
+        "mount",
+        "umount",
+    ]);
     let (mut rng, _) = test_rng("ext4_over_nbdfuse_survives_kill9");
     let mut srv = Server::start_with("ext4", ServeOpts::default().volume_size("256M"));
     let uri = srv.nbd_uri("vol0");
@@ -147,7 +197,13 @@ fn ext4_over_nbdfuse_survives_kill9() {
     let size = fs::metadata(m.disk()).unwrap().len();
     assert_eq!(size, 256 << 20, "nbdfuse file size");
     let dev = m.attach_loop();
-    run(Command::new(require_tool("mkfs.ext4")).args(["-F", "-q"]).arg(&dev), Duration::from_secs(300)).ok();
+    run(
+        Command::new(require_tool("mkfs.ext4"))
+            .args(["-F", "-q"])
+            .arg(&dev),
+        Duration::from_secs(300),
+    )
+    .ok();
     m.mount();
 
     // Files of assorted sizes, some in subdirectories, one larger than the write buffer is likely to be.
@@ -162,7 +218,10 @@ fn ext4_over_nbdfuse_survives_kill9() {
         let rel = PathBuf::from(format!("d{}/f{i}.bin", i % 3));
         files.push((rel, random_bytes(&mut rng, len)));
     }
-    files.push((PathBuf::from("big/large.bin"), random_bytes(&mut rng, 24 << 20)));
+    files.push((
+        PathBuf::from("big/large.bin"),
+        random_bytes(&mut rng, 24 << 20),
+    ));
     files.push((PathBuf::from("text.txt"), b"weft end-to-end\n".repeat(1000)));
     for (rel, data) in &files {
         let p = srv.scratch.join("mnt").join(rel);
@@ -177,13 +236,25 @@ fn ext4_over_nbdfuse_survives_kill9() {
 
     m.expose(&uri);
     let dev = m.attach_loop();
-    run(Command::new(require_tool("e2fsck")).args(["-f", "-n"]).arg(&dev), Duration::from_secs(300)).ok();
+    run(
+        Command::new(require_tool("e2fsck"))
+            .args(["-f", "-n"])
+            .arg(&dev),
+        Duration::from_secs(300),
+    )
+    .ok();
     m.mount();
     for (rel, data) in &files {
         let p = srv.scratch.join("mnt").join(rel);
-        let got = fs::read(&p).unwrap_or_else(|e| panic!("read {} after restart: {e}", rel.display()));
+        let got =
+            fs::read(&p).unwrap_or_else(|e| panic!("read {} after restart: {e}", rel.display()));
         if let Some(at) = first_diff(&got, data) {
-            panic!("{} differs after kill -9 + restart, first at byte {at} (len {} vs {})", rel.display(), got.len(), data.len());
+            panic!(
+                "{} differs after kill -9 + restart, first at byte {at} (len {} vs {})",
+                rel.display(),
+                got.len(),
+                data.len()
+            );
         }
     }
     m.umount();

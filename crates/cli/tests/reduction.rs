@@ -31,7 +31,8 @@ fn num(v: &Value, path: &[&str]) -> f64 {
     for p in path {
         cur = &cur[*p];
     }
-    cur.as_f64().unwrap_or_else(|| panic!("stats lack {}: {v}", path.join(".")))
+    cur.as_f64()
+        .unwrap_or_else(|| panic!("stats lack {}: {v}", path.join(".")))
 }
 
 fn within(actual: f64, ideal: f64, tol: f64) -> bool {
@@ -97,25 +98,71 @@ fn reduction_ratio_matches_known_workload() {
             failures.push(msg);
         }
     };
-    check(logical == (3 * REGION) as f64, format!("logical_bytes {logical} != 96 MiB ({})", 3 * REGION));
-    check(zero == REGION as f64, format!("zero_bytes {zero} != 32 MiB ({REGION})"));
-    check(within(dedup, 16.0 * mib, 0.10), format!("dedup_saved_bytes {:.2} MiB not within 10% of 16 MiB", dedup / mib));
-    check(within(comp, 16.0 * mib, 0.10), format!("compression_saved_bytes {:.2} MiB not within 10% of 16 MiB", comp / mib));
-    check(within(stored, 32.0 * mib, 0.10), format!("stored_bytes {:.2} MiB not within 10% of 32 MiB", stored / mib));
-    check(within(ratio, 3.0, 0.10), format!("ratio {ratio:.3} not within 10% of the ideal 3.0"));
+    check(
+        logical == (3 * REGION) as f64,
+        format!("logical_bytes {logical} != 96 MiB ({})", 3 * REGION),
+    );
+    check(
+        zero == REGION as f64,
+        format!("zero_bytes {zero} != 32 MiB ({REGION})"),
+    );
+    check(
+        within(dedup, 16.0 * mib, 0.10),
+        format!(
+            "dedup_saved_bytes {:.2} MiB not within 10% of 16 MiB",
+            dedup / mib
+        ),
+    );
+    check(
+        within(comp, 16.0 * mib, 0.10),
+        format!(
+            "compression_saved_bytes {:.2} MiB not within 10% of 16 MiB",
+            comp / mib
+        ),
+    );
+    check(
+        within(stored, 32.0 * mib, 0.10),
+        format!(
+            "stored_bytes {:.2} MiB not within 10% of 32 MiB",
+            stored / mib
+        ),
+    );
+    check(
+        within(ratio, 3.0, 0.10),
+        format!("ratio {ratio:.3} not within 10% of the ideal 3.0"),
+    );
     if stored > 0.0 {
-        check(within(ratio, logical / stored, 0.01), format!("ratio {ratio} != logical/stored {}", logical / stored));
+        check(
+            within(ratio, logical / stored, 0.01),
+            format!("ratio {ratio} != logical/stored {}", logical / stored),
+        );
     }
     // The identities of the definitions: non-zero logical = dedup saved + unique; unique = comp saved + stored.
     check(
         within(logical - zero - dedup - comp, stored, 0.001),
-        format!("logical - zero - dedup_saved - compression_saved = {} != stored {stored}", logical - zero - dedup - comp),
+        format!(
+            "logical - zero - dedup_saved - compression_saved = {} != stored {stored}",
+            logical - zero - dedup - comp
+        ),
     );
-    assert!(stats["write_amplification"].as_f64().is_some(), "write_amplification missing: {stats}");
+    assert!(
+        stats["write_amplification"].as_f64().is_some(),
+        "write_amplification missing: {stats}"
+    );
     let vol = srv.cli_json(&["volume", "info", "vol0", "--json"]);
-    check(vol["mapped_bytes"].as_u64() == Some(3 * REGION), format!("vol0 mapped_bytes: {vol}"));
-    check(vol["zero_bytes"].as_u64() == Some(REGION), format!("vol0 zero_bytes: {vol}"));
-    assert!(failures.is_empty(), "data reduction off the known workload:\n{}\nstats: {stats:#}", failures.join("\n"));
+    check(
+        vol["mapped_bytes"].as_u64() == Some(3 * REGION),
+        format!("vol0 mapped_bytes: {vol}"),
+    );
+    check(
+        vol["zero_bytes"].as_u64() == Some(REGION),
+        format!("vol0 zero_bytes: {vol}"),
+    );
+    assert!(
+        failures.is_empty(),
+        "data reduction off the known workload:\n{}\nstats: {stats:#}",
+        failures.join("\n")
+    );
 
     // Trimmed blocks leave logical and zero counts; written zeroes (above) stay in them.
     let mut c = srv.nbd_client("vol0");
@@ -125,7 +172,19 @@ fn reduction_ratio_matches_known_workload() {
     srv.cli_ok(&["sync"]);
     let stats2 = srv.cli_json(&["stats", "--json"]);
     let r2 = &stats2["reduction"];
-    assert_eq!(num(r2, &["logical_bytes"]), (3 * REGION - 16 * MIB) as f64, "logical after trimming 16 MiB of zeroes: {stats2:#}");
-    assert_eq!(num(r2, &["zero_bytes"]), (REGION - 16 * MIB) as f64, "zero_bytes after trimming 16 MiB of zeroes: {stats2:#}");
-    assert_eq!(num(r2, &["stored_bytes"]), stored, "trimming zero blocks must not change stored bytes");
+    assert_eq!(
+        num(r2, &["logical_bytes"]),
+        (3 * REGION - 16 * MIB) as f64,
+        "logical after trimming 16 MiB of zeroes: {stats2:#}"
+    );
+    assert_eq!(
+        num(r2, &["zero_bytes"]),
+        (REGION - 16 * MIB) as f64,
+        "zero_bytes after trimming 16 MiB of zeroes: {stats2:#}"
+    );
+    assert_eq!(
+        num(r2, &["stored_bytes"]),
+        stored,
+        "trimming zero blocks must not change stored bytes"
+    );
 }

@@ -112,7 +112,9 @@ pub fn random_bytes(rng: &mut StdRng, len: usize) -> Vec<u8> {
 }
 
 pub fn keep_dirs() -> bool {
-    std::env::var("WEFT_E2E_KEEP").map(|v| v == "1").unwrap_or(false)
+    std::env::var("WEFT_E2E_KEEP")
+        .map(|v| v == "1")
+        .unwrap_or(false)
 }
 
 /// A temp dir that is kept when WEFT_E2E_KEEP=1 or when the test panics.
@@ -128,7 +130,10 @@ impl Scratch {
             .tempdir()
             .expect("create temp dir");
         let path = dir.path().to_path_buf();
-        Scratch { dir: Some(dir), path }
+        Scratch {
+            dir: Some(dir),
+            path,
+        }
     }
     pub fn path(&self) -> &Path {
         &self.path
@@ -201,7 +206,11 @@ impl Capture {
 }
 
 fn capture_thread(mut r: impl Read + Send + 'static) -> (Arc<Mutex<Capture>>, JoinHandle<()>) {
-    let cap = Arc::new(Mutex::new(Capture { head: Vec::new(), tail: VecDeque::new(), dropped: 0 }));
+    let cap = Arc::new(Mutex::new(Capture {
+        head: Vec::new(),
+        tail: VecDeque::new(),
+        dropped: 0,
+    }));
     let c2 = cap.clone();
     let h = std::thread::spawn(move || {
         let mut buf = [0u8; 8192];
@@ -234,7 +243,13 @@ impl CmdOut {
     /// Panics with the command line and its output unless it exited 0.
     pub fn ok(self) -> CmdOut {
         if !self.success() {
-            panic!("command failed ({}): {}\n--- stdout ---\n{}\n--- stderr ---\n{}", self.describe(), self.cmdline, self.stdout, self.stderr);
+            panic!(
+                "command failed ({}): {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                self.describe(),
+                self.cmdline,
+                self.stdout,
+                self.stderr
+            );
         }
         self
     }
@@ -280,7 +295,13 @@ impl Bg {
             .unwrap_or_else(|e| panic!("cannot run {line}: {e}"));
         let (oc, oh) = capture_thread(child.stdout.take().unwrap());
         let (ec, eh) = capture_thread(child.stderr.take().unwrap());
-        Bg { child, out: (oc, Some(oh)), err: (ec, Some(eh)), cmdline: line, status: None }
+        Bg {
+            child,
+            out: (oc, Some(oh)),
+            err: (ec, Some(eh)),
+            cmdline: line,
+            status: None,
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -332,9 +353,19 @@ impl Bg {
         }
     }
 
-    /// Sends a signal by pid (`kill -SIG PID`) to this child only.
+    /// SIGKILL to this child's pid only.
+    pub fn sigkill(&mut self) {
+        if self.try_wait().is_none() {
+            let _ = self.child.kill();
+        }
+    }
+
+    /// Sends a signal by pid (`kill -SIG PID`, procps) to this child only.
     pub fn signal(&self, sig: &str) {
-        let _ = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status();
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status();
     }
 }
 
@@ -381,7 +412,11 @@ pub struct ServeOpts {
 
 impl Default for ServeOpts {
     fn default() -> Self {
-        ServeOpts { default_volume: "vol0".into(), default_volume_size: "1G".into(), extra: vec![] }
+        ServeOpts {
+            default_volume: "vol0".into(),
+            default_volume_size: "1G".into(),
+            extra: vec![],
+        }
     }
 }
 
@@ -453,7 +488,10 @@ impl Server {
     fn launch_weft(&mut self, ports: Option<(SocketAddr, String)>) {
         let (nbd_listen, api_listen) = match &ports {
             Some((nbd, api)) => {
-                let api_hostport = api.trim_start_matches("http://").trim_end_matches('/').to_string();
+                let api_hostport = api
+                    .trim_start_matches("http://")
+                    .trim_end_matches('/')
+                    .to_string();
                 (nbd.to_string(), api_hostport)
             }
             None => ("127.0.0.1:0".to_string(), "127.0.0.1:0".to_string()),
@@ -478,35 +516,56 @@ impl Server {
         let serve_json = self.data_dir.join("serve.json");
         let child = self.child.as_mut().unwrap();
         // Poll: the `ready` line on stdout, then serve.json written by *this* pid.
-        let info: Value = poll_until(READY_TIMEOUT, "weft serve to print `ready` and write serve.json", || {
-            if let Some(st) = child.try_wait() {
-                panic!(
+        let info: Value = poll_until(
+            READY_TIMEOUT,
+            "weft serve to print `ready` and write serve.json",
+            || {
+                if let Some(st) = child.try_wait() {
+                    panic!(
                     "weft serve exited before ready ({st}).\n--- stdout ---\n{}\n--- stderr ---\n{}",
                     child.stdout_so_far(),
                     child.stderr_so_far()
                 );
-            }
-            let out = child.stdout_so_far();
-            if !out.lines().any(|l| l.trim() == "ready") {
-                return None;
-            }
-            let text = fs::read_to_string(&serve_json).ok()?;
-            let v: Value = serde_json::from_str(&text).ok()?;
-            (v["pid"].as_u64() == Some(pid as u64)).then_some(v)
-        });
+                }
+                let out = child.stdout_so_far();
+                if !out.lines().any(|l| l.trim() == "ready") {
+                    return None;
+                }
+                let text = fs::read_to_string(&serve_json).ok()?;
+                let v: Value = serde_json::from_str(&text).ok()?;
+                (v["pid"].as_u64() == Some(pid as u64)).then_some(v)
+            },
+        );
         let nbd: SocketAddr = info["nbd"]
             .as_str()
             .unwrap_or_else(|| panic!("serve.json lacks \"nbd\": {info}"))
             .parse()
             .unwrap_or_else(|e| panic!("serve.json \"nbd\" is not host:port ({e}): {info}"));
-        let api = info["api"].as_str().unwrap_or_else(|| panic!("serve.json lacks \"api\": {info}")).to_string();
+        let api = info["api"]
+            .as_str()
+            .unwrap_or_else(|| panic!("serve.json lacks \"api\": {info}"))
+            .to_string();
         assert!(nbd.ip().is_loopback(), "NBD must listen on loopback: {nbd}");
-        assert_ne!(nbd.port(), 0, "serve.json must carry the real NBD port, not 0: {info}");
+        assert_ne!(
+            nbd.port(),
+            0,
+            "serve.json must carry the real NBD port, not 0: {info}"
+        );
         if let Some((old_nbd, old_api)) = ports {
-            assert_eq!(nbd, old_nbd, "restart did not get the NBD address it was given");
-            assert_eq!(api.trim_end_matches('/'), old_api.trim_end_matches('/'), "restart did not get the API address it was given");
+            assert_eq!(
+                nbd, old_nbd,
+                "restart did not get the NBD address it was given"
+            );
+            assert_eq!(
+                api.trim_end_matches('/'),
+                old_api.trim_end_matches('/'),
+                "restart did not get the API address it was given"
+            );
         }
-        eprintln!("weft serve pid {pid} ready: nbd {nbd}, api {api} (start #{})", self.starts);
+        eprintln!(
+            "weft serve pid {pid} ready: nbd {nbd}, api {api} (start #{})",
+            self.starts
+        );
         self.nbd = nbd;
         self.api = api.trim_end_matches('/').to_string();
     }
@@ -517,7 +576,8 @@ impl Server {
         let f = vols.join(&self.opts.default_volume);
         if !f.exists() {
             let file = fs::File::create(&f).unwrap();
-            file.set_len(parse_size(&self.opts.default_volume_size)).unwrap();
+            file.set_len(parse_size(&self.opts.default_volume_size))
+                .unwrap();
         }
         let addr = port.unwrap_or_else(|| {
             // nbdkit does not report a port it picked: take a free one (reference mode only).
@@ -545,15 +605,18 @@ impl Server {
     }
 
     pub fn is_alive(&mut self) -> bool {
-        self.child.as_mut().map(|c| c.try_wait().is_none()).unwrap_or(false)
+        self.child
+            .as_mut()
+            .map(|c| c.try_wait().is_none())
+            .unwrap_or(false)
     }
 
     /// SIGKILL by pid, then reap.
     pub fn kill9(&mut self) {
-        let child = self.child.take().expect("server not running");
+        let mut child = self.child.take().expect("server not running");
         let pid = child.pid();
-        let st = Command::new("kill").arg("-9").arg(pid.to_string()).status().expect("run kill");
-        assert!(st.success(), "kill -9 {pid} failed");
+        // std's Child::kill is kill(pid, SIGKILL): no dependency on procps' kill(1).
+        child.sigkill();
         let out = child.wait(Duration::from_secs(30));
         eprintln!("killed -9 server pid {pid} ({})", out.describe());
         self.save_log(&out);
@@ -561,10 +624,14 @@ impl Server {
 
     /// Restarts on the same data dir and the same ports (read back from serve.json).
     pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "restart() needs the server stopped (kill9 first)");
+        assert!(
+            self.child.is_none(),
+            "restart() needs the server stopped (kill9 first)"
+        );
         let ports = match self.backend {
             Backend::Weft => {
-                let text = fs::read_to_string(self.data_dir.join("serve.json")).expect("serve.json after kill");
+                let text = fs::read_to_string(self.data_dir.join("serve.json"))
+                    .expect("serve.json after kill");
                 let v: Value = serde_json::from_str(&text).expect("serve.json is JSON");
                 let nbd: SocketAddr = v["nbd"].as_str().unwrap().parse().unwrap();
                 Some((nbd, v["api"].as_str().unwrap().to_string()))
@@ -581,8 +648,8 @@ impl Server {
 
     /// Stops the server (SIGKILL) and returns the output it printed.
     pub fn stop(&mut self) -> Option<CmdOut> {
-        let child = self.child.take()?;
-        child.signal("KILL");
+        let mut child = self.child.take()?;
+        child.sigkill();
         let out = child.wait(Duration::from_secs(30));
         self.save_log(&out);
         Some(out)
@@ -590,12 +657,22 @@ impl Server {
 
     fn save_log(&self, out: &CmdOut) {
         let p = self.scratch.join(format!("serve-{}.log", self.starts));
-        let _ = fs::write(&p, format!("--- stdout ---\n{}\n--- stderr ---\n{}", out.stdout, out.stderr));
+        let _ = fs::write(
+            &p,
+            format!(
+                "--- stdout ---\n{}\n--- stderr ---\n{}",
+                out.stdout, out.stderr
+            ),
+        );
     }
 
     pub fn server_output(&self) -> String {
         match &self.child {
-            Some(c) => format!("--- stdout ---\n{}\n--- stderr ---\n{}", c.stdout_so_far(), c.stderr_so_far()),
+            Some(c) => format!(
+                "--- stdout ---\n{}\n--- stderr ---\n{}",
+                c.stdout_so_far(),
+                c.stderr_so_far()
+            ),
             None => "(server not running)".into(),
         }
     }
@@ -605,31 +682,49 @@ impl Server {
     }
 
     pub fn nbd_client(&self, export: &str) -> NbdClient {
-        NbdClient::connect(self.nbd, export).unwrap_or_else(|e| panic!("NBD connect to {}/{export}: {e}", self.nbd))
+        NbdClient::connect(self.nbd, export)
+            .unwrap_or_else(|e| panic!("NBD connect to {}/{export}: {e}", self.nbd))
     }
 
     pub fn token(&self) -> String {
-        fs::read_to_string(self.data_dir.join("api-token")).expect("read api-token").trim().to_string()
+        fs::read_to_string(self.data_dir.join("api-token"))
+            .expect("read api-token")
+            .trim()
+            .to_string()
     }
 
     /// `weft --data-dir DIR ARGS...`
     pub fn cli(&self, args: &[&str]) -> CmdOut {
         let mut cmd = Command::new(weft_bin());
-        cmd.arg("--data-dir").arg(&self.data_dir).args(args).env_remove("WEFT_API").env_remove("WEFT_TOKEN").env_remove("WEFT_DATA_DIR");
+        cmd.arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(args)
+            .env_remove("WEFT_API")
+            .env_remove("WEFT_TOKEN")
+            .env_remove("WEFT_DATA_DIR");
         run(&mut cmd, Duration::from_secs(120))
     }
 
     pub fn cli_ok(&self, args: &[&str]) -> String {
         let out = self.cli(args);
         if !out.success() {
-            panic!("`weft {}` failed ({}):\n{}\n{}\nserver:\n{}", args.join(" "), out.describe(), out.stdout, out.stderr, self.server_output());
+            panic!(
+                "`weft {}` failed ({}):\n{}\n{}\nserver:\n{}",
+                args.join(" "),
+                out.describe(),
+                out.stdout,
+                out.stderr,
+                self.server_output()
+            );
         }
         out.stdout
     }
 
     pub fn cli_json(&self, args: &[&str]) -> Value {
         let out = self.cli_ok(args);
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("`weft {}` did not print JSON ({e}):\n{out}", args.join(" ")))
+        serde_json::from_str(&out).unwrap_or_else(|e| {
+            panic!("`weft {}` did not print JSON ({e}):\n{out}", args.join(" "))
+        })
     }
 
     /// An API request with the server's token. Returns (status, body).
@@ -644,7 +739,8 @@ impl Server {
         if text.trim().is_empty() {
             return Value::Null;
         }
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"))
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"))
     }
 
     pub fn stats(&self) -> Value {
@@ -662,8 +758,15 @@ impl Drop for Server {
 }
 
 /// One HTTP request against `base` (e.g. http://127.0.0.1:PORT). `token` None sends no header.
-pub fn api_request(base: &str, method: &str, path: &str, body: Option<Value>, token: Option<&str>) -> (u16, String) {
-    try_api_request(base, method, path, body, token).unwrap_or_else(|e| panic!("{method} {base}{path}: {e}"))
+pub fn api_request(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> (u16, String) {
+    try_api_request(base, method, path, body, token)
+        .unwrap_or_else(|e| panic!("{method} {base}{path}: {e}"))
 }
 
 /// Like `api_request`, but a transport error (server gone) is an Err instead of a panic.
@@ -683,7 +786,11 @@ pub fn try_api_request(
     let auth = token.map(|t| format!("Bearer {t}"));
     let res = match method {
         "GET" | "DELETE" => {
-            let mut req = if method == "GET" { agent.get(&url) } else { agent.delete(&url) };
+            let mut req = if method == "GET" {
+                agent.get(&url)
+            } else {
+                agent.delete(&url)
+            };
             if let Some(a) = &auth {
                 req = req.header("Authorization", a);
             }
@@ -830,7 +937,10 @@ impl NbdClient {
                     String::from_utf8_lossy(&payload)
                 )));
             }
-            if typ == NBD_REP_INFO && payload.len() >= 12 && u16::from_be_bytes([payload[0], payload[1]]) == 0 {
+            if typ == NBD_REP_INFO
+                && payload.len() >= 12
+                && u16::from_be_bytes([payload[0], payload[1]]) == 0
+            {
                 size = Some(u64::from_be_bytes(payload[2..10].try_into().unwrap()));
                 flags = u16::from_be_bytes([payload[10], payload[11]]);
             }
@@ -838,11 +948,24 @@ impl NbdClient {
                 break;
             }
         }
-        let size = size.ok_or_else(|| NbdError::Protocol("no NBD_INFO_EXPORT before ACK".into()))?;
-        Ok(NbdClient { sock: s, size, flags, cookie: 1 })
+        let size =
+            size.ok_or_else(|| NbdError::Protocol("no NBD_INFO_EXPORT before ACK".into()))?;
+        Ok(NbdClient {
+            sock: s,
+            size,
+            flags,
+            cookie: 1,
+        })
     }
 
-    fn request(&mut self, typ: u16, cflags: u16, offset: u64, len: u32, data: &[u8]) -> Result<Vec<u8>, NbdError> {
+    fn request(
+        &mut self,
+        typ: u16,
+        cflags: u16,
+        offset: u64,
+        len: u32,
+        data: &[u8],
+    ) -> Result<Vec<u8>, NbdError> {
         let cookie = self.cookie;
         self.cookie += 1;
         let mut msg = Vec::with_capacity(28 + data.len());
@@ -856,7 +979,9 @@ impl NbdClient {
         self.sock.write_all(&msg)?;
         let magic = rd_u32(&mut self.sock)?;
         if magic != SIMPLE_REPLY_MAGIC {
-            return Err(NbdError::Protocol(format!("unexpected reply magic {magic:#x}")));
+            return Err(NbdError::Protocol(format!(
+                "unexpected reply magic {magic:#x}"
+            )));
         }
         let err = rd_u32(&mut self.sock)?;
         let c = rd_u64(&mut self.sock)?;
@@ -878,10 +1003,18 @@ impl NbdClient {
         self.request(NBD_CMD_READ, 0, offset, len, &[])
     }
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), NbdError> {
-        self.request(NBD_CMD_WRITE, 0, offset, data.len() as u32, data).map(|_| ())
+        self.request(NBD_CMD_WRITE, 0, offset, data.len() as u32, data)
+            .map(|_| ())
     }
     pub fn write_fua(&mut self, offset: u64, data: &[u8]) -> Result<(), NbdError> {
-        self.request(NBD_CMD_WRITE, NBD_CMD_FLAG_FUA, offset, data.len() as u32, data).map(|_| ())
+        self.request(
+            NBD_CMD_WRITE,
+            NBD_CMD_FLAG_FUA,
+            offset,
+            data.len() as u32,
+            data,
+        )
+        .map(|_| ())
     }
     pub fn flush(&mut self) -> Result<(), NbdError> {
         self.request(NBD_CMD_FLUSH, 0, 0, 0, &[]).map(|_| ())
@@ -890,7 +1023,8 @@ impl NbdClient {
         self.request(NBD_CMD_TRIM, 0, offset, len, &[]).map(|_| ())
     }
     pub fn write_zeroes(&mut self, offset: u64, len: u32) -> Result<(), NbdError> {
-        self.request(NBD_CMD_WRITE_ZEROES, 0, offset, len, &[]).map(|_| ())
+        self.request(NBD_CMD_WRITE_ZEROES, 0, offset, len, &[])
+            .map(|_| ())
     }
     pub fn disconnect(mut self) {
         let _ = self.request_no_reply(NBD_CMD_DISC);
@@ -919,7 +1053,10 @@ pub fn fio(cwd: &Path, uri: &str, args: &[String], timeout: Duration) -> CmdOut 
 
 pub fn fio_cmd(cwd: &Path, uri: &str, args: &[String]) -> Command {
     let mut cmd = Command::new(require_tool("fio"));
-    cmd.current_dir(cwd).arg("--ioengine=nbd").arg(format!("--uri={uri}")).args(args);
+    cmd.current_dir(cwd)
+        .arg("--ioengine=nbd")
+        .arg(format!("--uri={uri}"))
+        .args(args);
     cmd
 }
 
@@ -930,16 +1067,25 @@ pub fn strs(v: &[&str]) -> Vec<String> {
 /// fio prints `verify:` lines and `err=` for failures; exit 0 and no such lines means pass.
 pub fn assert_fio_ok(out: &CmdOut, what: &str) {
     let all = out.all();
-    let bad_verify = all.lines().any(|l| l.starts_with("verify:") || l.contains("bad magic") || l.contains("crc32c: verify failed"));
+    let bad_verify = all.lines().any(|l| {
+        l.starts_with("verify:") || l.contains("bad magic") || l.contains("crc32c: verify failed")
+    });
     if !out.success() || bad_verify {
-        panic!("fio {what} failed ({}):\n$ {}\n{}", out.describe(), out.cmdline, all);
+        panic!(
+            "fio {what} failed ({}):\n$ {}\n{}",
+            out.describe(),
+            out.cmdline,
+            all
+        );
     }
 }
 
 /// Reads a whole export into a file with qemu-img (raw), returning the bytes.
 pub fn qemu_img_read_all(uri: &str, dest: &Path) -> Vec<u8> {
     run(
-        Command::new(require_tool("qemu-img")).args(["convert", "-f", "raw", "-O", "raw", uri]).arg(dest),
+        Command::new(require_tool("qemu-img"))
+            .args(["convert", "-f", "raw", "-O", "raw", uri])
+            .arg(dest),
         Duration::from_secs(300),
     )
     .ok();
@@ -948,8 +1094,13 @@ pub fn qemu_img_read_all(uri: &str, dest: &Path) -> Vec<u8> {
 
 /// `nbdinfo --json URI` parsed; panics with its output otherwise.
 pub fn nbdinfo_json(uri: &str) -> Value {
-    let out = run(Command::new(require_tool("nbdinfo")).arg("--json").arg(uri), Duration::from_secs(60)).ok();
-    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("nbdinfo --json output is not JSON ({e}):\n{}", out.stdout))
+    let out = run(
+        Command::new(require_tool("nbdinfo")).arg("--json").arg(uri),
+        Duration::from_secs(60),
+    )
+    .ok();
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("nbdinfo --json output is not JSON ({e}):\n{}", out.stdout))
 }
 
 /// First differing offset of two buffers, for messages.
