@@ -8,9 +8,9 @@ set -euo pipefail
 gib=${1:-10}
 work=${2:-/var/tmp/weft-restart}
 root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release -p weft --manifest-path "$root/Cargo.toml" >/dev/null
+cargo build --release -p weft --manifest-path "$root/Cargo.toml" >/dev/null 2>&1
 weft="$root/target/release/weft"
-rm -rf "$work" && mkdir -p "$work"
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
 port=$((20000 + RANDOM % 20000))
 api=$((port + 1))
 uri="nbd://127.0.0.1:$port/vol0"
@@ -21,6 +21,7 @@ start() { # prints seconds until ready
   "$weft" serve --data-dir "$work/data" --nbd-listen "127.0.0.1:$port" --api-listen "127.0.0.1:$api" \
     --default-volume-size "$((gib + 2))G" >"$work/serve.out" 2>>"$work/serve.err" &
   pid=$!
+  echo "$pid" >"$work/pid"
   until grep -q '^ready' "$work/serve.out" 2>/dev/null; do
     kill -0 "$pid" 2>/dev/null || { echo "server died" >&2; tail "$work/serve.err" >&2; exit 1; }
     sleep 0.02
@@ -29,21 +30,29 @@ start() { # prints seconds until ready
   echo "$t1 - $t0" | bc
 }
 
+stop() { # SIGTERM, then wait until the process is gone (it destages and checkpoints)
+  kill -TERM "$1"
+  while kill -0 "$1" 2>/dev/null; do sleep 0.02; done
+}
+
 start >/dev/null
+pid=$(cat "$work/pid")
 echo "writing ${gib} GiB of random data..."
 fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --iodepth=8 --size="${gib}G" \
   --refill_buffers --randrepeat=0 --verify=crc32c --do_verify=0 --verify_state_save=0 \
   --output-format=terse --terse-version=3 >"$work/fill.terse"
-kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+kill -9 "$pid"; while kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
 echo "killed -9; journal on disk: $(du -sh "$work/data/journal" | cut -f1), chunks: $(du -sh "$work/data/dnode0" | cut -f1)"
 crash_s=$(start)
+pid=$(cat "$work/pid")
 grep -o 'recovered.*' "$work/serve.err" | tail -1 | sed 's/\x1b\[[0-9;]*m//g'
 echo "restart after kill -9: ${crash_s} s"
 fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --iodepth=8 --size="${gib}G" \
   --verify=crc32c --verify_only --output-format=terse >/dev/null \
   && echo "verify of all ${gib} GiB after the crash: ok"
-kill -TERM "$pid"; wait "$pid" || true
+stop "$pid"
 clean_s=$(start)
+pid=$(cat "$work/pid")
 echo "restart after a clean stop: ${clean_s} s"
-kill -TERM "$pid"; wait "$pid" || true
+stop "$pid"
 echo "metadata checkpoint: $(du -h "$work/data/meta/checkpoint" | cut -f1)"

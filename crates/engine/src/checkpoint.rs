@@ -31,12 +31,24 @@ pub struct SealedSegment {
     pub stored_bytes: u64,
 }
 
+/// Lifetime counters carried across restarts (write amplification, GC totals).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LifetimeCounters {
+    pub host_written_bytes: u64,
+    pub chunk_written_bytes: u64,
+    pub gc_runs: u64,
+    pub gc_segments_reclaimed: u64,
+    pub gc_bytes_moved: u64,
+    pub gc_bytes_reclaimed: u64,
+}
+
 /// The decoded contents of a checkpoint.
 #[derive(Debug, Default)]
 pub struct CheckpointImage {
     pub next_segment_id: u64,
     pub families: Vec<Family>,
     pub sealed: BTreeMap<SegmentId, SealedSegment>,
+    pub counters: LifetimeCounters,
 }
 
 /// Serialise the state. Call with no open segments.
@@ -44,6 +56,7 @@ pub fn encode(
     next_segment_id: u64,
     families: &HashMap<FamilyId, Family>,
     sealed: &BTreeMap<SegmentId, SealedSegment>,
+    counters: LifetimeCounters,
 ) -> Vec<u8> {
     let mut e = Vec::with_capacity(1 << 20);
     put(&mut e, next_segment_id);
@@ -85,6 +98,17 @@ pub fn encode(
         put(&mut e, s.family.0);
         put(&mut e, s.data_bytes);
         put(&mut e, s.stored_bytes);
+    }
+    let c = counters;
+    for v in [
+        c.host_written_bytes,
+        c.chunk_written_bytes,
+        c.gc_runs,
+        c.gc_segments_reclaimed,
+        c.gc_bytes_moved,
+        c.gc_bytes_reclaimed,
+    ] {
+        put(&mut e, v);
     }
     e
 }
@@ -189,6 +213,14 @@ fn decode(body: &[u8]) -> Option<CheckpointImage> {
         };
         image.sealed.insert(id, s);
     }
+    image.counters = LifetimeCounters {
+        host_written_bytes: d.u64()?,
+        chunk_written_bytes: d.u64()?,
+        gc_runs: d.u64()?,
+        gc_segments_reclaimed: d.u64()?,
+        gc_bytes_moved: d.u64()?,
+        gc_bytes_reclaimed: d.u64()?,
+    };
     (d.at == body.len()).then_some(image)
 }
 

@@ -445,8 +445,9 @@ fn take_checkpoint(shared: &Shared) -> Result<(), IoFailure> {
                 detail: "stripes still being written".into(),
             });
         }
+        let counters = shared.counters.lifetime();
         (
-            checkpoint::encode(st.next_segment_id, &st.families, &st.sealed),
+            checkpoint::encode(st.next_segment_id, &st.families, &st.sealed, counters),
             st.next_segment_id,
         )
     };

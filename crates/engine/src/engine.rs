@@ -245,6 +245,32 @@ pub(crate) struct Counters {
     pub gc_bytes_reclaimed: AtomicU64,
 }
 
+impl Counters {
+    pub fn restore(c: crate::checkpoint::LifetimeCounters) -> Counters {
+        Counters {
+            host_written_bytes: AtomicU64::new(c.host_written_bytes),
+            chunk_written_bytes: AtomicU64::new(c.chunk_written_bytes),
+            corrupt_reads: AtomicU64::new(0),
+            gc_runs: AtomicU64::new(c.gc_runs),
+            gc_segments_reclaimed: AtomicU64::new(c.gc_segments_reclaimed),
+            gc_bytes_moved: AtomicU64::new(c.gc_bytes_moved),
+            gc_bytes_reclaimed: AtomicU64::new(c.gc_bytes_reclaimed),
+        }
+    }
+
+    pub fn lifetime(&self) -> crate::checkpoint::LifetimeCounters {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        crate::checkpoint::LifetimeCounters {
+            host_written_bytes: get(&self.host_written_bytes),
+            chunk_written_bytes: get(&self.chunk_written_bytes),
+            gc_runs: get(&self.gc_runs),
+            gc_segments_reclaimed: get(&self.gc_segments_reclaimed),
+            gc_bytes_moved: get(&self.gc_bytes_moved),
+            gc_bytes_reclaimed: get(&self.gc_bytes_reclaimed),
+        }
+    }
+}
+
 /// What the engine's threads share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -263,6 +289,8 @@ pub(crate) struct Shared {
     /// Stop the destager at once, as a killed process would (tests).
     pub abandon: AtomicBool,
     pub counters: Counters,
+    /// Held for the engine's life: see `recovery::lock_data_dir`.
+    pub _data_dir_lock: std::fs::File,
 }
 
 /// The volume engine of a c.node.

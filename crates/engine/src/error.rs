@@ -26,6 +26,8 @@ pub enum EngineError {
     Gone,
     #[error("no space left in the datastore")]
     NoSpace,
+    #[error("data dir {path} is in use by another weft process")]
+    DataDirInUse { path: String },
     #[error(transparent)]
     Io(#[from] IoFailure),
 }

@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::checkpoint::{self, SealedSegment};
 use crate::chunk_store::{ChunkId, ChunkStore, LocalChunkStore};
 use crate::engine::{Counters, EngineConfig, Shared, State, Volume};
-use crate::error::EngineError;
+use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
 use crate::journal::{Journal, RecordKind};
 use crate::metastore::MetaStore;
@@ -21,6 +21,7 @@ use crate::units::BLOCK_SIZE_BYTES;
 pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
     let started = Instant::now();
     let dir = &config.data_dir;
+    let lock = lock_data_dir(dir)?;
     let meta_dir = dir.join("meta");
     let meta = MetaStore::open(&meta_dir)?;
     let store = Arc::new(LocalChunkStore::open(
@@ -30,6 +31,7 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
     )?);
 
     let image = checkpoint::load(&meta_dir)?.unwrap_or_default();
+    let counters = Counters::restore(image.counters);
     let mut families: HashMap<_, _> = image.families.into_iter().map(|f| (f.id, f)).collect();
     let mut st = State {
         next_segment_id: image.next_segment_id,
@@ -183,8 +185,31 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         commands: Mutex::new(Vec::new()),
         shutdown: AtomicBool::new(false),
         abandon: AtomicBool::new(false),
-        counters: Counters::default(),
+        counters,
+        _data_dir_lock: lock,
     })
+}
+
+/// Only one engine may use a data dir: a second process would write the same segment ids and
+/// journal files. The lock is released when the process exits, however it exits.
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, EngineError> {
+    let path = dir.join("lock");
+    std::fs::create_dir_all(dir).map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| IoFailure::disk(path.display().to_string(), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(EngineError::DataDirInUse {
+            path: dir.display().to_string(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(IoFailure::disk(path.display().to_string(), e).into())
+        }
+    }
 }
 
 fn discard(store: &dyn ChunkStore, chunk: ChunkId, why: &str) {

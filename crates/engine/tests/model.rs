@@ -236,6 +236,19 @@ fn overwrite_heavy_workload_is_compacted_by_gc() {
 }
 
 #[test]
+fn a_data_dir_is_used_by_one_engine_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = open(dir.path());
+    let second = Engine::open(EngineConfig::for_tests(dir.path())).unwrap_err();
+    assert!(
+        matches!(second, weft_engine::EngineError::DataDirInUse { .. }),
+        "{second}"
+    );
+    drop(first);
+    drop(open(dir.path()));
+}
+
+#[test]
 fn corrupt_chunk_is_an_io_error_never_data() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -121,9 +121,23 @@ async fn list_volumes(State(state): State<ApiState>) -> Result<Json<serde_json::
     ))
 }
 
+/// A JSON body, or 400 with the parser's reason (axum's own rejection would be 422).
+struct JsonBody<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(JsonBody(value)),
+            Err(rejection) => Err(ApiError(StatusCode::BAD_REQUEST, rejection.body_text())),
+        }
+    }
+}
+
 async fn create_volume(
     State(state): State<ApiState>,
-    Json(body): Json<CreateVolume>,
+    JsonBody(body): JsonBody<CreateVolume>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || engine.create_volume(&body.name, body.size_bytes)).await?;
@@ -152,7 +166,7 @@ async fn delete_volume(
 async fn resize_volume(
     State(state): State<ApiState>,
     Path(name): Path<String>,
-    Json(body): Json<ResizeVolume>,
+    JsonBody(body): JsonBody<ResizeVolume>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || engine.resize_volume(&name, body.size_bytes)).await?;
