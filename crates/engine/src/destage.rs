@@ -188,13 +188,28 @@ struct Work {
 
 /// Destage one batch; returns how many records it took.
 fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
-    let batch = {
+    // Take a batch and, in the same lock, note which blocks of its writes are still current.
+    let (batch, mut current) = {
         let mut st = shared.state.lock();
         let batch = st.buffer.pop_front(DESTAGE_BATCH_RECORDS_MAX);
         if batch.is_empty() {
             return Ok(0);
         }
-        batch
+        let current: Vec<Vec<u64>> = batch
+            .iter()
+            .map(|p| match p {
+                Pending::Write {
+                    seq,
+                    volume,
+                    lba,
+                    data,
+                } => (0..(data.len() / BLOCK_SIZE_BYTES) as u64)
+                    .filter(|&i| st.buffer.is_current(*volume, lba + i, *seq))
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        (batch, current.into_iter())
     };
     let taken = batch.len();
     let batch_last_seq = batch.last().map_or(0, Pending::seq);
@@ -209,13 +224,7 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                 lba,
                 data,
             } => {
-                let current: Vec<u64> = {
-                    let st = shared.state.lock();
-                    (0..(data.len() / BLOCK_SIZE_BYTES) as u64)
-                        .filter(|&i| st.buffer.is_current(volume, lba + i, seq))
-                        .collect()
-                };
-                for i in current {
+                for i in current.next().expect("one entry per record") {
                     let start = i as usize * BLOCK_SIZE_BYTES;
                     let reduced = reduce::reduce(&data[start..start + BLOCK_SIZE_BYTES]);
                     work.push((
@@ -229,7 +238,10 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                     ));
                 }
             }
-            other => ranges.push((work.len(), other)),
+            other => {
+                current.next();
+                ranges.push((work.len(), other));
+            }
         }
     }
     let mut to_seal = Vec::new();

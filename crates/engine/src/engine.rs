@@ -693,8 +693,18 @@ impl Engine {
                 return Err(EngineError::NoSpace);
             }
             if let Some(cap) = shared.store.capacity_bytes() {
+                // Everything not yet in the store will be: buffered data (before reduction,
+                // so this errs on the safe side), open segments, stripes being written; plus
+                // room for GC to move blocks.
                 let reserve = 2 * shared.config.segment_size_bytes as u64;
-                let pending = st.buffer.data_bytes() + bytes + reserve;
+                let open: u64 = st
+                    .families
+                    .values()
+                    .filter_map(|f| f.open.as_ref())
+                    .map(|o| o.data_bytes() as u64)
+                    .sum();
+                let sealing: u64 = st.sealing.values().map(|s| s.bytes.len() as u64).sum();
+                let pending = st.buffer.data_bytes() + open + sealing + bytes + reserve;
                 if shared.store.used_bytes() + pending > cap {
                     return Err(EngineError::NoSpace);
                 }
