@@ -170,6 +170,24 @@ def host_busy_over(seconds: float, exclude_pid: int | None = None) -> float:
     return max(0.0, busy)
 
 
+def wait_for_server_idle(args: argparse.Namespace, what: str, server_pid: int) -> float:
+    """Wait (up to --drain-wait s) until the server itself is idle (< 0.1 cores), e.g.
+    weft destaging/GC-ing what the previous job wrote; returns its last CPU sample."""
+    deadline = time.monotonic() + args.drain_wait
+    t0, c0 = time.monotonic(), tree_cpu_ticks(server_pid)
+    time.sleep(1.0)
+    cpu = ((tree_cpu_ticks(server_pid) or 0) - (c0 or 0)) / CLK_TCK / (time.monotonic() - t0)
+    started = time.monotonic()
+    while cpu > 0.1 and time.monotonic() < deadline:
+        t0, c0 = time.monotonic(), tree_cpu_ticks(server_pid)
+        time.sleep(1.0)
+        cpu = ((tree_cpu_ticks(server_pid) or 0) - (c0 or 0)) / CLK_TCK / (time.monotonic() - t0)
+    waited = time.monotonic() - started
+    if waited > 0.5:
+        log(f"waited {waited:.0f}s for the server to go idle before {what} (now {cpu:.2f} cores)")
+    return cpu
+
+
 def wait_for_quiet(args: argparse.Namespace, what: str, server_pid: int | None = None) -> float:
     """Wait (up to --wait-idle s) until the host, apart from the server under test,
     is nearly idle; returns the last busy sample (cores)."""
@@ -544,6 +562,7 @@ def run_job(srv: Server, job: Job, args: argparse.Namespace, profile: bool = Fal
         cmd.append("--refill_buffers=1")  # incompressible, never-repeating data
     if job.fsync:
         cmd.append("--fsync=1")  # nbd engine: NBD_CMD_FLUSH after every write
+    server_idle = wait_for_server_idle(args, f"{srv.kind} {job.name}", srv.pid)
     busy_before = wait_for_quiet(args, f"{srv.kind} {job.name}", srv.pid)
     log(f"{srv.kind}: {job.name}{' (profiling)' if profile else ''}: ramp {ramp}s + {runtime}s")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -583,6 +602,7 @@ def run_job(srv: Server, job: Job, args: argparse.Namespace, profile: bool = Fal
         r["other_cpu_cores"] = max(0.0, r["host_busy_cores"] - (r["server_cpu_cores"] or 0)
                                    - (r["fio_cpu_cores"] or 0))
     r["host_busy_before"] = busy_before
+    r["server_cpu_before"] = server_idle
     # Whole-device I/O during the window (includes other users of the disk).
     r["disk"] = disk_rates(d0, d1, wall)
     r["runtime_s"] = runtime
@@ -833,6 +853,9 @@ def main() -> int:
     ap.add_argument("--wait-idle", type=float, default=None,
                     help="before each job wait up to this many seconds for the host to go quiet "
                          "(default 10; --quick 0)")
+    ap.add_argument("--drain-wait", type=float, default=None,
+                    help="before each job wait up to this many seconds for the server itself to go idle "
+                         "(background destage/GC of the previous job; default 60; --quick 5)")
     ap.add_argument("--idle-threshold", type=float, default=0.25,
                     help="host busy cores counted as quiet (default 0.25)")
     ap.add_argument("--nice", type=int, default=-10 if os.geteuid() == 0 else 0,
@@ -849,6 +872,7 @@ def main() -> int:
     args.ramp = args.ramp if args.ramp is not None else (1 if q else 5)
     args.sustained = args.sustained if args.sustained is not None else (4 if q else 60)
     args.settle = args.settle if args.settle is not None else (0.5 if q else 3)
+    args.drain_wait = args.drain_wait if args.drain_wait is not None else (5 if q else 60)
     args.wait_idle = args.wait_idle if args.wait_idle is not None else (0 if q else 10)
 
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
@@ -910,7 +934,7 @@ def main() -> int:
         },
         "params": {"servers": servers, "jobs": [j.name for j in jobs], "size": args.size,
                    "runtime": args.runtime, "ramp": args.ramp, "sustained": args.sustained,
-                   "settle": args.settle, "quick": q, "workdir": str(run_dir), "workdir_fs": fst,
+                   "settle": args.settle, "drain_wait": args.drain_wait, "quick": q, "workdir": str(run_dir), "workdir_fs": fst,
                    "weft_args": args.weft_args, "nice": args.nice, "disk_dev": args.disk_dev, "profile": sorted(profile_servers),
                    "perf_problem": perf_problem, "argv": sys.argv[1:]},
     }
@@ -921,8 +945,15 @@ def main() -> int:
             results[s] = info
             srv = Server(s, run_dir / s, args.size, args)
             try:
-                if s == "weft" and not args.no_build:
-                    build_weft(args)
+                if s == "weft":
+                    if not args.no_build:
+                        build_weft(args)
+                    # Run a private copy: others may rebuild target/release/weft mid-run,
+                    # which would leave perf with "weft (deleted)" and no symbols.
+                    snap = run_dir / "weft-bin"
+                    shutil.copy2(args.weft_bin, snap)
+                    args.weft_bin = snap
+                    info["binary_sha256"] = run_out(["sha256sum", str(snap)]).split()[0]
                 srv.start()
                 info["cmd"] = shlex.join(srv.cmd)
                 info["pid"] = srv.pid
