@@ -46,20 +46,12 @@ pub(crate) fn run(shared: &Shared) {
             execute(shared, command);
         }
         if let Some(at) = last_seal_failure {
-            if at.elapsed() < SEAL_RETRY_INTERVAL {
+            // The sealer retries the failed stripe; destage resumes once it succeeds.
+            if at.elapsed() < SEAL_RETRY_INTERVAL && !shared.shutdown.load(Ordering::Acquire) {
                 std::thread::sleep(IDLE_WAIT);
-                if !shared.shutdown.load(Ordering::Acquire) {
-                    continue;
-                }
+                continue;
             }
-            match retry_sealing(shared) {
-                Ok(()) => last_seal_failure = None,
-                Err(_) if shared.shutdown.load(Ordering::Acquire) => return,
-                Err(_) => {
-                    last_seal_failure = Some(Instant::now());
-                    continue;
-                }
-            }
+            last_seal_failure = None;
         }
         let did = match destage_batch(shared) {
             Ok(n) => n,
@@ -328,7 +320,7 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             start_sealing(st, b, since, hwm);
         }
     }
-    finish_sealing(shared)?;
+    finish_sealing(shared, SEALING_SEGMENTS_MAX)?;
     Ok(taken)
 }
 
@@ -353,73 +345,126 @@ fn start_sealing(st: &mut State, builder: SegmentBuilder, since_seq: Option<u64>
     );
 }
 
-/// Write every sealing segment's stripe, in id order; stop at the first failure.
-fn finish_sealing(shared: &Shared) -> Result<(), IoFailure> {
+/// How many sealed segments may wait for their stripe write before destage waits: bounds the
+/// memory they hold (8 MiB each by default) while letting destage overlap the disk writes.
+const SEALING_SEGMENTS_MAX: usize = 4;
+
+/// Hand sealing segments to the sealer thread and wait until at most `in_flight_max` remain;
+/// fails when a stripe write failed (the sealer keeps retrying it).
+fn finish_sealing(shared: &Shared, in_flight_max: usize) -> Result<(), IoFailure> {
+    shared.seal_work.notify_one();
+    let mut st = shared.state.lock();
     loop {
+        if st.sealing.len() <= in_flight_max {
+            return Ok(());
+        }
+        if let Some(detail) = &st.seal_failure {
+            let detail = detail.clone();
+            let no_space = st.out_of_space;
+            drop(st);
+            return Err(if no_space {
+                IoFailure::disk(
+                    "stripe write",
+                    std::io::Error::from_raw_os_error(libc::ENOSPC),
+                )
+            } else {
+                IoFailure::disk("stripe write", std::io::Error::other(detail))
+            });
+        }
+        if shared.abandon.load(Ordering::Acquire) {
+            return Err(IoFailure::disk(
+                "stripe write",
+                std::io::Error::other("engine stopped"),
+            ));
+        }
+        shared.sealed.wait_for(&mut st, IDLE_WAIT);
+    }
+}
+
+/// The sealer thread: writes sealing segments as stripes, in id order, one at a time (so a
+/// family's segments become durable in order, which replay relies on), retrying failures.
+pub(crate) fn run_sealer(shared: &Shared) {
+    loop {
+        if shared.abandon.load(Ordering::Acquire) {
+            return;
+        }
         let next = {
-            let st = shared.state.lock();
+            let mut st = shared.state.lock();
+            if st.sealing.is_empty() {
+                if shared.stop_sealer.load(Ordering::Acquire) {
+                    return;
+                }
+                shared.seal_work.wait_for(&mut st, IDLE_WAIT);
+                continue;
+            }
             st.sealing
                 .iter()
                 .next()
                 .map(|(&id, s)| (id, s.bytes.clone()))
         };
-        let Some((id, bytes)) = next else { break };
-        match shared.store.put(
-            ChunkId {
-                segment: id,
-                index: 0,
-            },
-            &bytes,
-        ) {
-            Ok(()) => {}
+        let Some((id, bytes)) = next else { continue };
+        match write_stripe(shared, id, &bytes) {
+            Ok(()) => {
+                shared.sealed.notify_all();
+                release_journal(shared);
+            }
             Err(e) => {
-                if e.is_no_space() {
-                    shared.state.lock().out_of_space = true;
+                tracing::error!(segment = id.0, error = %e, "stripe write failed; retrying; writes get ENOSPC/EIO meanwhile");
+                {
+                    let mut st = shared.state.lock();
+                    st.out_of_space |= e.is_no_space();
+                    st.seal_failure = Some(e.to_string());
                 }
-                return Err(e);
-            }
-        }
-        shared
-            .counters
-            .chunk_written_bytes
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        let orphan = {
-            let mut st = shared.state.lock();
-            let s = st
-                .sealing
-                .remove(&id)
-                .expect("only the destager removes sealing segments");
-            st.out_of_space = false;
-            match st.families.get_mut(&s.family) {
-                Some(f) => {
-                    f.journal_hwm = f.journal_hwm.max(s.journal_hwm);
-                    st.sealed.insert(
-                        id,
-                        SealedSegment {
-                            family: s.family,
-                            data_bytes: s.data_bytes,
-                            stored_bytes: bytes.len() as u64,
-                        },
-                    );
-                    st.sealed_bytes_since_checkpoint += bytes.len() as u64;
-                    false
+                shared.sealed.notify_all();
+                shared.space.notify_all();
+                if shared.stop_sealer.load(Ordering::Acquire) {
+                    // Shutting down: what is not written is still in the journal.
+                    return;
                 }
-                None => true,
+                std::thread::sleep(SEAL_RETRY_INTERVAL);
             }
-        };
-        if orphan {
-            shared.store.delete(ChunkId {
-                segment: id,
-                index: 0,
-            })?;
         }
     }
-    release_journal(shared);
-    Ok(())
 }
 
-fn retry_sealing(shared: &Shared) -> Result<(), IoFailure> {
-    finish_sealing(shared)
+/// Write one segment's stripe and move it from sealing to sealed.
+fn write_stripe(shared: &Shared, id: SegmentId, bytes: &[u8]) -> Result<(), IoFailure> {
+    let chunk = ChunkId {
+        segment: id,
+        index: 0,
+    };
+    shared.store.put(chunk, bytes)?;
+    shared
+        .counters
+        .chunk_written_bytes
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    let orphan = {
+        let mut st = shared.state.lock();
+        let s = st
+            .sealing
+            .remove(&id)
+            .expect("only the sealer removes sealing segments");
+        st.out_of_space = false;
+        st.seal_failure = None;
+        match st.families.get_mut(&s.family) {
+            Some(f) => {
+                f.journal_hwm = f.journal_hwm.max(s.journal_hwm);
+                let sealed = SealedSegment {
+                    family: s.family,
+                    data_bytes: s.data_bytes,
+                    stored_bytes: bytes.len() as u64,
+                };
+                st.sealed.insert(id, sealed);
+                st.sealed_bytes_since_checkpoint += bytes.len() as u64;
+                false
+            }
+            None => true,
+        }
+    };
+    if orphan {
+        shared.store.delete(chunk)?;
+    }
+    Ok(())
 }
 
 /// Seal every open segment (idle, sync, checkpoint, GC).
@@ -439,7 +484,7 @@ fn seal_all(shared: &Shared) -> Result<(), IoFailure> {
             }
         }
     }
-    finish_sealing(shared)
+    finish_sealing(shared, 0)
 }
 
 /// Checkpoint: drain trims (so refcounts match maps), seal everything, write the image.

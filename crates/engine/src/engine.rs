@@ -202,6 +202,8 @@ pub(crate) struct State {
     pub sealed_bytes_since_checkpoint: u64,
     /// A stripe write failed for lack of space: writers get ENOSPC until one succeeds.
     pub out_of_space: bool,
+    /// The last stripe write failed with this; cleared by the next success.
+    pub seal_failure: Option<String>,
 }
 
 impl State {
@@ -284,6 +286,12 @@ pub(crate) struct Shared {
     pub work: Condvar,
     /// Wakes writers waiting for buffer space.
     pub space: Condvar,
+    /// Wakes the sealer (segments to write).
+    pub seal_work: Condvar,
+    /// Wakes whoever waits for stripe writes to finish.
+    pub sealed: Condvar,
+    /// Set after the destager stopped: the sealer exits once nothing is left to write.
+    pub stop_sealer: AtomicBool,
     pub commands: Mutex<Vec<Command>>,
     pub shutdown: AtomicBool,
     /// Stop the destager at once, as a killed process would (tests).
@@ -298,6 +306,7 @@ pub(crate) struct Shared {
 pub struct Engine {
     pub(crate) shared: Arc<Shared>,
     destager: Mutex<Option<JoinHandle<()>>>,
+    sealer: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// An open volume, for a front end.
@@ -313,6 +322,11 @@ impl Engine {
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
         let shared = Arc::new(crate::recovery::recover(config)?);
         let thread_shared = shared.clone();
+        let sealer = std::thread::Builder::new()
+            .name("weft-seal".into())
+            .spawn(move || crate::destage::run_sealer(&thread_shared))
+            .map_err(|e| IoFailure::disk("sealer thread", e))?;
+        let thread_shared = shared.clone();
         let destager = std::thread::Builder::new()
             .name("weft-destage".into())
             .spawn(move || crate::destage::run(&thread_shared))
@@ -320,6 +334,7 @@ impl Engine {
         Ok(Engine {
             shared,
             destager: Mutex::new(Some(destager)),
+            sealer: Mutex::new(Some(sealer)),
         })
     }
 
@@ -333,6 +348,11 @@ impl Engine {
         self.shared.work.notify_all();
         self.shared.space.notify_all();
         if let Some(handle) = self.destager.lock().take() {
+            let _ = handle.join();
+        }
+        self.shared.stop_sealer.store(true, Ordering::Release);
+        self.shared.seal_work.notify_all();
+        if let Some(handle) = self.sealer.lock().take() {
             let _ = handle.join();
         }
     }

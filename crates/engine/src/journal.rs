@@ -60,8 +60,9 @@ const RECORD_HEADER_BYTES: usize = 48;
 const SPARE_SUFFIX: &str = ".spare";
 /// Released files kept for reuse carry this suffix.
 const RECYCLED_SUFFIX: &str = ".recycled";
-/// Released files kept for reuse: reusing a file costs no zero-fill writes.
-const RECYCLED_FILES_MAX: usize = 2;
+/// Released files kept for reuse: reusing a file costs no zero-fill writes. Enough to cover a
+/// full default write buffer (512 MiB in 64 MiB files) so a steady write load never zero-fills.
+const RECYCLED_FILES_MAX: usize = 12;
 
 /// What a record does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
