@@ -170,12 +170,34 @@ pub(crate) fn buffer_range(
     st.buffer.push_range(pending);
 }
 
+/// Below this many blocks a batch is reduced on the destager thread alone; above, the work is
+/// split with a second thread (hashing and lz4 are most of destage's CPU on large writes).
+const PARALLEL_REDUCE_BLOCKS_MIN: usize = 512;
+
+/// Reduce blocks (no lock held), on two threads when there are many.
+fn reduce_blocks(blocks: &[(u64, VolumeId, u64, &[u8])]) -> Vec<Reduced> {
+    let reduce_all = |part: &[(u64, VolumeId, u64, &[u8])]| -> Vec<Reduced> {
+        part.iter().map(|b| reduce::reduce(b.3)).collect()
+    };
+    if blocks.len() < PARALLEL_REDUCE_BLOCKS_MIN {
+        return reduce_all(blocks);
+    }
+    let (first, second) = blocks.split_at(blocks.len() / 2);
+    std::thread::scope(|scope| {
+        let helper = scope.spawn(|| reduce_all(second));
+        let mut out = reduce_all(first);
+        out.extend(helper.join().expect("reduction does not panic"));
+        out
+    })
+}
+
 /// A block of a write taken for destage, with its reduction computed off the lock.
-struct Work {
+struct Work<'a> {
     seq: u64,
     volume: VolumeId,
     lba: u64,
     reduced: Reduced,
+    raw: &'a [u8],
 }
 
 /// Destage one batch; returns how many records it took.
@@ -207,8 +229,9 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
     let batch_last_seq = batch.last().map_or(0, Pending::seq);
     // Reduce the blocks that are still current, without the lock.
     let mut ranges = Vec::new();
-    let mut work = Vec::new();
-    for p in batch {
+    let mut blocks: Vec<(u64, VolumeId, u64, &[u8])> = Vec::new();
+    for p in &batch {
+        let current_blocks = current.next().expect("one entry per record");
         match p {
             Pending::Write {
                 seq,
@@ -216,26 +239,37 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                 lba,
                 data,
             } => {
-                for i in current.next().expect("one entry per record") {
+                for i in current_blocks {
                     let start = i as usize * BLOCK_SIZE_BYTES;
-                    let reduced = reduce::reduce(&data[start..start + BLOCK_SIZE_BYTES]);
-                    work.push((
-                        work.len(),
-                        Work {
-                            seq,
-                            volume,
-                            lba: lba + i,
-                            reduced,
-                        },
+                    blocks.push((
+                        *seq,
+                        *volume,
+                        lba + i,
+                        &data[start..start + BLOCK_SIZE_BYTES],
                     ));
                 }
             }
-            other => {
-                current.next();
-                ranges.push((work.len(), other));
-            }
+            other => ranges.push((blocks.len(), other.clone())),
         }
     }
+    let reduced = reduce_blocks(&blocks);
+    let work: Vec<(usize, Work)> = blocks
+        .iter()
+        .zip(reduced)
+        .enumerate()
+        .map(|(position, (&(seq, volume, lba, raw), reduced))| {
+            (
+                position,
+                Work {
+                    seq,
+                    volume,
+                    lba,
+                    reduced,
+                    raw,
+                },
+            )
+        })
+        .collect();
     let mut to_seal = Vec::new();
     {
         let mut guard = shared.state.lock();
@@ -303,7 +337,7 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             let Some(f) = st.families.get_mut(&fid) else {
                 continue;
             };
-            f.apply_block(layer, w.lba, &w.reduced, w.seq, &mut alloc, cap);
+            f.apply_block(layer, w.lba, &w.reduced, w.raw, w.seq, &mut alloc, cap);
             if let Some((b, since)) = f.take_open_if_full(cap) {
                 // Later blocks of this record go to the next segment: the one sealed here
                 // reflects the records before it only.

@@ -62,12 +62,14 @@ impl Family {
         self.table.get(block).map(|e| e.location)
     }
 
-    /// Destage one reduced block of a write (journal record `seq`) into `layer`.
+    /// Destage one reduced block of a write (journal record `seq`) into `layer`; `raw` is the
+    /// block as written.
     pub fn apply_block(
         &mut self,
         layer: LayerId,
         lba: u64,
         reduced: &Reduced,
+        raw: &[u8],
         seq: u64,
         new_segment: &mut dyn FnMut() -> SegmentId,
         segment_capacity_bytes: usize,
@@ -88,7 +90,6 @@ impl Family {
             }
             Reduced::Data {
                 fingerprint,
-                stored,
                 compressed,
             } => {
                 if let Some(existing) = self.table.find_duplicate(*fingerprint) {
@@ -106,7 +107,8 @@ impl Family {
                 } else {
                     let id = self.table.next_id();
                     let open = self.open_segment(new_segment, segment_capacity_bytes);
-                    let placed = open.append(id, stored, *compressed);
+                    let stored = compressed.as_deref().unwrap_or(raw);
+                    let placed = open.append(id, stored, compressed.is_some());
                     let segment = open.id;
                     open.record(SummaryEntry::MapNew {
                         layer,

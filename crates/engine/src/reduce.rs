@@ -12,11 +12,11 @@ pub const COMPRESSION_MIN_SAVING_BYTES: usize = 256;
 pub enum Reduced {
     /// All zero: the map records a zero, nothing is stored.
     Zero,
-    /// Store (or dedup) these bytes.
+    /// Store (or dedup) the block: lz4-compressed when `compressed` is set, else raw (the
+    /// caller still holds the raw bytes, so they are not copied here).
     Data {
         fingerprint: Fingerprint,
-        stored: Vec<u8>,
-        compressed: bool,
+        compressed: Option<Vec<u8>>,
     },
 }
 
@@ -48,18 +48,10 @@ pub fn reduce(block: &[u8]) -> Reduced {
     }
     let fingerprint = fingerprint(block);
     let compressed = lz4_flex::block::compress(block);
-    if compressed.len() + COMPRESSION_MIN_SAVING_BYTES <= BLOCK_SIZE_BYTES {
-        Reduced::Data {
-            fingerprint,
-            stored: compressed,
-            compressed: true,
-        }
-    } else {
-        Reduced::Data {
-            fingerprint,
-            stored: block.to_vec(),
-            compressed: false,
-        }
+    let saves_enough = compressed.len() + COMPRESSION_MIN_SAVING_BYTES <= BLOCK_SIZE_BYTES;
+    Reduced::Data {
+        fingerprint,
+        compressed: saves_enough.then_some(compressed),
     }
 }
 
@@ -95,12 +87,13 @@ mod tests {
             *b = b"weft stores blocks "[i % 19];
         }
         let Reduced::Data {
-            stored, compressed, ..
+            compressed: Some(stored),
+            ..
         } = reduce(&text)
         else {
             panic!()
         };
-        assert!(compressed && stored.len() < 512);
+        assert!(stored.len() < 512);
         let mut out = vec![0u8; BLOCK_SIZE_BYTES];
         restore(&stored, true, &mut out).unwrap();
         assert_eq!(out, text);
@@ -114,14 +107,10 @@ mod tests {
                 x.to_le_bytes()[0]
             })
             .collect();
-        let Reduced::Data {
-            stored, compressed, ..
-        } = reduce(&random)
-        else {
+        let Reduced::Data { compressed, .. } = reduce(&random) else {
             panic!()
         };
-        assert!(!compressed);
-        assert_eq!(stored, random);
+        assert!(compressed.is_none(), "random data is stored raw");
     }
 
     #[test]
