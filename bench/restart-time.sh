@@ -47,6 +47,9 @@ crash_s=$(start)
 pid=$(cat "$work/pid")
 grep -o 'recovered.*' "$work/serve.err" | tail -1 | sed 's/\x1b\[[0-9;]*m//g'
 echo "restart after kill -9: ${crash_s} s"
+echo "server memory after recovery: $(grep VmRSS /proc/"$pid"/status | awk '{printf "%.0f MiB", $2/1024}')"
+curl -s -H "Authorization: Bearer $(cat "$work/data/api-token")" "http://127.0.0.1:$api/api/v1/stats" \
+  | python3 -c 'import json,sys; s=json.load(sys.stdin); print("engine estimate of metadata memory:", s["metadata_memory_bytes"]>>20, "MiB for", s["reduction"]["unique_blocks"], "stored blocks")' || true
 fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --iodepth=8 --size="${gib}G" \
   --verify=crc32c --verify_only --output-format=terse >/dev/null \
   && echo "verify of all ${gib} GiB after the crash: ok"
