@@ -57,5 +57,6 @@ stop "$pid"
 clean_s=$(start)
 pid=$(cat "$work/pid")
 echo "restart after a clean stop: ${clean_s} s"
+echo "server memory after a clean restart (empty write buffer): $(grep VmRSS /proc/"$pid"/status | awk '{printf "%.0f MiB", $2/1024}')"
 stop "$pid"
 echo "metadata checkpoint: $(du -h "$work/data/meta/checkpoint" | cut -f1)"

@@ -64,16 +64,16 @@ pub(crate) fn run(shared: &Shared) {
         if did > 0 {
             last_activity = Instant::now();
             shared.space.notify_all();
-            continue;
-        }
-        // Idle: seal open segments, checkpoint, GC.
-        if last_activity.elapsed() >= Duration::from_millis(shared.config.idle_seal_ms) {
+        } else if last_activity.elapsed() >= Duration::from_millis(shared.config.idle_seal_ms) {
+            // Idle: seal open segments so their data is in stripes and the journal can go.
             if let Err(e) = seal_all(shared) {
                 tracing::error!(error = %e, "idle seal failed");
                 last_seal_failure = Some(Instant::now());
                 continue;
             }
         }
+        // Checkpoints and GC run under load too, not only when idle: a busy datastore must
+        // not fill with garbage or grow its replay without bound.
         let due = shared.state.lock().sealed_bytes_since_checkpoint
             >= shared.config.checkpoint_every_bytes;
         if due {
@@ -95,6 +95,9 @@ pub(crate) fn run(shared: &Shared) {
                 }
                 return;
             }
+            continue;
+        }
+        if did > 0 {
             continue;
         }
         let mut st = shared.state.lock();
@@ -591,8 +594,13 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
         (victims, uncovered)
     };
     if victims.is_empty() {
-        if uncovered_garbage && live_fraction_max < 1.0 {
-            // Segments not yet in a checkpoint cannot be deleted (replay needs them).
+        let since = shared.state.lock().sealed_bytes_since_checkpoint;
+        if uncovered_garbage
+            && live_fraction_max < 1.0
+            && since >= shared.config.checkpoint_every_bytes / 4
+        {
+            // Segments not yet in a checkpoint cannot be deleted (replay needs them); take one
+            // early, but not at every GC tick (a checkpoint pauses I/O while it is encoded).
             take_checkpoint(shared)?;
         }
         return Ok(report);
