@@ -145,6 +145,20 @@ impl BlockTable {
             .collect()
     }
 
+    /// Live blocks stored in any of `segments`, with their segment: one pass over the table
+    /// for a whole GC run.
+    pub fn live_blocks_in_any(
+        &self,
+        segments: &std::collections::HashSet<SegmentId>,
+    ) -> Vec<(BlockId, SegmentId)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.refcount > 0 && segments.contains(&e.location.segment))
+            .map(|(i, e)| (BlockId(i as u64), e.location.segment))
+            .collect()
+    }
+
     pub fn segment_usage(&self, segment: SegmentId) -> SegmentUsage {
         self.segments.get(&segment).copied().unwrap_or_default()
     }

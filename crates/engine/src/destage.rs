@@ -607,12 +607,30 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
     }
     shared.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
     let mut moved_budget = GC_MOVE_PER_RUN_BYTES_MAX;
+    let victims: Vec<_> = victims
+        .into_iter()
+        .take_while(|&(_, _, _, live_bytes)| {
+            let fits = live_bytes <= moved_budget;
+            moved_budget = moved_budget.saturating_sub(live_bytes);
+            fits
+        })
+        .collect();
+    // One pass over each family's table finds the live blocks of all its victims.
+    let mut live_by_segment: HashMap<SegmentId, Vec<crate::units::BlockId>> = HashMap::new();
+    {
+        let st = shared.state.lock();
+        let families: std::collections::HashSet<FamilyId> = victims.iter().map(|v| v.2).collect();
+        let ids: std::collections::HashSet<SegmentId> = victims.iter().map(|v| v.1).collect();
+        for fid in families {
+            if let Some(f) = st.families.get(&fid) {
+                for (block, segment) in f.table.live_blocks_in_any(&ids) {
+                    live_by_segment.entry(segment).or_default().push(block);
+                }
+            }
+        }
+    }
     let mut done = Vec::new();
     for (_, id, fid, live_bytes) in victims {
-        if live_bytes > moved_budget {
-            break;
-        }
-        moved_budget -= live_bytes;
         let stored_bytes = match shared.state.lock().sealed.get(&id) {
             Some(s) => s.stored_bytes,
             None => continue,
@@ -638,7 +656,14 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
                 next_segment += 1;
                 s
             };
-            for (block, entry) in f.table.live_blocks_in(id) {
+            for &block in live_by_segment.get(&id).into_iter().flatten() {
+                // Blocks freed or moved since the scan are skipped.
+                let Some(entry) = f.table.get(block) else {
+                    continue;
+                };
+                if entry.location.segment != id {
+                    continue;
+                }
                 let loc = entry.location;
                 let start = loc.offset_bytes as usize;
                 let stored = &bytes[start..start + usize::from(loc.stored_len_bytes)];
