@@ -92,7 +92,7 @@ struct ServeArgs {
     #[arg(long, value_parser = parse_size)]
     capacity: Option<u64>,
     /// Take a checkpoint after this many bytes of sealed segments.
-    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    #[arg(long, default_value = "4G", value_parser = parse_size)]
     checkpoint_every: u64,
     /// Size of each (zero-filled, preallocated) journal file.
     #[arg(long, default_value = "64M", value_parser = parse_size)]

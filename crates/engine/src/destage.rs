@@ -29,8 +29,13 @@ const DESTAGE_BATCH_RECORDS_MAX: usize = 64;
 const IDLE_WAIT: Duration = Duration::from_millis(20);
 /// After a failed stripe write (full disk), wait this long before trying again.
 const SEAL_RETRY_INTERVAL: Duration = Duration::from_millis(500);
-/// One GC run moves at most this many live bytes, so it never starves destage for long.
+/// One GC run moves at most this many live bytes when the datastore is idle.
 const GC_MOVE_PER_RUN_BYTES_MAX: u64 = 256 << 20;
+/// Under host load a GC run moves at most this much, so destage (which it pauses) keeps up.
+const GC_MOVE_UNDER_LOAD_BYTES_MAX: u64 = 32 << 20;
+/// Under host load GC runs only when the store holds this many times the live stored bytes:
+/// compacting early costs the host throughput, compacting late costs disk space.
+const GC_UNDER_LOAD_SPACE_AMPLIFICATION_MIN: f64 = 2.0;
 
 /// The destager thread's loop.
 pub(crate) fn run(shared: &Shared) {
@@ -74,17 +79,39 @@ pub(crate) fn run(shared: &Shared) {
         }
         // Checkpoints and GC run under load too, not only when idle: a busy datastore must
         // not fill with garbage or grow its replay without bound.
-        let due = shared.state.lock().sealed_bytes_since_checkpoint
-            >= shared.config.checkpoint_every_bytes;
+        if let Err(e) = reap_checkpoint_writer(shared, false) {
+            tracing::error!(error = %e, "checkpoint failed");
+        }
+        let (due, busy, amplification) = {
+            let st = shared.state.lock();
+            let live: u64 = st.families.values().map(|f| f.table.stored_bytes()).sum();
+            let amplification = shared.store.used_bytes() as f64 / live.max(1) as f64;
+            (
+                st.sealed_bytes_since_checkpoint >= shared.config.checkpoint_every_bytes,
+                did > 0 || !st.buffer.is_empty(),
+                amplification,
+            )
+        };
         if due {
-            if let Err(e) = take_checkpoint(shared) {
+            // Under load the file is written in the background; destage goes on.
+            if let Err(e) = take_checkpoint_with(shared, !busy) {
                 tracing::error!(error = %e, "checkpoint failed");
             }
         }
         if last_gc.elapsed() >= Duration::from_millis(shared.config.gc_interval_ms) {
             last_gc = Instant::now();
-            if let Err(e) = collect_garbage(shared, shared.config.gc_live_fraction_max) {
-                tracing::error!(error = %e, "gc failed");
+            let budget = if !busy {
+                Some(GC_MOVE_PER_RUN_BYTES_MAX)
+            } else if amplification >= GC_UNDER_LOAD_SPACE_AMPLIFICATION_MIN {
+                Some(GC_MOVE_UNDER_LOAD_BYTES_MAX)
+            } else {
+                None
+            };
+            if let Some(budget) = budget {
+                if let Err(e) = collect_garbage(shared, shared.config.gc_live_fraction_max, budget)
+                {
+                    tracing::error!(error = %e, "gc failed");
+                }
             }
         }
         if shared.shutdown.load(Ordering::Acquire) {
@@ -114,7 +141,8 @@ fn execute(shared: &Shared, command: Command) {
             let _ = reply.send(result.map_err(|e| e.to_string()));
         }
         Command::Gc(reply) => {
-            let result = take_checkpoint(shared).and_then(|()| collect_garbage(shared, 1.0));
+            let result = take_checkpoint(shared)
+                .and_then(|()| collect_garbage(shared, 1.0, GC_MOVE_PER_RUN_BYTES_MAX));
             let _ = reply.send(result.map_err(|e| e.to_string()));
         }
         Command::Checkpoint(reply) => {
@@ -524,8 +552,34 @@ fn seal_all(shared: &Shared) -> Result<(), IoFailure> {
     finish_sealing(shared, 0)
 }
 
-/// Checkpoint: drain trims (so refcounts match maps), seal everything, write the image.
+/// Checkpoint and wait until it is durable.
 fn take_checkpoint(shared: &Shared) -> Result<(), IoFailure> {
+    take_checkpoint_with(shared, true)
+}
+
+/// Collect a background checkpoint write: wait for it (`block`) or only if it has finished.
+/// Once it is durable, GC may delete the segments it covers.
+fn reap_checkpoint_writer(shared: &Shared, block: bool) -> Result<(), IoFailure> {
+    let mut slot = shared.checkpoint_writer.lock();
+    if !slot.as_ref().is_some_and(|h| block || h.is_finished()) {
+        return Ok(());
+    }
+    let handle = slot.take().expect("checked above");
+    drop(slot);
+    let below = handle
+        .join()
+        .map_err(|_| IoFailure::disk("checkpoint", std::io::Error::other("writer panicked")))??;
+    let mut st = shared.state.lock();
+    st.checkpoint_below = st.checkpoint_below.max(below);
+    Ok(())
+}
+
+/// Checkpoint: drain trims (so refcounts match maps), seal everything, encode the image under
+/// the state lock (the only I/O pause it costs), write it. Without `wait` the file is written
+/// by a background thread (destage goes on) and collected later.
+fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), IoFailure> {
+    // One checkpoint file write at a time.
+    reap_checkpoint_writer(shared, true)?;
     let _gate = shared.range_gate.lock();
     while shared.state.lock().buffer.pending_ranges() > 0 {
         destage_batch(shared)?;
@@ -533,7 +587,7 @@ fn take_checkpoint(shared: &Shared) -> Result<(), IoFailure> {
     seal_all(shared)?;
     let started = Instant::now();
     let (body, below) = {
-        let st = shared.state.lock();
+        let mut st = shared.state.lock();
         if !st.sealing.is_empty() {
             return Err(IoFailure::CorruptMetadata {
                 what: "checkpoint".into(),
@@ -541,29 +595,40 @@ fn take_checkpoint(shared: &Shared) -> Result<(), IoFailure> {
             });
         }
         let counters = shared.counters.lifetime();
-        (
-            checkpoint::encode(st.next_segment_id, &st.families, &st.sealed, counters),
-            st.next_segment_id,
-        )
+        let body = checkpoint::encode(st.next_segment_id, &st.families, &st.sealed, counters);
+        st.sealed_bytes_since_checkpoint = 0;
+        (body, st.next_segment_id)
     };
-    // The state lock was held only while encoding: that is the I/O pause a checkpoint costs.
     let encode_ms = started.elapsed().as_millis() as u64;
-    checkpoint::store(&shared.config.data_dir.join("meta"), &body)?;
-    let mut st = shared.state.lock();
-    st.checkpoint_below = below;
-    st.sealed_bytes_since_checkpoint = 0;
-    tracing::info!(
-        bytes = body.len(),
-        segments_below = below,
-        encode_ms,
-        total_ms = started.elapsed().as_millis() as u64,
-        "checkpoint written"
-    );
+    let dir = shared.config.data_dir.join("meta");
+    let write = move || -> Result<u64, IoFailure> {
+        checkpoint::store(&dir, &body)?;
+        tracing::info!(
+            bytes = body.len(),
+            segments_below = below,
+            encode_ms,
+            total_ms = started.elapsed().as_millis() as u64,
+            "checkpoint written"
+        );
+        Ok(below)
+    };
+    let handle = std::thread::Builder::new()
+        .name("weft-checkpoint".into())
+        .spawn(write)
+        .map_err(|e| IoFailure::disk("checkpoint thread", e))?;
+    *shared.checkpoint_writer.lock() = Some(handle);
+    if wait {
+        reap_checkpoint_writer(shared, true)?;
+    }
     Ok(())
 }
 
 /// Compact segments whose live fraction is below `live_fraction_max`.
-fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, IoFailure> {
+fn collect_garbage(
+    shared: &Shared,
+    live_fraction_max: f64,
+    move_budget_bytes: u64,
+) -> Result<GcReport, IoFailure> {
     let mut report = GcReport::default();
     let (victims, uncovered_garbage) = {
         let st = shared.state.lock();
@@ -600,13 +665,14 @@ fn collect_garbage(shared: &Shared, live_fraction_max: f64) -> Result<GcReport, 
             && since >= shared.config.checkpoint_every_bytes / 4
         {
             // Segments not yet in a checkpoint cannot be deleted (replay needs them); take one
-            // early, but not at every GC tick (a checkpoint pauses I/O while it is encoded).
-            take_checkpoint(shared)?;
+            // early (written in the background), but not at every GC tick (a checkpoint pauses
+            // I/O while it is encoded).
+            take_checkpoint_with(shared, false)?;
         }
         return Ok(report);
     }
     shared.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
-    let mut moved_budget = GC_MOVE_PER_RUN_BYTES_MAX;
+    let mut moved_budget = move_budget_bytes;
     let victims: Vec<_> = victims
         .into_iter()
         .take_while(|&(_, _, _, live_bytes)| {

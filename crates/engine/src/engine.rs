@@ -65,7 +65,7 @@ impl EngineConfig {
             write_buffer_max_bytes: 512 << 20,
             capacity_bytes: None,
             direct_io: true,
-            checkpoint_every_bytes: 1 << 30,
+            checkpoint_every_bytes: 4 << 30,
             idle_seal_ms: 1000,
             gc_live_fraction_max: 0.5,
             gc_interval_ms: 2000,
@@ -292,6 +292,8 @@ pub(crate) struct Shared {
     pub sealed: Condvar,
     /// Set after the destager stopped: the sealer exits once nothing is left to write.
     pub stop_sealer: AtomicBool,
+    /// A checkpoint file being written in the background; yields the segment id it covers.
+    pub checkpoint_writer: Mutex<Option<JoinHandle<Result<u64, IoFailure>>>>,
     pub commands: Mutex<Vec<Command>>,
     pub shutdown: AtomicBool,
     /// Stop the destager at once, as a killed process would (tests).
@@ -349,6 +351,10 @@ impl Engine {
         self.shared.space.notify_all();
         if let Some(handle) = self.destager.lock().take() {
             let _ = handle.join();
+        }
+        if let Some(writer) = self.shared.checkpoint_writer.lock().take() {
+            // Nothing may write in the data dir after the engine (and its lock) is gone.
+            let _ = writer.join();
         }
         self.shared.stop_sealer.store(true, Ordering::Release);
         self.shared.seal_work.notify_all();

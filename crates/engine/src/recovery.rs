@@ -185,6 +185,7 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         seal_work: Condvar::new(),
         sealed: Condvar::new(),
         stop_sealer: AtomicBool::new(false),
+        checkpoint_writer: Mutex::new(None),
         commands: Mutex::new(Vec::new()),
         shutdown: AtomicBool::new(false),
         abandon: AtomicBool::new(false),

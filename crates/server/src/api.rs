@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{FromRequest, Path, Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
