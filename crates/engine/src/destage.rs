@@ -976,7 +976,7 @@ pub(crate) fn stats(shared: &Shared) -> EngineStats {
 
 /// Read a sealed segment's header and summary (recovery).
 pub(crate) fn read_summary(
-    shared_store: &dyn crate::chunk_store::ChunkStore,
+    store: &dyn crate::chunk_store::ChunkStore,
     id: SegmentId,
 ) -> Result<Option<(segment::SegmentHeader, Vec<SummaryEntry>)>, IoFailure> {
     let chunk = ChunkId {
@@ -984,14 +984,14 @@ pub(crate) fn read_summary(
         index: 0,
     };
     let mut head = vec![0u8; SEGMENT_HEADER_BYTES];
-    if shared_store.read(chunk, 0, &mut head).is_err() {
+    if store.read(chunk, 0, &mut head).is_err() {
         return Ok(None);
     }
     let Ok(header) = segment::parse_header(&head) else {
         return Ok(None);
     };
     let mut summary = vec![0u8; header.summary_len_bytes as usize];
-    if shared_store
+    if store
         .read(chunk, u64::from(header.data_end_bytes), &mut summary)
         .is_err()
     {

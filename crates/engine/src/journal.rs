@@ -304,7 +304,7 @@ impl Journal {
         Ok(())
     }
 
-    /// Bytes of journal on disk.
+    /// Journal files in use (not counting files kept for reuse).
     pub fn file_count(&self) -> usize {
         self.inner.lock().files.len()
     }
