@@ -132,7 +132,8 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     if path.is_absolute() {
         Ok(path.to_path_buf())
     } else {
-        Ok(std::env::current_dir()?.join(path))
+        // `components` drops the `.` of `./weft-data`.
+        Ok(std::env::current_dir()?.join(path).components().collect())
     }
 }
 
