@@ -28,7 +28,7 @@
     if (a >= 1e6) return (v / 1e6).toFixed(a >= 1e7 ? 0 : 1) + "M";
     if (a >= 1e4) return (v / 1e3).toFixed(0) + "k";
     if (a >= 100) return v.toFixed(0);
-    if (a >= 10) return v.toFixed(1);
+    if (a >= 10) return Number.isInteger(v) ? String(v) : v.toFixed(1);
     return v.toPrecision(2).replace(/\.?0+$/, "");
   }
   function niceTicks(lo, hi, n) {
