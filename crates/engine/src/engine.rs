@@ -1,5 +1,5 @@
 //! The engine: owns the journal, the write buffer, the families, the chunk store and the
-//! destager thread, and serves the calls of front ends and the management API.
+//! destager and sealer threads, and serves the calls of front ends and the management API.
 //!
 //! Locks, in the order they may be taken: `meta` → `range_gate` → journal (inside
 //! [`Journal::append`]) → `state`. Disk reads and writes happen with `state` released; data in
