@@ -20,7 +20,7 @@ use crate::journal::RecordKind;
 use crate::reduce::{self, Reduced};
 use crate::segment::{self, SegmentBuilder, StripeLayout, SummaryEntry, SEGMENT_HEADER_BYTES};
 use crate::units::{FamilyId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
-use crate::write_buffer::Pending;
+use crate::write_buffer::{Pending, RangeRecord};
 
 /// Records taken from the FIFO per destage batch: big enough to amortise the lock, small
 /// enough that the lock is never held long.
@@ -181,24 +181,24 @@ pub(crate) fn buffer_range(
         Some(f) => f.set_range(layer, lba, count, mapping),
         None => return,
     };
-    let pending = if kind == RecordKind::Trim {
-        Pending::Trim {
-            seq,
-            volume,
-            lba,
-            count,
-            released,
-        }
-    } else {
-        Pending::Zero {
-            seq,
-            volume,
-            lba,
-            count,
-            released,
-        }
+    let pending = RangeRecord {
+        seq,
+        volume,
+        lba,
+        count,
+        released,
+        zero: kind == RecordKind::Zero,
     };
     st.buffer.push_range(pending);
+}
+
+/// Hands out segment ids from a copy of the engine's counter (written back by the caller).
+fn segment_ids(next: &mut u64) -> impl FnMut() -> SegmentId + '_ {
+    move || {
+        let id = SegmentId(*next);
+        *next += 1;
+        id
+    }
 }
 
 /// Below this many blocks a batch is reduced on the destager thread alone; above, the work is
@@ -280,7 +280,7 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                     ));
                 }
             }
-            other => ranges.push((blocks.len(), other.clone())),
+            Pending::Range(range) => ranges.push((blocks.len(), range.clone())),
         }
     }
     let reduced = reduce_blocks(&blocks);
@@ -308,33 +308,20 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         let cap = shared.config.segment_size_bytes;
         let mut ranges = ranges.into_iter().peekable();
         let mut next_segment = st.next_segment_id;
-        let mut alloc = || {
-            let id = SegmentId(next_segment);
-            next_segment += 1;
-            id
-        };
+        let mut alloc = segment_ids(&mut next_segment);
         let mut last_seq = st.processed_seq;
         let apply_range = |st: &mut State,
-                           p: Pending,
+                           p: RangeRecord,
                            alloc: &mut dyn FnMut() -> SegmentId,
                            to_seal: &mut Vec<_>| {
-            let (seq, volume, lba, count, released, zero) = match p {
-                Pending::Trim {
-                    seq,
-                    volume,
-                    lba,
-                    count,
-                    released,
-                } => (seq, volume, lba, count, released, false),
-                Pending::Zero {
-                    seq,
-                    volume,
-                    lba,
-                    count,
-                    released,
-                } => (seq, volume, lba, count, released, true),
-                Pending::Write { .. } => unreachable!("only ranges are queued here"),
-            };
+            let RangeRecord {
+                seq,
+                volume,
+                lba,
+                count,
+                released,
+                zero,
+            } = p;
             let Some(v) = st.volumes.get(&volume) else {
                 return seq;
             };
@@ -379,6 +366,7 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         for (_, p) in ranges {
             last_seq = last_seq.max(apply_range(st, p, &mut alloc, &mut to_seal));
         }
+        drop(alloc);
         st.next_segment_id = next_segment;
         st.processed_seq = st.processed_seq.max(last_seq).max(batch_last_seq);
         for (b, since, hwm) in to_seal {
@@ -717,11 +705,7 @@ fn collect_garbage(
         let mut next_segment = st.next_segment_id;
         let mut to_seal = Vec::new();
         if let Some(f) = st.families.get_mut(&fid) {
-            let mut alloc = || {
-                let s = SegmentId(next_segment);
-                next_segment += 1;
-                s
-            };
+            let mut alloc = segment_ids(&mut next_segment);
             for &block in live_by_segment.get(&id).into_iter().flatten() {
                 // Blocks freed or moved since the scan are skipped.
                 let Some(entry) = f.table.get(block) else {

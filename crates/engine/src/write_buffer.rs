@@ -21,32 +21,29 @@ pub enum Pending {
         lba: u64,
         data: Arc<[u8]>,
     },
-    /// Unmap `count` blocks from `lba`. Already applied to the map when buffered (reads see
-    /// it at once); the references it dropped, `released`, are released when it is destaged,
-    /// so that block ids are freed in the same order live and in replay.
-    Trim {
-        seq: u64,
-        volume: VolumeId,
-        lba: u64,
-        count: u64,
-        released: Vec<BlockId>,
-    },
-    /// Zero `count` blocks from `lba`; like `Trim`, but the blocks stay allocated as zeroes.
-    Zero {
-        seq: u64,
-        volume: VolumeId,
-        lba: u64,
-        count: u64,
-        released: Vec<BlockId>,
-    },
+    /// A trim or zeroing (see [`RangeRecord`]).
+    Range(RangeRecord),
+}
+
+/// Unmap (or, with `zero`, make read as zeroes) `count` blocks from `lba`. Already applied to
+/// the map when buffered (reads see it at once); the references it dropped, `released`, are
+/// released when it is destaged, so that block ids are freed in the same order live and in
+/// replay.
+#[derive(Debug, Clone)]
+pub struct RangeRecord {
+    pub seq: u64,
+    pub volume: VolumeId,
+    pub lba: u64,
+    pub count: u64,
+    pub released: Vec<BlockId>,
+    /// Zeroing (blocks stay allocated as zeroes) rather than trim.
+    pub zero: bool,
 }
 
 impl Pending {
     pub fn seq(&self) -> u64 {
         match self {
-            Pending::Write { seq, .. } | Pending::Trim { seq, .. } | Pending::Zero { seq, .. } => {
-                *seq
-            }
+            Pending::Write { seq, .. } | Pending::Range(RangeRecord { seq, .. }) => *seq,
         }
     }
 }
@@ -100,16 +97,8 @@ impl WriteBuffer {
     }
 
     /// Buffer a trim or zeroing: buffered data in the range is superseded at once.
-    pub fn push_range(&mut self, pending: Pending) {
-        let (volume, lba, count) = match &pending {
-            Pending::Trim {
-                volume, lba, count, ..
-            }
-            | Pending::Zero {
-                volume, lba, count, ..
-            } => (*volume, *lba, *count),
-            Pending::Write { .. } => panic!("push_range takes trims and zeroings"),
-        };
+    pub fn push_range(&mut self, range: RangeRecord) {
+        let (volume, lba, count) = (range.volume, range.lba, range.count);
         self.pending_ranges += 1;
         if let Some(index) = self.index.get_mut(&volume) {
             let end = lba.saturating_add(count);
@@ -121,7 +110,7 @@ impl WriteBuffer {
                 index.retain(|&l, _| l < lba || l >= end);
             }
         }
-        self.fifo.push_back(pending);
+        self.fifo.push_back(Pending::Range(range));
     }
 
     /// The newest buffered data of a block, if any.
@@ -202,12 +191,13 @@ mod tests {
         assert_eq!(wb.lookup(vol, 10).unwrap()[0], 1);
         assert_eq!(wb.lookup(vol, 11).unwrap()[0], 2);
         assert!(!wb.is_current(vol, 11, 1));
-        wb.push_range(Pending::Trim {
+        wb.push_range(RangeRecord {
             seq: 3,
             volume: vol,
             lba: 11,
             count: 5,
             released: vec![],
+            zero: false,
         });
         assert!(wb.lookup(vol, 11).is_none());
         assert!(wb.is_current(vol, 10, 1));

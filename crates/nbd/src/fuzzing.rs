@@ -326,16 +326,8 @@ mod tests {
                 }
             }
         }
-        let all = [
-            Errno::NotPermitted,
-            Errno::Io,
-            Errno::NoMemory,
-            Errno::Invalid,
-            Errno::NoSpace,
-            Errno::Overflow,
-            Errno::NotSupported,
-            Errno::Shutdown,
-        ];
-        assert!(all.iter().all(|e| Errno::from_code(e.code()) == Some(*e)));
+        assert!(Errno::ALL
+            .iter()
+            .all(|e| Errno::from_code(e.code()) == Some(*e)));
     }
 }

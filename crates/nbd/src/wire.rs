@@ -187,19 +187,20 @@ impl Errno {
         }
     }
 
+    /// Every errno the server sends.
+    pub const ALL: [Errno; 8] = [
+        Errno::NotPermitted,
+        Errno::Io,
+        Errno::NoMemory,
+        Errno::Invalid,
+        Errno::NoSpace,
+        Errno::Overflow,
+        Errno::NotSupported,
+        Errno::Shutdown,
+    ];
+
     /// The inverse of [`Errno::code`], for client-side decoding in tests and tools.
     pub fn from_code(code: u32) -> Option<Errno> {
-        [
-            Errno::NotPermitted,
-            Errno::Io,
-            Errno::NoMemory,
-            Errno::Invalid,
-            Errno::NoSpace,
-            Errno::Overflow,
-            Errno::NotSupported,
-            Errno::Shutdown,
-        ]
-        .into_iter()
-        .find(|e| e.code() == code)
+        Errno::ALL.into_iter().find(|e| e.code() == code)
     }
 }
