@@ -47,4 +47,4 @@ for rep in $(seq "$repeats"); do
 done
 echo
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
-echo "$(fio --version), $(nbdkit --version | head -1), weft bench $("$bench" --version | cut -d' ' -f2)"
+echo "$(fio --version), $(nbdkit --version | sed -n 1p), weft bench $("$bench" --version | cut -d' ' -f2)"
