@@ -35,7 +35,8 @@ impl Mapping {
         }
     }
 
-    fn decode(raw: u64) -> Mapping {
+    /// Decode a raw entry of [`BlockMap::raw_page`].
+    pub fn decode(raw: u64) -> Mapping {
         match raw {
             ENCODED_ABSENT => Mapping::Absent,
             ENCODED_ZERO => Mapping::Zero,
@@ -131,6 +132,27 @@ impl BlockMap {
             }
         }
         out
+    }
+
+    /// The raw entries of one allocated page (decode with [`Mapping::decode`]).
+    pub fn raw_page(&self, page_no: u64) -> Option<&[u64; PAGE_ENTRIES]> {
+        self.pages.get(&page_no).map(|p| &*p.entries)
+    }
+
+    /// Numbers of the allocated pages, in no particular order.
+    pub fn page_numbers(&self) -> impl Iterator<Item = u64> + '_ {
+        self.pages.keys().copied()
+    }
+
+    /// Every entry that is not absent, as (lba, mapping), in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, Mapping)> + '_ {
+        self.pages.iter().flat_map(|(&page_no, page)| {
+            page.entries
+                .iter()
+                .enumerate()
+                .filter(|(_, &raw)| raw != ENCODED_ABSENT)
+                .map(move |(slot, &raw)| (page_no * PAGE_ENTRIES_U64 + slot as u64, Mapping::decode(raw)))
+        })
     }
 
     /// Number of entries that are not absent.

@@ -16,10 +16,10 @@ use crate::engine::{
     Shared, State,
 };
 use crate::error::{EngineError, IoFailure};
-use crate::journal::RecordKind;
+use crate::journal::{RecordHeader, RecordKind};
 use crate::reduce::{self, Reduced};
 use crate::segment::{self, SegmentBuilder, StripeLayout, SummaryEntry, SEGMENT_HEADER_BYTES};
-use crate::units::{FamilyId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
+use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
 use crate::write_buffer::{Pending, RangeRecord};
 
 /// Records taken from the FIFO per destage batch: big enough to amortise the lock, small
@@ -82,6 +82,7 @@ pub(crate) fn run(shared: &Shared) {
         if let Err(e) = reap_checkpoint_writer(shared, false) {
             tracing::error!(error = %e, "checkpoint failed");
         }
+        forget_covered_layer_ops(shared);
         let (due, busy, amplification) = {
             let st = shared.state.lock();
             let live: u64 = st.families.values().map(|f| f.table.stored_bytes()).sum();
@@ -160,36 +161,62 @@ fn drain(shared: &Shared) -> Result<(), IoFailure> {
 }
 
 /// Buffer a trim or zeroing: applied to the map at once, its releases deferred to destage.
-pub(crate) fn buffer_range(
-    st: &mut State,
-    seq: u64,
-    volume: VolumeId,
-    lba: u64,
-    count: u64,
-    kind: RecordKind,
-) {
-    let Some(v) = st.volumes.get(&volume) else {
-        return;
-    };
-    let (family_id, layer) = (v.record.family, v.record.layer);
+pub(crate) fn buffer_range(st: &mut State, seq: u64, family: FamilyId, header: RecordHeader) {
+    let RecordHeader {
+        kind,
+        layer,
+        lba,
+        count,
+    } = header;
     let mapping = if kind == RecordKind::Trim {
         Mapping::Absent
     } else {
         Mapping::Zero
     };
-    let released = match st.families.get_mut(&family_id) {
-        Some(f) => f.set_range(layer, lba, count, mapping),
+    // A queued merge into the layer must see the map as it was before this record (live,
+    // trims wait for it; in replay they are applied when destaged).
+    let applied = !st.merging_into.contains_key(&layer);
+    let released = match st.families.get_mut(&family) {
+        Some(f) if applied => f.set_range(layer, lba, count, mapping),
+        Some(_) => Vec::new(),
         None => return,
     };
     let pending = RangeRecord {
         seq,
-        volume,
+        family,
+        layer,
         lba,
         count,
         released,
         zero: kind == RecordKind::Zero,
+        applied,
     };
     st.buffer.push_range(pending);
+}
+
+/// Where one block of an image reads from.
+pub(crate) enum Resolved<'a> {
+    Buffered(&'a [u8]),
+    Mapped(Mapping),
+}
+
+/// Resolve a block through a chain of layers: each layer's buffered writes, then its map.
+pub(crate) fn resolve<'a>(
+    buffer: &'a crate::write_buffer::WriteBuffer,
+    family: &crate::family::Family,
+    chain: &[LayerId],
+    lba: u64,
+) -> Resolved<'a> {
+    for &layer in chain {
+        if let Some(data) = buffer.lookup(layer, lba) {
+            return Resolved::Buffered(data);
+        }
+        match family.layers.get(&layer).map(|m| m.get(crate::units::Lba(lba))) {
+            Some(Mapping::Absent) | None => continue,
+            Some(found) => return Resolved::Mapped(found),
+        }
+    }
+    Resolved::Mapped(Mapping::Absent)
 }
 
 /// Hands out segment ids from a copy of the engine's counter (written back by the caller).
@@ -205,10 +232,13 @@ fn segment_ids(next: &mut u64) -> impl FnMut() -> SegmentId + '_ {
 /// split with a second thread (hashing and lz4 are most of destage's CPU on large writes).
 const PARALLEL_REDUCE_BLOCKS_MIN: usize = 512;
 
+/// A block of a write to destage: (seq, family, layer, lba, data).
+type BlockWork<'a> = (u64, FamilyId, LayerId, u64, &'a [u8]);
+
 /// Reduce blocks (no lock held), on two threads when there are many.
-fn reduce_blocks(blocks: &[(u64, VolumeId, u64, &[u8])]) -> Vec<Reduced> {
-    let reduce_all = |part: &[(u64, VolumeId, u64, &[u8])]| -> Vec<Reduced> {
-        part.iter().map(|b| reduce::reduce(b.3)).collect()
+fn reduce_blocks(blocks: &[BlockWork<'_>]) -> Vec<Reduced> {
+    let reduce_all = |part: &[BlockWork<'_>]| -> Vec<Reduced> {
+        part.iter().map(|b| reduce::reduce(b.4)).collect()
     };
     if blocks.len() < PARALLEL_REDUCE_BLOCKS_MIN {
         return reduce_all(blocks);
@@ -225,7 +255,8 @@ fn reduce_blocks(blocks: &[(u64, VolumeId, u64, &[u8])]) -> Vec<Reduced> {
 /// A block of a write taken for destage, with its reduction computed off the lock.
 struct Work<'a> {
     seq: u64,
-    volume: VolumeId,
+    family: FamilyId,
+    layer: LayerId,
     lba: u64,
     reduced: Reduced,
     raw: &'a [u8],
@@ -245,11 +276,12 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             .map(|p| match p {
                 Pending::Write {
                     seq,
-                    volume,
+                    layer,
                     lba,
                     data,
+                    ..
                 } => (0..(data.len() / BLOCK_SIZE_BYTES) as u64)
-                    .filter(|&i| st.buffer.is_current(*volume, lba + i, *seq))
+                    .filter(|&i| st.buffer.is_current(*layer, lba + i, *seq))
                     .collect(),
                 _ => Vec::new(),
             })
@@ -259,14 +291,16 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
     let taken = batch.len();
     let batch_last_seq = batch.last().map_or(0, Pending::seq);
     // Reduce the blocks that are still current, without the lock.
+    // Trims, zeroings and layer operations, with the position of the first block after them.
     let mut ranges = Vec::new();
-    let mut blocks: Vec<(u64, VolumeId, u64, &[u8])> = Vec::new();
+    let mut blocks: Vec<BlockWork<'_>> = Vec::new();
     for p in &batch {
         let current_blocks = current.next().expect("one entry per record");
         match p {
             Pending::Write {
                 seq,
-                volume,
+                family,
+                layer,
                 lba,
                 data,
             } => {
@@ -274,13 +308,14 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                     let start = i as usize * BLOCK_SIZE_BYTES;
                     blocks.push((
                         *seq,
-                        *volume,
+                        *family,
+                        *layer,
                         lba + i,
                         &data[start..start + BLOCK_SIZE_BYTES],
                     ));
                 }
             }
-            Pending::Range(range) => ranges.push((blocks.len(), range.clone())),
+            other => ranges.push((blocks.len(), other.clone())),
         }
     }
     let reduced = reduce_blocks(&blocks);
@@ -288,12 +323,13 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         .iter()
         .zip(reduced)
         .enumerate()
-        .map(|(position, (&(seq, volume, lba, raw), reduced))| {
+        .map(|(position, (&(seq, family, layer, lba, raw), reduced))| {
             (
                 position,
                 Work {
                     seq,
-                    volume,
+                    family,
+                    layer,
                     lba,
                     reduced,
                     raw,
@@ -311,31 +347,56 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         let mut alloc = segment_ids(&mut next_segment);
         let mut last_seq = st.processed_seq;
         let apply_range = |st: &mut State,
-                           p: RangeRecord,
+                           p: Pending,
                            alloc: &mut dyn FnMut() -> SegmentId,
                            to_seal: &mut Vec<_>| {
-            let RangeRecord {
-                seq,
-                volume,
-                lba,
-                count,
-                released,
-                zero,
-            } = p;
-            let Some(v) = st.volumes.get(&volume) else {
-                return seq;
-            };
-            let (fid, layer) = (v.record.family, v.record.layer);
-            if let Some(f) = st.families.get_mut(&fid) {
-                let entry = if zero {
-                    SummaryEntry::MapZero { layer, lba, count }
-                } else {
-                    SummaryEntry::Unmap { layer, lba, count }
-                };
-                f.destage_range(entry, &released, seq, alloc, cap);
-                if let Some((b, since)) = f.take_open_if_full(cap) {
-                    to_seal.push((b, since, seq));
+            let seq = p.seq();
+            match p {
+                Pending::Range(RangeRecord {
+                    family,
+                    layer,
+                    lba,
+                    count,
+                    mut released,
+                    zero,
+                    applied,
+                    ..
+                }) => {
+                    if let Some(f) = st.families.get_mut(&family) {
+                        if !applied {
+                            let mapping = if zero { Mapping::Zero } else { Mapping::Absent };
+                            released = f.set_range(layer, lba, count, mapping);
+                        }
+                        let entry = if zero {
+                            SummaryEntry::MapZero { layer, lba, count }
+                        } else {
+                            SummaryEntry::Unmap { layer, lba, count }
+                        };
+                        f.destage_range(entry, &released, seq, alloc, cap);
+                        if let Some((b, since)) = f.take_open_if_full(cap) {
+                            to_seal.push((b, since, seq));
+                        }
+                    }
                 }
+                Pending::Layer { family, op, .. } => {
+                    if let crate::layers::LayerOp::Merge { into, .. } = op {
+                        if let Some(n) = st.merging_into.get_mut(&into) {
+                            *n -= 1;
+                            if *n == 0 {
+                                st.merging_into.remove(&into);
+                            }
+                        }
+                    }
+                    if let Some(f) = st.families.get_mut(&family) {
+                        f.destage_layer_op(op, seq, alloc, cap);
+                        if let Some((b, since)) = f.take_open_if_full(cap) {
+                            to_seal.push((b, since, seq));
+                        }
+                        st.applied_layer_ops
+                            .push(crate::metastore::PendingLayerOp { family, op });
+                    }
+                }
+                Pending::Write { .. } => unreachable!("writes are destaged block by block"),
             }
             seq
         };
@@ -345,23 +406,19 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                 last_seq = last_seq.max(apply_range(st, p, &mut alloc, &mut to_seal));
             }
             last_seq = last_seq.max(w.seq);
-            if !st.buffer.is_current(w.volume, w.lba, w.seq) {
+            if !st.buffer.is_current(w.layer, w.lba, w.seq) {
                 continue;
             }
-            let Some(v) = st.volumes.get(&w.volume) else {
+            let Some(f) = st.families.get_mut(&w.family) else {
                 continue;
             };
-            let (fid, layer) = (v.record.family, v.record.layer);
-            let Some(f) = st.families.get_mut(&fid) else {
-                continue;
-            };
-            f.apply_block(layer, w.lba, &w.reduced, w.raw, w.seq, &mut alloc, cap);
+            f.apply_block(w.layer, w.lba, &w.reduced, w.raw, w.seq, &mut alloc, cap);
             if let Some((b, since)) = f.take_open_if_full(cap) {
                 // Later blocks of this record go to the next segment: the one sealed here
                 // reflects the records before it only.
                 to_seal.push((b, since, w.seq - 1));
             }
-            st.buffer.retire(w.volume, w.lba, w.seq);
+            st.buffer.retire(w.layer, w.lba, w.seq);
         }
         for (_, p) in ranges {
             last_seq = last_seq.max(apply_range(st, p, &mut alloc, &mut to_seal));
@@ -554,12 +611,30 @@ fn reap_checkpoint_writer(shared: &Shared, block: bool) -> Result<(), IoFailure>
     }
     let handle = slot.take().expect("checked above");
     drop(slot);
-    let below = handle
+    let (below, covered) = handle
         .join()
         .map_err(|_| IoFailure::disk("checkpoint", std::io::Error::other("writer panicked")))??;
     let mut st = shared.state.lock();
     st.checkpoint_below = st.checkpoint_below.max(below);
+    st.covered_layer_ops.extend(covered);
     Ok(())
+}
+
+/// Remove layer operations a checkpoint covers from the cluster state's pending list (they
+/// need no replay any more). Called with no lock held.
+fn forget_covered_layer_ops(shared: &Shared) {
+    let covered = std::mem::take(&mut shared.state.lock().covered_layer_ops);
+    if covered.is_empty() {
+        return;
+    }
+    let mut meta = shared.meta.lock();
+    let mut next = meta.state.clone();
+    next.pending_layer_ops.retain(|op| !covered.contains(op));
+    if next != meta.state {
+        if let Err(e) = meta.commit(next) {
+            tracing::warn!(error = %e, "could not trim the pending layer operations; they replay as no-ops");
+        }
+    }
 }
 
 /// Checkpoint: drain trims (so refcounts match maps), seal everything, encode the image under
@@ -585,15 +660,16 @@ fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), IoFailure> {
         let counters = shared.counters.lifetime();
         let body = checkpoint::encode(st.next_segment_id, &st.families, &st.sealed, counters);
         st.sealed_bytes_since_checkpoint = 0;
-        (body, st.next_segment_id)
+        let covered = std::mem::take(&mut st.applied_layer_ops);
+        (body, (st.next_segment_id, covered))
     };
     let encode_ms = started.elapsed().as_millis() as u64;
     let dir = shared.config.data_dir.join("meta");
-    let write = move || -> Result<u64, IoFailure> {
+    let write = move || -> Result<crate::engine::CheckpointCovers, IoFailure> {
         checkpoint::store(&dir, &body)?;
         tracing::info!(
             bytes = body.len(),
-            segments_below = below,
+            segments_below = below.0,
             encode_ms,
             total_ms = started.elapsed().as_millis() as u64,
             "checkpoint written"
@@ -790,17 +866,18 @@ pub(crate) fn read_blocks(
     let mut disk = Vec::new();
     {
         let st = shared.state.lock();
-        let v = st.volume(volume)?;
-        let family = st.families.get(&v.record.family).ok_or(EngineError::Gone)?;
-        let chain = [v.record.layer];
+        let image = st.image(volume)?;
+        let family = st.families.get(&image.family).ok_or(EngineError::Gone)?;
+        let chain = st.chain(image);
         for i in 0..count as usize {
             let out = &mut buf[i * BLOCK_SIZE_BYTES..(i + 1) * BLOCK_SIZE_BYTES];
             let l = lba + i as u64;
-            let source = if let Some(data) = st.buffer.lookup(volume, l) {
-                out.copy_from_slice(data);
-                Source::Ready
-            } else {
-                match family.lookup(&chain, l) {
+            let source = match resolve(&st.buffer, family, &chain, l) {
+                Resolved::Buffered(data) => {
+                    out.copy_from_slice(data);
+                    Source::Ready
+                }
+                Resolved::Mapped(mapping) => match mapping {
                     Mapping::Absent | Mapping::Zero => {
                         out.fill(0);
                         Source::Ready
@@ -907,25 +984,16 @@ pub(crate) fn stats(shared: &Shared) -> EngineStats {
     let st = shared.state.lock();
     let mut r = ReductionStats::default();
     let mut map_entries = 0u64;
-    let mut per_family: HashMap<FamilyId, ()> = HashMap::new();
-    for v in st.volumes.values() {
-        if let Some(f) = st.families.get(&v.record.family) {
-            let c = f.counts(v.record.layer);
-            r.logical_bytes += c.mapped_blocks * BLOCK_SIZE_U64;
-            r.zero_bytes += c.zero_blocks * BLOCK_SIZE_U64;
-            per_family.insert(v.record.family, ());
-        }
-    }
     let mut nonzero_refs = 0;
-    for (fid, f) in &st.families {
-        if !per_family.contains_key(fid) {
-            continue;
-        }
+    for f in st.families.values() {
         r.unique_blocks += f.table.live_blocks();
         r.stored_bytes += f.table.stored_bytes();
         for map in f.layers.values() {
+            let zeroes = map.zero_entries();
+            r.logical_bytes += map.present_entries() * BLOCK_SIZE_U64;
+            r.zero_bytes += zeroes * BLOCK_SIZE_U64;
             map_entries += map.allocated_pages() as u64 * crate::block_map::PAGE_ENTRIES as u64;
-            nonzero_refs += map.present_entries() - map.zero_entries();
+            nonzero_refs += map.present_entries() - zeroes;
         }
     }
     r.dedup_saved_bytes = nonzero_refs.saturating_sub(r.unique_blocks) * BLOCK_SIZE_U64;
@@ -952,7 +1020,8 @@ pub(crate) fn stats(shared: &Shared) -> EngineStats {
         journal_files: shared.journal.file_count() as u64,
         corrupt_reads: c.corrupt_reads.load(Ordering::Relaxed),
         out_of_space: st.out_of_space,
-        volumes: st.volumes.len() as u64,
+        volumes: st.images.values().filter(|i| i.writable).count() as u64,
+        snapshots: st.images.values().filter(|i| !i.writable).count() as u64,
         metadata_memory_bytes: map_entries * 8 + r.unique_blocks * 80,
         reduction: r,
     }

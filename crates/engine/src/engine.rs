@@ -1,5 +1,6 @@
 //! The engine: owns the journal, the write buffer, the families, the chunk store and the
-//! destager and sealer threads, and serves the calls of front ends and the management API.
+//! destager and sealer threads, and serves the I/O calls of front ends and the maintenance
+//! calls of the management API (volumes and snapshots are in [`crate::catalog`]).
 //!
 //! Locks, in the order they may be taken: `meta` → `range_gate` → journal (inside
 //! [`Journal::append`]) → `state`. Disk reads and writes happen with `state` released; data in
@@ -17,18 +18,14 @@ use serde::Serialize;
 
 use crate::block_map::Mapping;
 use crate::checkpoint::SealedSegment;
-use crate::chunk_store::{ChunkId, ChunkStore};
+use crate::chunk_store::ChunkStore;
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
-use crate::journal::{Journal, JournalOptions, RecordKind, JOURNAL_PAYLOAD_MAX_BYTES};
-use crate::metastore::{MetaStore, VolumeRecord};
+use crate::journal::{Journal, JournalOptions, RecordHeader, RecordKind, JOURNAL_PAYLOAD_MAX_BYTES};
+use crate::metastore::{MetaStore, PendingLayerOp};
 use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
 use crate::write_buffer::WriteBuffer;
 
-/// Volume names: what an NBD export name and a URL path segment can carry without escaping.
-const VOLUME_NAME_MAX_BYTES: usize = 64;
-/// Largest volume: 2^52 bytes (4 PiB) keeps every LBA and byte offset far from overflow.
-const VOLUME_SIZE_MAX_BYTES: u64 = 1 << 52;
 /// A read that finds its segment gone (moved by GC meanwhile) looks the blocks up again.
 const READ_RETRIES_MAX: usize = 4;
 /// How long a writer waits for buffer space before checking again for shutdown or a full disk.
@@ -90,21 +87,8 @@ impl EngineConfig {
     }
 }
 
-/// A volume as the API shows it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct VolumeInfo {
-    pub name: String,
-    pub id: u64,
-    pub size_bytes: u64,
-    pub block_size_bytes: u64,
-    /// Blocks written (data or zeroes) and not trimmed, in bytes.
-    pub mapped_bytes: u64,
-    /// Blocks that read as written zeroes, in bytes (eliminated: no space used).
-    pub zero_bytes: u64,
-    pub created_unix_s: u64,
-}
-
-/// Data reduction across all volumes.
+/// Data reduction across all families: every layer's own entries (a block a clone reads
+/// from its base is counted once, in the base).
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ReductionStats {
     /// 4096 × mapped blocks (written data or zeroes, not trimmed).
@@ -157,6 +141,8 @@ pub struct EngineStats {
     pub corrupt_reads: u64,
     pub out_of_space: bool,
     pub volumes: u64,
+    /// Snapshots that can be opened (deleted ones kept hidden for clones are not counted).
+    pub snapshots: u64,
     /// Estimated metadata memory: 8 bytes per map entry of allocated pages + 80 per stored block.
     pub metadata_memory_bytes: u64,
 }
@@ -169,10 +155,19 @@ pub struct Extent {
     pub zero: bool,
 }
 
-/// A volume as the engine state holds it.
+/// An open-able image (a volume, or a snapshot exported read-only) as the engine state holds
+/// it, under a key that lives as long as the image keeps its contents: refresh and rollback
+/// give the volume a new key, so requests of clients that still hold the old one fail.
 #[derive(Debug)]
-pub(crate) struct Volume {
-    pub record: VolumeRecord,
+pub(crate) struct Image {
+    pub name: String,
+    pub family: FamilyId,
+    pub size_bytes: u64,
+    /// The layer reads start from: a volume's top, a snapshot's own layer.
+    pub layer: LayerId,
+    /// Writes go to `layer`; false for snapshots.
+    pub writable: bool,
+    /// Set when the image is deleted, refreshed or rolled back: front ends disconnect.
     pub gone: Arc<AtomicBool>,
 }
 
@@ -189,8 +184,21 @@ pub(crate) struct SealingSegment {
 /// Everything behind the state lock.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    pub volumes: HashMap<VolumeId, Volume>,
+    /// Open-able images by key (see [`Image`]).
+    pub images: HashMap<VolumeId, Image>,
+    /// Image keys by name.
+    pub image_keys: HashMap<String, VolumeId>,
+    pub next_image_key: u64,
     pub families: HashMap<FamilyId, Family>,
+    /// Merges queued into each layer: trims of that layer wait until they are applied (a trim
+    /// changes the map when it is buffered; the merge must see the map as of its turn).
+    pub merging_into: HashMap<LayerId, usize>,
+    /// Layer operations the destager applied; once a checkpoint covers them they leave the
+    /// cluster state's pending list.
+    pub applied_layer_ops: Vec<PendingLayerOp>,
+    /// Applied layer operations a durable checkpoint covers: the destager removes them from
+    /// the cluster state's pending list.
+    pub covered_layer_ops: Vec<PendingLayerOp>,
     pub buffer: WriteBuffer,
     pub sealing: BTreeMap<SegmentId, SealingSegment>,
     pub sealed: BTreeMap<SegmentId, SealedSegment>,
@@ -207,8 +215,34 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub fn volume(&self, id: VolumeId) -> Result<&Volume, EngineError> {
-        self.volumes.get(&id).ok_or(EngineError::Gone)
+    pub fn image(&self, key: VolumeId) -> Result<&Image, EngineError> {
+        self.images.get(&key).ok_or(EngineError::Gone)
+    }
+
+    /// Make an image open-able under a new key; returns the key.
+    pub fn insert_image(&mut self, image: Image) -> VolumeId {
+        self.next_image_key += 1;
+        let key = VolumeId(self.next_image_key);
+        self.image_keys.insert(image.name.clone(), key);
+        self.images.insert(key, image);
+        key
+    }
+
+    /// Remove an image by name; its clients are told it is gone.
+    pub fn remove_image(&mut self, name: &str) {
+        if let Some(key) = self.image_keys.remove(name) {
+            if let Some(image) = self.images.remove(&key) {
+                image.gone.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// The layers an image reads through, top first.
+    pub fn chain(&self, image: &Image) -> Vec<LayerId> {
+        match self.families.get(&image.family) {
+            Some(f) => f.graph.chain(image.layer),
+            None => vec![image.layer],
+        }
     }
 
     /// Journal records with seq <= this are reflected in sealed segments.
@@ -227,6 +261,9 @@ impl State {
         hwm
     }
 }
+
+/// What a durable checkpoint covers.
+pub(crate) type CheckpointCovers = (u64, Vec<PendingLayerOp>);
 
 /// Requests to the destager thread from API calls.
 #[derive(Debug)]
@@ -292,8 +329,9 @@ pub(crate) struct Shared {
     pub sealed: Condvar,
     /// Set after the destager stopped: the sealer exits once nothing is left to write.
     pub stop_sealer: AtomicBool,
-    /// A checkpoint file being written in the background; yields the segment id it covers.
-    pub checkpoint_writer: Mutex<Option<JoinHandle<Result<u64, IoFailure>>>>,
+    /// A checkpoint file being written in the background; yields the segment id it covers
+    /// and the layer operations it reflects.
+    pub checkpoint_writer: Mutex<Option<JoinHandle<Result<CheckpointCovers, IoFailure>>>>,
     pub commands: Mutex<Vec<Command>>,
     pub shutdown: AtomicBool,
     /// Stop the destager at once, as a killed process would (tests).
@@ -311,11 +349,13 @@ pub struct Engine {
     sealer: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// An open volume, for a front end.
+/// An open volume or snapshot, for a front end. `id` is the key I/O calls take.
 #[derive(Debug, Clone)]
 pub struct VolumeHandle {
     pub id: VolumeId,
     pub name: String,
+    /// Snapshots are read-only: writes fail with [`EngineError::ReadOnly`].
+    pub read_only: bool,
     pub gone: Arc<AtomicBool>,
 }
 
@@ -333,11 +373,17 @@ impl Engine {
             .name("weft-destage".into())
             .spawn(move || crate::destage::run(&thread_shared))
             .map_err(|e| IoFailure::disk("destager thread", e))?;
-        Ok(Engine {
+        let engine = Engine {
             shared,
             destager: Mutex::new(Some(destager)),
             sealer: Mutex::new(Some(sealer)),
-        })
+        };
+        if !engine.shared.state.lock().merging_into.is_empty() {
+            // Replayed trims queued behind a merge change their maps only when destaged:
+            // apply them before serving reads.
+            engine.sync()?;
+        }
+        Ok(engine)
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -370,140 +416,9 @@ impl Engine {
         self.shutdown();
     }
 
-    // ---- volumes -------------------------------------------------------------------------
-
-    pub fn create_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
-        check_name(name)?;
-        check_size(size_bytes)?;
-        let mut meta = self.shared.meta.lock();
-        if meta.state.volumes.iter().any(|v| v.name == name) {
-            return Err(EngineError::VolumeExists {
-                name: name.to_string(),
-            });
-        }
-        let mut next = meta.state.clone();
-        let record = VolumeRecord {
-            id: VolumeId(next.next_volume_id.max(1)),
-            name: name.to_string(),
-            size_bytes,
-            family: FamilyId(next.next_family_id.max(1)),
-            layer: LayerId(next.next_layer_id.max(1)),
-            created_unix_s: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        };
-        next.next_volume_id = record.id.0 + 1;
-        next.next_family_id = record.family.0 + 1;
-        next.next_layer_id = record.layer.0 + 1;
-        next.volumes.push(record.clone());
-        meta.commit(next)?;
-        let mut st = self.shared.state.lock();
-        st.families
-            .entry(record.family)
-            .or_insert_with(|| Family::new(record.family));
-        st.volumes.insert(
-            record.id,
-            Volume {
-                record: record.clone(),
-                gone: Arc::new(AtomicBool::new(false)),
-            },
-        );
-        Ok(volume_info(&st, &record))
-    }
-
-    pub fn delete_volume(&self, name: &str) -> Result<(), EngineError> {
-        let mut meta = self.shared.meta.lock();
-        let record = find(&meta, name)?;
-        let mut next = meta.state.clone();
-        next.volumes.retain(|v| v.id != record.id);
-        meta.commit(next)?;
-        let doomed: Vec<SegmentId> = {
-            let mut st = self.shared.state.lock();
-            if let Some(v) = st.volumes.remove(&record.id) {
-                v.gone.store(true, Ordering::Release);
-            }
-            st.buffer.drop_volume(record.id);
-            st.families.remove(&record.family);
-            let doomed: Vec<SegmentId> = st
-                .sealed
-                .iter()
-                .filter(|(_, s)| s.family == record.family)
-                .map(|(&id, _)| id)
-                .collect();
-            for id in &doomed {
-                st.sealed.remove(id);
-            }
-            st.out_of_space = false;
-            doomed
-        };
-        for id in doomed {
-            if let Err(e) = self.shared.store.delete(ChunkId {
-                segment: id,
-                index: 0,
-            }) {
-                tracing::warn!(segment = id.0, error = %e, "could not delete a segment of a deleted volume");
-            }
-        }
-        tracing::info!(volume = name, "volume deleted");
-        Ok(())
-    }
-
-    pub fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
-        check_size(size_bytes)?;
-        let mut meta = self.shared.meta.lock();
-        let record = find(&meta, name)?;
-        if size_bytes < record.size_bytes {
-            return Err(EngineError::InvalidSize {
-                reason: format!("volumes only grow: {name} is {} bytes", record.size_bytes),
-            });
-        }
-        let mut next = meta.state.clone();
-        for v in &mut next.volumes {
-            if v.id == record.id {
-                v.size_bytes = size_bytes;
-            }
-        }
-        meta.commit(next)?;
-        let mut st = self.shared.state.lock();
-        let volume = st.volumes.get_mut(&record.id).ok_or(EngineError::Gone)?;
-        volume.record.size_bytes = size_bytes;
-        let record = volume.record.clone();
-        Ok(volume_info(&st, &record))
-    }
-
-    pub fn list_volumes(&self) -> Vec<VolumeInfo> {
-        let meta = self.shared.meta.lock();
-        let st = self.shared.state.lock();
-        meta.state
-            .volumes
-            .iter()
-            .map(|r| volume_info(&st, r))
-            .collect()
-    }
-
-    pub fn volume_info(&self, name: &str) -> Result<VolumeInfo, EngineError> {
-        let meta = self.shared.meta.lock();
-        let record = find(&meta, name)?;
-        let st = self.shared.state.lock();
-        Ok(volume_info(&st, &record))
-    }
-
-    /// Open a volume for I/O.
-    pub fn open_volume(&self, name: &str) -> Result<VolumeHandle, EngineError> {
-        let meta = self.shared.meta.lock();
-        let record = find(&meta, name)?;
-        let st = self.shared.state.lock();
-        let v = st.volume(record.id)?;
-        Ok(VolumeHandle {
-            id: record.id,
-            name: record.name,
-            gone: v.gone.clone(),
-        })
-    }
-
-    /// The current size of an open volume.
+    /// The current size of an open volume or snapshot.
     pub fn volume_size(&self, id: VolumeId) -> Result<u64, EngineError> {
-        Ok(self.shared.state.lock().volume(id)?.record.size_bytes)
+        Ok(self.shared.state.lock().image(id)?.size_bytes)
     }
 
     // ---- I/O -----------------------------------------------------------------------------
@@ -521,6 +436,7 @@ impl Engine {
         if count == 0 {
             return Ok(());
         }
+        self.check_writable(id)?;
         if data.len() > JOURNAL_PAYLOAD_MAX_BYTES as usize {
             return Err(EngineError::OutOfRange {
                 offset_bytes,
@@ -531,17 +447,31 @@ impl Engine {
         let lba = offset_bytes / BLOCK_SIZE_U64;
         let buffered: Arc<[u8]> = Arc::from(data);
         let shared = &self.shared;
-        let seq = shared
-            .journal
-            .append(RecordKind::Write, id, lba, count, data, |seq| {
-                shared
-                    .state
-                    .lock()
-                    .buffer
-                    .push_write(seq, id, lba, buffered);
+        let family = std::cell::Cell::new(FamilyId(0));
+        let seq = shared.journal.append_resolved(
+            data,
+            || {
+                let st = shared.state.lock();
+                let (fid, layer) = writable_layer(&st, id)?;
+                family.set(fid);
+                Ok::<_, EngineError>(RecordHeader {
+                    kind: RecordKind::Write,
+                    layer,
+                    lba,
+                    count,
+                })
+            },
+            |seq, header| {
+                shared.state.lock().buffer.push_write(
+                    seq,
+                    family.get(),
+                    header.layer,
+                    lba,
+                    buffered,
+                );
                 seq
-            })
-            .map_err(map_io)?;
+            },
+        )?;
         shared
             .counters
             .host_written_bytes
@@ -588,7 +518,7 @@ impl Engine {
         self.shared.journal.sync(upto).map_err(map_io)
     }
 
-    /// Read whole blocks.
+    /// Read whole blocks (of a volume or a snapshot).
     pub fn read(&self, id: VolumeId, offset_bytes: u64, buf: &mut [u8]) -> Result<(), EngineError> {
         let count = self.check_range(id, offset_bytes, buf.len() as u64)?;
         let lba = offset_bytes / BLOCK_SIZE_U64;
@@ -617,19 +547,17 @@ impl Engine {
         let count = self.check_range(id, offset_bytes, length_bytes)?;
         let lba = offset_bytes / BLOCK_SIZE_U64;
         let st = self.shared.state.lock();
-        let v = st.volume(id)?;
-        let family = st.families.get(&v.record.family).ok_or(EngineError::Gone)?;
-        let chain = [v.record.layer];
+        let image = st.image(id)?;
+        let family = st.families.get(&image.family).ok_or(EngineError::Gone)?;
+        let chain = st.chain(image);
         let mut out: Vec<Extent> = Vec::new();
         for l in lba..lba + count {
-            let (hole, zero) = if st.buffer.lookup(id, l).is_some() {
-                (false, false)
-            } else {
-                match family.lookup(&chain, l) {
-                    Mapping::Absent => (true, true),
-                    Mapping::Zero => (false, true),
-                    Mapping::Block(_) => (false, false),
+            let (hole, zero) = match crate::destage::resolve(&st.buffer, family, &chain, l) {
+                crate::destage::Resolved::Buffered(_) | crate::destage::Resolved::Mapped(Mapping::Block(_)) => {
+                    (false, false)
                 }
+                crate::destage::Resolved::Mapped(Mapping::Zero) => (false, true),
+                crate::destage::Resolved::Mapped(Mapping::Absent) => (true, true),
             };
             match out.last_mut() {
                 Some(last) if last.hole == hole && last.zero == zero => {
@@ -707,6 +635,14 @@ impl Engine {
         }
     }
 
+    fn check_writable(&self, id: VolumeId) -> Result<(), EngineError> {
+        if self.shared.state.lock().image(id)?.writable {
+            Ok(())
+        } else {
+            Err(EngineError::ReadOnly)
+        }
+    }
+
     /// Wait for buffer space; refuse when the datastore is full.
     fn admit(&self, bytes: u64) -> Result<(), EngineError> {
         let shared = &self.shared;
@@ -757,17 +693,55 @@ impl Engine {
         if count == 0 {
             return Ok(());
         }
+        self.check_writable(id)?;
         let lba = offset_bytes / BLOCK_SIZE_U64;
         let shared = &self.shared;
-        let _gate = shared.range_gate.lock();
-        let seq = shared
-            .journal
-            .append(kind, id, lba, count, &[], |seq| {
-                let mut st = shared.state.lock();
-                crate::destage::buffer_range(&mut st, seq, id, lba, count, kind);
-                seq
-            })
-            .map_err(map_io)?;
+        let family = std::cell::Cell::new(FamilyId(0));
+        let seq = loop {
+            let gate = shared.range_gate.lock();
+            let appended = shared.journal.append_resolved(
+                &[],
+                || {
+                    let st = shared.state.lock();
+                    let (fid, layer) = writable_layer(&st, id)?;
+                    if st.merging_into.contains_key(&layer) {
+                        return Err(EngineError::LayerBusy);
+                    }
+                    family.set(fid);
+                    // A trim above a base must hide the base's blocks: it zeroes instead.
+                    let has_base = st
+                        .families
+                        .get(&fid)
+                        .is_some_and(|f| f.graph.parent(layer).is_some());
+                    let kind = if kind == RecordKind::Trim && has_base {
+                        RecordKind::Zero
+                    } else {
+                        kind
+                    };
+                    Ok(RecordHeader {
+                        kind,
+                        layer,
+                        lba,
+                        count,
+                    })
+                },
+                |seq, header| {
+                    let mut st = shared.state.lock();
+                    crate::destage::buffer_range(&mut st, seq, family.get(), header);
+                    seq
+                },
+            );
+            match appended {
+                Err(EngineError::LayerBusy) => {
+                    // A snapshot merge into this volume is queued; the destager applies it
+                    // soon (it holds no lock this thread holds once the gate is dropped).
+                    drop(gate);
+                    shared.work.notify_one();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                other => break other?,
+            }
+        };
         shared.work.notify_one();
         if fua {
             shared.journal.sync(seq).map_err(map_io)?;
@@ -782,70 +756,21 @@ impl Drop for Engine {
     }
 }
 
-fn map_io(e: IoFailure) -> EngineError {
+/// The family and layer a write to image `id` goes to.
+fn writable_layer(st: &State, id: VolumeId) -> Result<(FamilyId, LayerId), EngineError> {
+    let image = st.image(id)?;
+    if !image.writable {
+        return Err(EngineError::ReadOnly);
+    }
+    Ok((image.family, image.layer))
+}
+
+pub(crate) fn map_io(e: IoFailure) -> EngineError {
     if e.is_no_space() {
         EngineError::NoSpace
     } else {
         EngineError::Io(e)
     }
-}
-
-fn find(meta: &MetaStore, name: &str) -> Result<VolumeRecord, EngineError> {
-    meta.state
-        .volumes
-        .iter()
-        .find(|v| v.name == name)
-        .cloned()
-        .ok_or_else(|| EngineError::UnknownVolume {
-            name: name.to_string(),
-        })
-}
-
-fn volume_info(st: &State, r: &VolumeRecord) -> VolumeInfo {
-    let counts = st
-        .families
-        .get(&r.family)
-        .map(|f| f.counts(r.layer))
-        .unwrap_or_default();
-    VolumeInfo {
-        name: r.name.clone(),
-        id: r.id.0,
-        size_bytes: r.size_bytes,
-        block_size_bytes: BLOCK_SIZE_U64,
-        mapped_bytes: counts.mapped_blocks * BLOCK_SIZE_U64,
-        zero_bytes: counts.zero_blocks * BLOCK_SIZE_U64,
-        created_unix_s: r.created_unix_s,
-    }
-}
-
-fn check_name(name: &str) -> Result<(), EngineError> {
-    let ok = !name.is_empty()
-        && name.len() <= VOLUME_NAME_MAX_BYTES
-        && !name.starts_with(['.', '-'])
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(EngineError::InvalidName {
-            name: name.to_string(),
-        })
-    }
-}
-
-fn check_size(size_bytes: u64) -> Result<(), EngineError> {
-    if size_bytes == 0
-        || !size_bytes.is_multiple_of(BLOCK_SIZE_U64)
-        || size_bytes > VOLUME_SIZE_MAX_BYTES
-    {
-        return Err(EngineError::InvalidSize {
-            reason: format!(
-                "{size_bytes} bytes: a volume is a non-zero multiple of {BLOCK_SIZE_BYTES} bytes, at most {VOLUME_SIZE_MAX_BYTES}"
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Release the journal up to what sealed segments now reflect.

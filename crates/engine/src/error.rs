@@ -11,6 +11,28 @@ pub enum EngineError {
     UnknownVolume { name: String },
     #[error("a volume named {name:?} already exists")]
     VolumeExists { name: String },
+    #[error("the name {name:?} is taken by a {by}: volume and snapshot names share one namespace (they are NBD export names)")]
+    NameTaken { name: String, by: &'static str },
+    #[error("no snapshot named {name:?}")]
+    UnknownSnapshot { name: String },
+    #[error("snapshot {snapshot:?} belongs to another family than volume {volume:?}: a volume can only be refreshed to a snapshot of its own family")]
+    WrongFamily { snapshot: String, volume: String },
+    #[error("snapshot {snapshot:?} was not taken of volume {volume:?}: roll a volume back to one of its own snapshots, or refresh it to another snapshot of its family")]
+    NotOwnSnapshot { snapshot: String, volume: String },
+    #[error("{what} is in use: {detail}")]
+    InUse { what: String, detail: String },
+    #[error("volume {volume:?} has snapshots ({}): delete them first (weft snapshot delete), or delete the volume with its snapshots (weft volume delete --with-snapshots){detail}", snapshots.join(", "))]
+    HasSnapshots {
+        volume: String,
+        snapshots: Vec<String>,
+        /// What would stay behind (snapshots clones still use), with a leading separator.
+        detail: String,
+    },
+    #[error("layer chain too deep: {what} would read through more than {max} layers; delete old snapshots (their layers merge into the next one)")]
+    ChainTooDeep { what: String, max: usize },
+    /// Internal: a trim waits for a queued snapshot merge; never returned to callers.
+    #[error("a snapshot merge into this volume is in progress")]
+    LayerBusy,
     #[error("invalid volume name {name:?}: use 1-64 characters from [A-Za-z0-9._-], not starting with '.' or '-'")]
     InvalidName { name: String },
     #[error("invalid size: {reason}")]
@@ -29,7 +51,18 @@ pub enum EngineError {
     #[error("data dir {path} is in use by another weft process")]
     DataDirInUse { path: String },
     #[error(transparent)]
-    Io(#[from] IoFailure),
+    Io(IoFailure),
+}
+
+impl From<IoFailure> for EngineError {
+    /// A full disk is the client's ENOSPC, not an I/O error.
+    fn from(e: IoFailure) -> EngineError {
+        if e.is_no_space() {
+            EngineError::NoSpace
+        } else {
+            EngineError::Io(e)
+        }
+    }
 }
 
 /// An environment failure on the data path.

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use crate::block_map::{BlockMap, Mapping};
 use crate::block_table::{BlockLocation, BlockTable};
+use crate::layers::{LayerGraph, LayerOp};
 use crate::reduce::Reduced;
 use crate::segment::{SegmentBuilder, StoredBlock, SummaryEntry};
 use crate::units::{BlockId, FamilyId, LayerId, Lba, SegmentId};
@@ -24,6 +25,8 @@ pub struct LayerCounts {
 pub struct Family {
     pub id: FamilyId,
     pub layers: HashMap<LayerId, BlockMap>,
+    /// Which layer sits on which. Not checkpointed: rebuilt from the cluster state at start.
+    pub graph: LayerGraph,
     pub table: BlockTable,
     /// The segment being filled, if any.
     pub open: Option<SegmentBuilder>,
@@ -39,6 +42,7 @@ impl Family {
         Family {
             id,
             layers: HashMap::new(),
+            graph: LayerGraph::new(),
             table: BlockTable::new(),
             open: None,
             open_since_seq: None,
@@ -184,6 +188,50 @@ impl Family {
         self.release_blocks(released);
     }
 
+    /// Log a layer operation taken from the buffer (journal record `seq`) and apply it.
+    pub fn destage_layer_op(
+        &mut self,
+        op: LayerOp,
+        seq: u64,
+        new_segment: &mut dyn FnMut() -> SegmentId,
+        segment_capacity_bytes: usize,
+    ) {
+        self.open_since_seq.get_or_insert(seq);
+        self.record(SummaryEntry::Layer(op), new_segment, segment_capacity_bytes);
+        self.apply_layer_op(op);
+    }
+
+    /// Apply a layer operation to maps, refcounts and the graph (live and in replay alike).
+    /// Applying it again is a no-op: the removed layer is gone and ids are never reused.
+    pub fn apply_layer_op(&mut self, op: LayerOp) {
+        match op {
+            LayerOp::Drop { layer } => {
+                if let Some(map) = self.layers.remove(&layer) {
+                    for (_, m) in map.entries() {
+                        self.release_mapping(m);
+                    }
+                }
+            }
+            LayerOp::Merge { from, into } => {
+                if let Some(map) = self.layers.remove(&from) {
+                    let target = self.layers.entry(into).or_default();
+                    let mut shadowed = Vec::new();
+                    for (lba, m) in map.entries() {
+                        if target.get(Lba(lba)) == Mapping::Absent {
+                            target.set(Lba(lba), m);
+                        } else {
+                            shadowed.push(m);
+                        }
+                    }
+                    for m in shadowed {
+                        self.release_mapping(m);
+                    }
+                }
+            }
+        }
+        self.graph.apply(op);
+    }
+
     /// GC: move a live block's stored bytes into the open segment.
     pub fn relocate(
         &mut self,
@@ -239,6 +287,7 @@ impl Family {
                 SummaryEntry::Relocate { stored } => {
                     self.table.relocate(stored.block, location(segment, stored));
                 }
+                SummaryEntry::Layer(op) => self.apply_layer_op(op),
             }
         }
     }

@@ -14,8 +14,11 @@
 //! old record after the new tail has a lower seq and ends replay) or deleted.
 //!
 //! Record layout (little-endian): magic u32 `WJR1`, CRC32C u32 of bytes 8.. of the header and
-//! the payload, seq u64, volume u64, lba u64, count (blocks) u64, kind u8, 3 zero bytes,
-//! payload length u32, payload. Replay stops at the first record that does not verify (the
+//! the payload, seq u64, layer u64, lba u64, count (blocks) u64, kind u8, 3 zero bytes,
+//! payload length u32, payload. A record names the layer it changes, not the volume: a
+//! snapshot or refresh changes which layer a volume writes to, and replay must put every
+//! record where it went live. Layer operations (drop, merge) are records too, so replay
+//! applies them at the same point of the sequence. Replay stops at the first record that does not verify (the
 //! torn tail of a crash); new records then go to a new file.
 
 use std::collections::VecDeque;
@@ -29,7 +32,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::IoFailure;
-use crate::units::VolumeId;
+use crate::units::LayerId;
 
 /// Default size of every journal file; a record that does not fit in the rest of a file goes
 /// to the next one (a record bigger than a whole file makes that file grow).
@@ -54,7 +57,7 @@ impl Default for JournalOptions {
 }
 /// Largest payload of one record: the largest NBD request we accept.
 pub const JOURNAL_PAYLOAD_MAX_BYTES: u32 = 32 << 20;
-const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"WJR1");
+const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"WJR2");
 const RECORD_HEADER_BYTES: usize = 48;
 /// Zero-filled files being prepared carry this suffix until they are put in use.
 const SPARE_SUFFIX: &str = ".spare";
@@ -73,6 +76,10 @@ pub enum RecordKind {
     Trim,
     /// Make `count` blocks from `lba` read as zeroes, staying allocated.
     Zero,
+    /// Drop the layer: release every block it references (refresh, rollback, delete).
+    DropLayer,
+    /// Merge the layer into the layer whose id is in the `lba` field (snapshot delete).
+    MergeLayer,
 }
 
 impl RecordKind {
@@ -81,6 +88,8 @@ impl RecordKind {
             RecordKind::Write => 1,
             RecordKind::Trim => 2,
             RecordKind::Zero => 3,
+            RecordKind::DropLayer => 4,
+            RecordKind::MergeLayer => 5,
         }
     }
 
@@ -89,6 +98,8 @@ impl RecordKind {
             1 => Some(RecordKind::Write),
             2 => Some(RecordKind::Trim),
             3 => Some(RecordKind::Zero),
+            4 => Some(RecordKind::DropLayer),
+            5 => Some(RecordKind::MergeLayer),
             _ => None,
         }
     }
@@ -98,11 +109,30 @@ impl RecordKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalRecord {
     pub seq: u64,
+    pub header: RecordHeader,
+    pub payload: Vec<u8>,
+}
+
+/// What a record does and where: everything but its seq and payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
     pub kind: RecordKind,
-    pub volume: VolumeId,
+    pub layer: LayerId,
     pub lba: u64,
     pub count: u64,
-    pub payload: Vec<u8>,
+}
+
+/// Appends records while holding the journal lock (see [`Journal::with_lock`]).
+pub struct Appender<'a> {
+    journal: &'a Journal,
+    inner: parking_lot::MutexGuard<'a, Inner>,
+}
+
+impl Appender<'_> {
+    /// Append one record; returns its seq.
+    pub fn append(&mut self, header: RecordHeader, payload: &[u8]) -> Result<u64, IoFailure> {
+        self.journal.append_locked(&mut self.inner, header, payload)
+    }
 }
 
 #[derive(Debug)]
@@ -201,36 +231,68 @@ impl Journal {
         Ok((journal, records))
     }
 
-    /// Append one record and hand it to the OS; returns its seq. `on_written` runs with the
-    /// journal still locked, so the caller can publish the record (to the write buffer) in
-    /// seq order.
+    /// Append one record and hand it to the OS; returns what `on_written` returns. It runs
+    /// with the journal still locked, so the caller can publish the record (to the write
+    /// buffer) in seq order.
     pub fn append<R>(
         &self,
-        kind: RecordKind,
-        volume: VolumeId,
-        lba: u64,
-        count: u64,
+        header: RecordHeader,
         payload: &[u8],
         on_written: impl FnOnce(u64) -> R,
     ) -> Result<R, IoFailure> {
+        let mut inner = self.inner.lock();
+        let seq = self.append_locked(&mut inner, header, payload)?;
+        Ok(on_written(seq))
+    }
+
+    /// Like [`Self::append`], but the header is decided by `resolve` with the journal locked:
+    /// a layer switch (snapshot, refresh) that also takes the journal lock cannot fall between
+    /// choosing the layer and publishing the record. `resolve` may refuse (nothing written).
+    pub fn append_resolved<R, E: From<IoFailure>>(
+        &self,
+        payload: &[u8],
+        resolve: impl FnOnce() -> Result<RecordHeader, E>,
+        on_written: impl FnOnce(u64, RecordHeader) -> R,
+    ) -> Result<R, E> {
+        let mut inner = self.inner.lock();
+        let header = resolve()?;
+        let seq = self.append_locked(&mut inner, header, payload)?;
+        Ok(on_written(seq, header))
+    }
+
+    /// Run `f` with the journal locked: no record is appended meanwhile except through the
+    /// [`Appender`] it gets. Layer switches run here, so they fall between two records.
+    pub fn with_lock<R>(&self, f: impl FnOnce(&mut Appender<'_>) -> R) -> R {
+        let mut appender = Appender {
+            journal: self,
+            inner: self.inner.lock(),
+        };
+        f(&mut appender)
+    }
+
+    fn append_locked(
+        &self,
+        inner: &mut Inner,
+        header: RecordHeader,
+        payload: &[u8],
+    ) -> Result<u64, IoFailure> {
         let payload_len = u32::try_from(payload.len()).expect("payload below 4 GiB");
         assert!(
             payload_len <= JOURNAL_PAYLOAD_MAX_BYTES,
             "front ends bound request sizes"
         );
-        let mut inner = self.inner.lock();
         let record_bytes = (RECORD_HEADER_BYTES + payload.len()) as u64;
         if inner.write_offset > 0 && inner.write_offset + record_bytes > self.options.file_bytes {
-            self.rotate(&mut inner)?;
+            self.rotate(inner)?;
         }
         let seq = inner.next_seq;
         let h = &mut inner.header;
         h[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
         h[8..16].copy_from_slice(&seq.to_le_bytes());
-        h[16..24].copy_from_slice(&volume.0.to_le_bytes());
-        h[24..32].copy_from_slice(&lba.to_le_bytes());
-        h[32..40].copy_from_slice(&count.to_le_bytes());
-        h[40] = kind.code();
+        h[16..24].copy_from_slice(&header.layer.0.to_le_bytes());
+        h[24..32].copy_from_slice(&header.lba.to_le_bytes());
+        h[32..40].copy_from_slice(&header.count.to_le_bytes());
+        h[40] = header.kind.code();
         h[41..44].fill(0);
         h[44..48].copy_from_slice(&payload_len.to_le_bytes());
         let crc = crc32c::crc32c_append(crc32c::crc32c(&h[8..]), payload);
@@ -241,14 +303,14 @@ impl Journal {
             file,
             write_offset,
             ..
-        } = &mut *inner;
+        } = inner;
         record.clear();
         record.extend_from_slice(header);
         record.extend_from_slice(payload);
         if let Err(e) = file.write_all_at(record, *write_offset) {
             // A partial record would be a torn tail in the middle of the log: start a new file
             // so replay sees the next records. The seq is not consumed.
-            let _ = self.rotate(&mut inner);
+            let _ = self.rotate(inner);
             return Err(IoFailure::disk(self.dir.display().to_string(), e));
         }
         if record.capacity() > 1 << 20 {
@@ -257,7 +319,7 @@ impl Journal {
         inner.write_offset += record_bytes;
         inner.next_seq += 1;
         self.written_seq.store(seq, Ordering::Release);
-        Ok(on_written(seq))
+        Ok(seq)
     }
 
     /// Make every record with seq <= `upto` durable (group commit).
@@ -474,10 +536,12 @@ fn parse_record(b: &[u8]) -> Option<(JournalRecord, usize)> {
     let kind = RecordKind::from_code(b[40])?;
     let record = JournalRecord {
         seq: u64_at(8),
-        kind,
-        volume: VolumeId(u64_at(16)),
-        lba: u64_at(24),
-        count: u64_at(32),
+        header: RecordHeader {
+            kind,
+            layer: LayerId(u64_at(16)),
+            lba: u64_at(24),
+            count: u64_at(32),
+        },
         payload: b[RECORD_HEADER_BYTES..end].to_vec(),
     };
     Some((record, end))
@@ -486,6 +550,15 @@ fn parse_record(b: &[u8]) -> Option<(JournalRecord, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn header(kind: RecordKind, lba: u64, count: u64) -> RecordHeader {
+        RecordHeader {
+            kind,
+            layer: LayerId(1),
+            lba,
+            count,
+        }
+    }
 
     const TEST_OPTIONS: JournalOptions = JournalOptions {
         file_bytes: 1 << 20,
@@ -499,12 +572,12 @@ mod tests {
             let (j, old) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
             assert!(old.is_empty());
             assert_eq!(
-                j.append(RecordKind::Write, VolumeId(1), 5, 1, &[7u8; 4096], |s| s)
+                j.append(header(RecordKind::Write, 5, 1), &[7u8; 4096], |s| s)
                     .unwrap(),
                 1
             );
             assert_eq!(
-                j.append(RecordKind::Trim, VolumeId(1), 0, 100, &[], |s| s)
+                j.append(header(RecordKind::Trim, 0, 100), &[], |s| s)
                     .unwrap(),
                 2
             );
@@ -519,7 +592,7 @@ mod tests {
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].payload, vec![7u8; 4096]);
         assert_eq!(
-            j.append(RecordKind::Zero, VolumeId(1), 3, 1, &[], |s| s)
+            j.append(header(RecordKind::Zero, 3, 1), &[], |s| s)
                 .unwrap(),
             2
         );
@@ -529,7 +602,7 @@ mod tests {
             records.iter().map(|r| r.seq).collect::<Vec<_>>(),
             vec![1, 2]
         );
-        assert_eq!(records[1].kind, RecordKind::Zero);
+        assert_eq!(records[1].header.kind, RecordKind::Zero);
         j.release_upto(2).unwrap();
         assert_eq!(j.file_count(), 1);
     }
@@ -539,14 +612,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let (j, _) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
-            j.append(RecordKind::Write, VolumeId(1), 0, 1, &[1u8; 4096], |s| s)
+            j.append(header(RecordKind::Write, 0, 1), &[1u8; 4096], |s| s)
                 .unwrap();
         }
         drop(Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap());
         let (j, _) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
         j.release_upto(1).unwrap();
         assert_eq!(
-            j.append(RecordKind::Write, VolumeId(1), 0, 1, &[2u8; 4096], |s| s)
+            j.append(header(RecordKind::Write, 0, 1), &[2u8; 4096], |s| s)
                 .unwrap(),
             2
         );
@@ -570,11 +643,7 @@ mod tests {
         // Fill several files so some are released and reused.
         for i in 0..60u64 {
             let seq = j
-                .append(
-                    RecordKind::Write,
-                    VolumeId(1),
-                    i,
-                    1,
+                .append(header(RecordKind::Write, i, 1),
                     &[i as u8; 4096],
                     |s| s,
                 )

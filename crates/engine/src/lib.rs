@@ -12,6 +12,7 @@
 //! simple models; [`engine`] owns the threads and files and drives it.
 
 pub mod block_map;
+pub mod catalog;
 pub mod block_table;
 pub mod checkpoint;
 pub mod chunk_store;
@@ -19,15 +20,19 @@ pub mod engine;
 pub mod error;
 pub mod family;
 pub mod journal;
+pub mod layers;
 pub mod metastore;
 pub mod reduce;
 pub mod segment;
+pub mod space;
 pub mod units;
 pub mod write_buffer;
 
 mod destage;
 mod recovery;
 
-pub use engine::{Engine, EngineConfig, EngineStats, GcReport, ReductionStats, VolumeInfo};
+pub use catalog::{FamilySummary, SnapshotInfo, VolumeInfo};
+pub use engine::{Engine, EngineConfig, EngineStats, GcReport, ReductionStats};
+pub use space::{FamilyReduction, SpaceUsage};
 pub use error::{EngineError, IoFailure};
 pub use units::{BlockId, FamilyId, Lba, SegmentId, VolumeId, BLOCK_SIZE_BYTES};

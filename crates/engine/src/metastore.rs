@@ -1,13 +1,18 @@
 //! The embedded MetaStore of single-process mode: the small, rarely changing cluster state
-//! (volumes and their families and layers, id counters), as one JSON document replaced
-//! atomically (write, fsync, rename, fsync dir). The data path never waits on it.
+//! (volumes, snapshots, their families and layer graph, layer operations not yet known to be
+//! durable in a checkpoint, id counters), as one JSON document replaced atomically (write,
+//! fsync, rename, fsync dir). The data path never waits on it.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::IoFailure;
+use crate::layers::LayerOp;
 use crate::units::{FamilyId, LayerId, VolumeId};
+
+/// The format this build writes; older data dirs are refused with a clear message.
+pub const FORMAT_VERSION: u32 = 2;
 
 const METASTORE_FILE: &str = "cluster.json";
 
@@ -18,10 +23,44 @@ pub struct VolumeRecord {
     pub name: String,
     pub size_bytes: u64,
     pub family: FamilyId,
-    /// The volume's writable layer.
+    /// The volume's writable (top) layer.
     pub layer: LayerId,
+    /// The frozen layer the top sits on: a snapshot's layer (clone, refresh, rollback, or a
+    /// snapshot of this volume). `None`: the volume reads nothing below its top.
+    #[serde(default)]
+    pub base: Option<LayerId>,
+    /// The snapshot this volume was cloned, refreshed or rolled back from, by name.
+    #[serde(default)]
+    pub origin: Option<String>,
     /// Seconds since the Unix epoch.
     pub created_unix_s: u64,
+}
+
+/// A snapshot: a frozen layer and the chain below it, read-only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    /// From the same id space as volumes.
+    pub id: VolumeId,
+    pub name: String,
+    pub family: FamilyId,
+    /// The volume it was taken of (it may have been deleted since).
+    pub volume: VolumeId,
+    pub layer: LayerId,
+    pub parent: Option<LayerId>,
+    pub size_bytes: u64,
+    pub created_unix_s: u64,
+    /// Deleted by the user but still used by clones: not listed, kept until its last user
+    /// goes.
+    #[serde(default)]
+    pub hidden: bool,
+}
+
+/// A layer operation the journal may not yet hold or a checkpoint may not yet cover; recovery
+/// applies it again (a no-op once it has been applied).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingLayerOp {
+    pub family: FamilyId,
+    pub op: LayerOp,
 }
 
 /// The whole cluster state of a single node.
@@ -30,6 +69,11 @@ pub struct VolumeRecord {
 pub struct ClusterState {
     pub format_version: u32,
     pub volumes: Vec<VolumeRecord>,
+    #[serde(default)]
+    pub snapshots: Vec<SnapshotRecord>,
+    /// In the order they were issued.
+    #[serde(default)]
+    pub pending_layer_ops: Vec<PendingLayerOp>,
     pub next_volume_id: u64,
     pub next_family_id: u64,
     pub next_layer_id: u64,
@@ -42,19 +86,46 @@ pub struct MetaStore {
     pub state: ClusterState,
 }
 
+impl ClusterState {
+    /// The volume or snapshot (visible or hidden) that owns `layer` as its own layer.
+    pub fn family_of_layer(&self, layer: LayerId) -> Option<FamilyId> {
+        self.volumes
+            .iter()
+            .find(|v| v.layer == layer)
+            .map(|v| v.family)
+            .or_else(|| {
+                self.snapshots
+                    .iter()
+                    .find(|s| s.layer == layer)
+                    .map(|s| s.family)
+            })
+    }
+}
+
 impl MetaStore {
     pub fn open(dir: &Path) -> Result<MetaStore, IoFailure> {
         std::fs::create_dir_all(dir).map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
         let path = dir.join(METASTORE_FILE);
         let state = match std::fs::read(&path) {
             Ok(bytes) => {
-                serde_json::from_slice(&bytes).map_err(|e| IoFailure::CorruptMetadata {
-                    what: path.display().to_string(),
-                    detail: e.to_string(),
-                })?
+                let state: ClusterState =
+                    serde_json::from_slice(&bytes).map_err(|e| IoFailure::CorruptMetadata {
+                        what: path.display().to_string(),
+                        detail: e.to_string(),
+                    })?;
+                if state.format_version != FORMAT_VERSION {
+                    return Err(IoFailure::CorruptMetadata {
+                        what: path.display().to_string(),
+                        detail: format!(
+                            "data dir format {} was written by another weft version; this one reads format {FORMAT_VERSION} (journal records name layers since snapshots came): start with a new --data-dir",
+                            state.format_version
+                        ),
+                    });
+                }
+                state
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => ClusterState {
-                format_version: 1,
+                format_version: FORMAT_VERSION,
                 ..ClusterState::default()
             },
             Err(e) => return Err(IoFailure::disk(path.display().to_string(), e)),
@@ -98,6 +169,7 @@ mod tests {
     fn state_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let mut m = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(m.state.format_version, FORMAT_VERSION);
         let mut next = m.state.clone();
         next.volumes.push(VolumeRecord {
             id: VolumeId(1),
@@ -105,6 +177,8 @@ mod tests {
             size_bytes: 1 << 30,
             family: FamilyId(1),
             layer: LayerId(1),
+            base: None,
+            origin: None,
             created_unix_s: 0,
         });
         next.next_volume_id = 2;

@@ -1,8 +1,10 @@
 //! Start-up and recovery: cluster state, then the latest checkpoint, then the segments sealed
-//! after it (in id order), then the journal records no sealed segment reflects. What comes out
-//! is the state the engine had when it stopped, minus nothing that was acknowledged.
+//! after it (in id order), then the layer graph (from the cluster state, with merges not yet
+//! applied spliced back in), then the journal records no sealed segment reflects, then the
+//! cluster state's pending layer operations (a no-op for those already applied). What comes
+//! out is the state the engine had when it stopped, minus nothing that was acknowledged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,12 +13,13 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::checkpoint::{self, SealedSegment};
 use crate::chunk_store::{ChunkId, ChunkStore, LocalChunkStore};
-use crate::engine::{Counters, EngineConfig, Shared, State, Volume};
+use crate::engine::{Counters, EngineConfig, Shared, State};
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
 use crate::journal::{Journal, RecordKind};
-use crate::metastore::MetaStore;
-use crate::units::BLOCK_SIZE_BYTES;
+use crate::layers::LayerOp;
+use crate::metastore::{ClusterState, MetaStore};
+use crate::units::{FamilyId, LayerId, BLOCK_SIZE_BYTES};
 
 pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
     let started = Instant::now();
@@ -38,18 +41,14 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         checkpoint_below: image.next_segment_id,
         ..State::default()
     };
-    for record in &meta.state.volumes {
-        let family = families
-            .remove(&record.family)
-            .unwrap_or_else(|| Family::new(record.family));
-        st.families.insert(record.family, family);
-        st.volumes.insert(
-            record.id,
-            Volume {
-                record: record.clone(),
-                gone: Arc::new(AtomicBool::new(false)),
-            },
-        );
+    let layer_family = layer_families(&meta.state);
+    let alive: HashSet<FamilyId> = layer_family.values().copied().collect();
+    for fid in alive {
+        let family = families.remove(&fid).unwrap_or_else(|| Family::new(fid));
+        st.families.insert(fid, family);
+    }
+    for image in crate::catalog::images_of(&meta.state) {
+        st.insert_image(image);
     }
     st.sealed = image
         .sealed
@@ -125,6 +124,8 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         );
     }
 
+    build_graphs(&meta.state, &mut st);
+
     // Replay the journal after each family's high-water mark.
     let min_next_seq = st
         .families
@@ -136,10 +137,12 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
     let mut replayed_records = 0u64;
     let mut first_pending = None;
     for r in records {
-        let Some(v) = st.volumes.get(&r.volume) else {
+        let h = r.header;
+        // Records of layers no volume, snapshot or pending operation knows were dropped.
+        let Some(&fid) = layer_family.get(&h.layer) else {
             continue;
         };
-        let Some(f) = st.families.get(&v.record.family) else {
+        let Some(f) = st.families.get(&fid) else {
             continue;
         };
         if r.seq <= f.journal_hwm {
@@ -147,9 +150,9 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         }
         first_pending.get_or_insert(r.seq);
         replayed_records += 1;
-        match r.kind {
+        match h.kind {
             RecordKind::Write => {
-                if r.payload.len() as u64 != r.count * BLOCK_SIZE_BYTES as u64 {
+                if r.payload.len() as u64 != h.count * BLOCK_SIZE_BYTES as u64 {
                     tracing::error!(
                         seq = r.seq,
                         "journal record length does not match its block count; skipped"
@@ -157,17 +160,34 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
                     continue;
                 }
                 st.buffer
-                    .push_write(r.seq, r.volume, r.lba, r.payload.into());
+                    .push_write(r.seq, fid, h.layer, h.lba, r.payload.into());
             }
-            kind => crate::destage::buffer_range(&mut st, r.seq, r.volume, r.lba, r.count, kind),
+            RecordKind::Trim | RecordKind::Zero => {
+                crate::destage::buffer_range(&mut st, r.seq, fid, h);
+            }
+            RecordKind::DropLayer => queue_layer_op(&mut st, r.seq, fid, LayerOp::Drop { layer: h.layer }),
+            RecordKind::MergeLayer => queue_layer_op(
+                &mut st,
+                r.seq,
+                fid,
+                LayerOp::Merge {
+                    from: h.layer,
+                    into: LayerId(h.lba),
+                },
+            ),
         }
     }
     st.processed_seq = match first_pending {
         Some(first) => first - 1,
         None => journal.written_seq(),
     };
+    // Operations the cluster state holds but the journal may not: again, after everything
+    // (an operation already applied or queued above is a no-op the second time).
+    for op in &meta.state.pending_layer_ops {
+        queue_layer_op(&mut st, journal.written_seq(), op.family, op.op);
+    }
     tracing::info!(
-        volumes = st.volumes.len(),
+        images = st.images.len(),
         segments_replayed = replayed,
         journal_records_replayed = replayed_records,
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -214,6 +234,67 @@ fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, EngineError> {
             Err(IoFailure::disk(path.display().to_string(), e).into())
         }
     }
+}
+
+/// The family of every layer the cluster state knows: volumes' tops, snapshots' layers (also
+/// hidden ones) and the layers of pending operations.
+fn layer_families(state: &ClusterState) -> HashMap<LayerId, FamilyId> {
+    let mut out = HashMap::new();
+    for v in &state.volumes {
+        out.insert(v.layer, v.family);
+    }
+    for s in &state.snapshots {
+        out.insert(s.layer, s.family);
+    }
+    for op in &state.pending_layer_ops {
+        match op.op {
+            LayerOp::Drop { layer } => {
+                out.insert(layer, op.family);
+            }
+            LayerOp::Merge { from, into } => {
+                out.insert(from, op.family);
+                out.insert(into, op.family);
+            }
+        }
+    }
+    out
+}
+
+/// The layer graphs as the cluster state describes them, with each pending merge spliced back
+/// between its target and the layer below (its layer may still hold entries or journaled
+/// writes; if the merge was applied already, the layer is empty and the replayed operation
+/// takes it out again).
+fn build_graphs(state: &ClusterState, st: &mut State) {
+    for v in &state.volumes {
+        if let Some(f) = st.families.get_mut(&v.family) {
+            f.graph.set_parent(v.layer, v.base);
+        }
+    }
+    for s in &state.snapshots {
+        if let Some(f) = st.families.get_mut(&s.family) {
+            f.graph.set_parent(s.layer, s.parent);
+        }
+    }
+    for op in state.pending_layer_ops.iter().rev() {
+        let LayerOp::Merge { from, into } = op.op else {
+            continue;
+        };
+        let Some(f) = st.families.get_mut(&op.family) else {
+            continue;
+        };
+        if f.graph.contains(into) && !f.graph.contains(from) {
+            let below = f.graph.parent(into);
+            f.graph.set_parent(from, below);
+            f.graph.set_parent(into, Some(from));
+        }
+    }
+}
+
+fn queue_layer_op(st: &mut State, seq: u64, family: FamilyId, op: LayerOp) {
+    if let LayerOp::Merge { into, .. } = op {
+        *st.merging_into.entry(into).or_default() += 1;
+    }
+    st.buffer.push_layer_op(seq, family, op);
 }
 
 fn discard(store: &dyn ChunkStore, chunk: ChunkId, why: &str) {

@@ -28,6 +28,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::layers::LayerOp;
 use crate::units::{BlockId, FamilyId, Fingerprint, LayerId, SegmentId};
 
 pub const SEGMENT_MAGIC: [u8; 8] = *b"WEFTSEG\0";
@@ -95,6 +96,8 @@ pub enum SummaryEntry {
     },
     /// GC moved a live block into this segment.
     Relocate { stored: StoredBlock },
+    /// A layer was dropped or merged (refresh, rollback, delete).
+    Layer(LayerOp),
 }
 
 /// The fixed header of a sealed segment.

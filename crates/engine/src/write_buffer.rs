@@ -1,29 +1,38 @@
 //! The write buffer: acknowledged writes not yet destaged, in RAM.
 //!
 //! Two views of the same records: a FIFO in journal order, which the destager consumes, and a
-//! per-volume index from LBA to the newest buffered data, which reads consult first
-//! (read-your-writes). A buffered block is *current* while the index still points at its
+//! per-layer index from LBA to the newest buffered data, which reads consult first
+//! (read-your-writes) for each layer of their chain. A buffered block is *current* while the index still points at its
 //! record; the destager skips blocks that a newer write, trim or zeroing has superseded.
 //! No I/O here.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::units::{BlockId, VolumeId, BLOCK_SIZE_BYTES};
+use crate::layers::LayerOp;
+use crate::units::{BlockId, FamilyId, LayerId, BLOCK_SIZE_BYTES};
 
 /// A record waiting for destage.
 #[derive(Debug, Clone)]
 pub enum Pending {
-    /// Data for `count` blocks from `lba`, `data.len() == count * 4096`.
+    /// Data for `count` blocks from `lba` of `layer`, `data.len() == count * 4096`.
     Write {
         seq: u64,
-        volume: VolumeId,
+        family: FamilyId,
+        layer: LayerId,
         lba: u64,
         data: Arc<[u8]>,
     },
     /// A trim or zeroing (see [`RangeRecord`]).
     Range(RangeRecord),
+    /// A layer operation, applied by the destager at this point of the sequence.
+    Layer {
+        seq: u64,
+        family: FamilyId,
+        op: LayerOp,
+    },
 }
+
 
 /// Unmap (or, with `zero`, make read as zeroes) `count` blocks from `lba`. Already applied to
 /// the map when buffered (reads see it at once); the references it dropped, `released`, are
@@ -32,18 +41,24 @@ pub enum Pending {
 #[derive(Debug, Clone)]
 pub struct RangeRecord {
     pub seq: u64,
-    pub volume: VolumeId,
+    pub family: FamilyId,
+    pub layer: LayerId,
     pub lba: u64,
     pub count: u64,
     pub released: Vec<BlockId>,
     /// Zeroing (blocks stay allocated as zeroes) rather than trim.
     pub zero: bool,
+    /// The map already reflects it (the normal case). When false (a record replayed after a
+    /// queued merge into its layer) the destager changes the map when it logs it.
+    pub applied: bool,
 }
 
 impl Pending {
     pub fn seq(&self) -> u64 {
         match self {
-            Pending::Write { seq, .. } | Pending::Range(RangeRecord { seq, .. }) => *seq,
+            Pending::Write { seq, .. }
+            | Pending::Range(RangeRecord { seq, .. })
+            | Pending::Layer { seq, .. } => *seq,
         }
     }
 }
@@ -60,7 +75,7 @@ struct Buffered {
 #[derive(Debug, Default)]
 pub struct WriteBuffer {
     fifo: VecDeque<Pending>,
-    index: HashMap<VolumeId, HashMap<u64, Buffered>>,
+    index: HashMap<LayerId, HashMap<u64, Buffered>>,
     data_bytes: u64,
     /// Trims and zeroings in the FIFO (a checkpoint waits until there are none).
     pending_ranges: usize,
@@ -72,10 +87,17 @@ impl WriteBuffer {
     }
 
     /// Buffer a write (records arrive in seq order).
-    pub fn push_write(&mut self, seq: u64, volume: VolumeId, lba: u64, data: Arc<[u8]>) {
+    pub fn push_write(
+        &mut self,
+        seq: u64,
+        family: FamilyId,
+        layer: LayerId,
+        lba: u64,
+        data: Arc<[u8]>,
+    ) {
         assert_eq!(data.len() % BLOCK_SIZE_BYTES, 0, "writes are whole blocks");
         let blocks = data.len() / BLOCK_SIZE_BYTES;
-        let index = self.index.entry(volume).or_default();
+        let index = self.index.entry(layer).or_default();
         for i in 0..blocks {
             let block = u32::try_from(i).expect("request size is bounded");
             index.insert(
@@ -90,17 +112,27 @@ impl WriteBuffer {
         self.data_bytes += data.len() as u64;
         self.fifo.push_back(Pending::Write {
             seq,
-            volume,
+            family,
+            layer,
             lba,
             data,
         });
     }
 
+    /// Queue a layer operation behind every record before it.
+    pub fn push_layer_op(&mut self, seq: u64, family: FamilyId, op: LayerOp) {
+        if let LayerOp::Drop { layer } = op {
+            // Its buffered writes will never be read: the destager skips them.
+            self.index.remove(&layer);
+        }
+        self.fifo.push_back(Pending::Layer { seq, family, op });
+    }
+
     /// Buffer a trim or zeroing: buffered data in the range is superseded at once.
     pub fn push_range(&mut self, range: RangeRecord) {
-        let (volume, lba, count) = (range.volume, range.lba, range.count);
+        let (layer, lba, count) = (range.layer, range.lba, range.count);
         self.pending_ranges += 1;
-        if let Some(index) = self.index.get_mut(&volume) {
+        if let Some(index) = self.index.get_mut(&layer) {
             let end = lba.saturating_add(count);
             if count < index.len() as u64 {
                 for l in lba..end {
@@ -113,24 +145,24 @@ impl WriteBuffer {
         self.fifo.push_back(Pending::Range(range));
     }
 
-    /// The newest buffered data of a block, if any.
-    pub fn lookup(&self, volume: VolumeId, lba: u64) -> Option<&[u8]> {
-        let b = self.index.get(&volume)?.get(&lba)?;
+    /// The newest buffered data of a block of a layer, if any.
+    pub fn lookup(&self, layer: LayerId, lba: u64) -> Option<&[u8]> {
+        let b = self.index.get(&layer)?.get(&lba)?;
         let start = b.block as usize * BLOCK_SIZE_BYTES;
         Some(&b.data[start..start + BLOCK_SIZE_BYTES])
     }
 
     /// Is the block `lba` of the write `seq` still the newest data for it?
-    pub fn is_current(&self, volume: VolumeId, lba: u64, seq: u64) -> bool {
+    pub fn is_current(&self, layer: LayerId, lba: u64, seq: u64) -> bool {
         self.index
-            .get(&volume)
+            .get(&layer)
             .and_then(|i| i.get(&lba))
             .is_some_and(|b| b.seq == seq)
     }
 
     /// The block was destaged: drop it from the index unless something newer replaced it.
-    pub fn retire(&mut self, volume: VolumeId, lba: u64, seq: u64) {
-        if let Some(index) = self.index.get_mut(&volume) {
+    pub fn retire(&mut self, layer: LayerId, lba: u64, seq: u64) {
+        if let Some(index) = self.index.get_mut(&layer) {
             if index.get(&lba).is_some_and(|b| b.seq == seq) {
                 index.remove(&lba);
             }
@@ -144,15 +176,21 @@ impl WriteBuffer {
         for p in &out {
             match p {
                 Pending::Write { data, .. } => self.data_bytes -= data.len() as u64,
-                _ => self.pending_ranges -= 1,
+                Pending::Range(_) => self.pending_ranges -= 1,
+                Pending::Layer { .. } => {}
             }
         }
         out
     }
 
-    /// Forget a deleted volume.
-    pub fn drop_volume(&mut self, volume: VolumeId) {
-        self.index.remove(&volume);
+    /// Forget the buffered data of a layer (its family was deleted).
+    pub fn drop_layer(&mut self, layer: LayerId) {
+        self.index.remove(&layer);
+    }
+
+    /// Does the layer have buffered data?
+    pub fn has_layer(&self, layer: LayerId) -> bool {
+        self.index.get(&layer).is_some_and(|i| !i.is_empty())
     }
 
     /// Trims and zeroings not yet destaged.
@@ -184,20 +222,23 @@ mod tests {
 
     #[test]
     fn newest_write_wins_and_trims_supersede() {
-        let vol = VolumeId(1);
+        let vol = LayerId(1);
+        let fam = FamilyId(1);
         let mut wb = WriteBuffer::new();
-        wb.push_write(1, vol, 10, block(1, 2));
-        wb.push_write(2, vol, 11, block(2, 1));
+        wb.push_write(1, fam, vol, 10, block(1, 2));
+        wb.push_write(2, fam, vol, 11, block(2, 1));
         assert_eq!(wb.lookup(vol, 10).unwrap()[0], 1);
         assert_eq!(wb.lookup(vol, 11).unwrap()[0], 2);
         assert!(!wb.is_current(vol, 11, 1));
         wb.push_range(RangeRecord {
             seq: 3,
-            volume: vol,
+            family: fam,
+            layer: vol,
             lba: 11,
             count: 5,
             released: vec![],
             zero: false,
+            applied: true,
         });
         assert!(wb.lookup(vol, 11).is_none());
         assert!(wb.is_current(vol, 10, 1));

@@ -159,7 +159,7 @@ async fn delete_volume(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let engine = state.engine.clone();
-    blocking(move || engine.delete_volume(&name)).await?;
+    blocking(move || engine.delete_volume(&name, false)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -1,4 +1,5 @@
-//! The engine as an export backend: volumes become NBD exports.
+//! The engine as an export backend: volumes become read-write NBD exports, snapshots
+//! read-only ones.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,16 +25,29 @@ impl EngineBackend {
 
 impl ExportBackend for EngineBackend {
     fn list_exports(&self) -> Vec<ExportInfo> {
-        self.engine
-            .list_volumes()
+        let volumes = self.engine.list_volumes().into_iter().map(|v| ExportInfo {
+            description: format!("weft volume {} ({} bytes)", v.name, v.size_bytes),
+            name: v.name,
+            size_bytes: v.size_bytes,
+            read_only: false,
+        });
+        let snapshots = self
+            .engine
+            .list_snapshots(None)
+            .unwrap_or_default()
             .into_iter()
-            .map(|v| ExportInfo {
-                description: format!("weft volume {} ({} bytes)", v.name, v.size_bytes),
-                name: v.name,
-                size_bytes: v.size_bytes,
-                read_only: false,
-            })
-            .collect()
+            .map(|s| ExportInfo {
+                description: format!(
+                    "weft snapshot {} of {} ({} bytes, read-only)",
+                    s.name,
+                    s.volume.as_deref().unwrap_or("a deleted volume"),
+                    s.size_bytes
+                ),
+                name: s.name,
+                size_bytes: s.size_bytes,
+                read_only: true,
+            });
+        volumes.chain(snapshots).collect()
     }
 
     fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError> {
@@ -72,6 +86,7 @@ fn to_export_error(e: EngineError) -> ExportIoError {
         EngineError::NoSpace => ExportIoError::NoSpace,
         EngineError::Gone
         | EngineError::UnknownVolume { .. }
+        | EngineError::UnknownSnapshot { .. }
         | EngineError::VolumeExists { .. } => ExportIoError::Gone,
         e => ExportIoError::Io {
             detail: e.to_string(),
@@ -82,11 +97,16 @@ fn to_export_error(e: EngineError) -> ExportIoError {
 impl ExportHandle for VolumeExport {
     fn info(&self) -> ExportInfo {
         let size_bytes = self.engine.volume_size(self.handle.id).unwrap_or(0);
+        let kind = if self.handle.read_only {
+            "snapshot"
+        } else {
+            "volume"
+        };
         ExportInfo {
             name: self.handle.name.clone(),
-            description: format!("weft volume {}", self.handle.name),
+            description: format!("weft {kind} {}", self.handle.name),
             size_bytes,
-            read_only: false,
+            read_only: self.handle.read_only,
         }
     }
 

@@ -1,0 +1,913 @@
+//! The catalog: volumes and snapshots, and the operations the management API makes on them
+//! (create, delete, resize, snapshot, clone, refresh, rollback). Each one is metadata only:
+//!
+//! 1. the new cluster state is committed to the MetaStore (with the layer operations it
+//!    implies in its pending list), so a crash after this point finishes the operation;
+//! 2. with the journal locked (so it falls between two records), the in-memory images and
+//!    layer graph switch, and each layer operation (drop, merge) is journaled and queued;
+//! 3. the destager applies the queued operations in journal order (see `destage`).
+//!
+//! A snapshot freezes the volume's top layer and gives the volume a new empty top on it; a
+//! clone is a new top on a snapshot's layer; refresh and rollback give the volume a new top
+//! on the chosen snapshot and drop the old top. A deleted snapshot is merged into the one
+//! layer that sits on it, or dropped if none does, or kept hidden while several do.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::chunk_store::ChunkId;
+use crate::engine::{Engine, Image, State, VolumeHandle};
+use crate::error::EngineError;
+use crate::family::Family;
+use crate::journal::{RecordHeader, RecordKind};
+use crate::layers::{LayerOp, CHAIN_LAYERS_MAX};
+use crate::metastore::{ClusterState, MetaStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
+use crate::space::{self, DeleteEffect, FamilyReduction, SpaceUsage};
+use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
+
+/// Volume and snapshot names: what an NBD export name and a URL path segment can carry
+/// without escaping.
+const NAME_MAX_BYTES: usize = 64;
+/// Largest volume: 2^52 bytes (4 PiB) keeps every LBA and byte offset far from overflow.
+const VOLUME_SIZE_MAX_BYTES: u64 = 1 << 52;
+
+/// A family as a volume or snapshot shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FamilySummary {
+    pub id: u64,
+    pub volumes: usize,
+    pub snapshots: usize,
+    /// Deleted snapshots that clones still read through.
+    pub hidden_snapshots: usize,
+    pub reduction: FamilyReduction,
+}
+
+/// A volume as the API shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VolumeInfo {
+    pub name: String,
+    pub id: u64,
+    pub size_bytes: u64,
+    pub block_size_bytes: u64,
+    /// Blocks that read as written data or zeroes, through the whole chain, in bytes.
+    pub mapped_bytes: u64,
+    /// Of those, blocks that read as zeroes (no space used), in bytes.
+    pub zero_bytes: u64,
+    pub created_unix_s: u64,
+    /// The snapshot it was cloned, refreshed or rolled back from.
+    pub origin: Option<String>,
+    /// Its snapshots (by name, oldest first).
+    pub snapshots: Vec<String>,
+    /// Layers a read goes through (1 for a volume without snapshots).
+    pub chain_layers: usize,
+    pub space: SpaceUsage,
+    pub family: FamilySummary,
+}
+
+/// A snapshot as the API shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SnapshotInfo {
+    pub name: String,
+    pub id: u64,
+    /// The volume it was taken of, if that still exists.
+    pub volume: Option<String>,
+    pub size_bytes: u64,
+    pub block_size_bytes: u64,
+    pub created_unix_s: u64,
+    /// Volumes cloned (or refreshed) from it, by name.
+    pub clones: Vec<String>,
+    pub chain_layers: usize,
+    pub space: SpaceUsage,
+    pub family: FamilySummary,
+    /// How long writes to the volume were held while the snapshot was cut (create only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub barrier_micros: Option<u64>,
+}
+
+/// What a catalog change does to the engine state once the cluster state is committed.
+#[derive(Default)]
+struct Switch {
+    /// Images to stop serving (their clients are disconnected).
+    remove_images: Vec<String>,
+    /// Images to serve, under new keys.
+    add_images: Vec<Image>,
+    /// Images whose top moves to a new layer without their clients noticing (snapshot).
+    retarget: Vec<(String, LayerId)>,
+    /// Graph edges to set: (family, layer, parent).
+    parents: Vec<(FamilyId, LayerId, Option<LayerId>)>,
+    /// Layer operations to journal and queue.
+    ops: Vec<PendingLayerOp>,
+    /// A family that lost its last member: its state and segments go.
+    delete_family: Option<FamilyId>,
+}
+
+impl Engine {
+    // ---- volumes -------------------------------------------------------------------------
+
+    pub fn create_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
+        check_name(name)?;
+        check_size(size_bytes)?;
+        let mut meta = self.shared.meta.lock();
+        check_free(&meta.state, name)?;
+        let mut next = meta.state.clone();
+        let record = VolumeRecord {
+            id: alloc_image_id(&mut next),
+            name: name.to_string(),
+            size_bytes,
+            family: FamilyId(next.next_family_id.max(1)),
+            layer: alloc_layer(&mut next),
+            base: None,
+            origin: None,
+            created_unix_s: now_unix_s(),
+        };
+        next.next_family_id = record.family.0 + 1;
+        next.volumes.push(record.clone());
+        let switch = Switch {
+            add_images: vec![volume_image(&record)],
+            parents: vec![(record.family, record.layer, None)],
+            ..Switch::default()
+        };
+        self.apply(&mut meta, next, switch)?;
+        Ok(self.volume_info_locked(&meta, name)?)
+    }
+
+    /// Delete a volume. One with snapshots is refused unless `with_snapshots`: then its
+    /// snapshots go too, except those clones still use, which stay hidden until they go.
+    pub fn delete_volume(&self, name: &str, with_snapshots: bool) -> Result<(), EngineError> {
+        let mut meta = self.shared.meta.lock();
+        let record = find_volume(&meta.state, name)?;
+        let own: Vec<&SnapshotRecord> = meta
+            .state
+            .snapshots
+            .iter()
+            .filter(|s| !s.hidden && s.volume == record.id)
+            .collect();
+        if !own.is_empty() && !with_snapshots {
+            let kept: Vec<String> = own
+                .iter()
+                .filter_map(|s| {
+                    let clones = clones_of(&meta.state, s);
+                    (!clones.is_empty())
+                        .then(|| format!("{} (used by {})", s.name, clones.join(", ")))
+                })
+                .collect();
+            let detail = if kept.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; snapshots that clones still use would stay hidden until their clones are deleted: {}",
+                    kept.join("; ")
+                )
+            };
+            return Err(EngineError::HasSnapshots {
+                volume: name.to_string(),
+                snapshots: own.iter().map(|s| s.name.clone()).collect(),
+                detail,
+            });
+        }
+        let mut next = meta.state.clone();
+        next.volumes.retain(|v| v.id != record.id);
+        let mut switch = Switch {
+            remove_images: vec![record.name.clone()],
+            ..Switch::default()
+        };
+        for s in &mut next.snapshots {
+            if s.volume == record.id && !s.hidden {
+                s.hidden = true;
+                switch.remove_images.push(s.name.clone());
+            }
+        }
+        switch.ops.push(PendingLayerOp {
+            family: record.family,
+            op: LayerOp::Drop {
+                layer: record.layer,
+            },
+        });
+        collect_hidden(&mut next, record.family, &mut switch);
+        finish_family(&mut next, record.family, &mut switch);
+        self.apply(&mut meta, next, switch)?;
+        tracing::info!(volume = name, "volume deleted");
+        Ok(())
+    }
+
+    pub fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
+        check_size(size_bytes)?;
+        let mut meta = self.shared.meta.lock();
+        let record = find_volume(&meta.state, name)?;
+        if size_bytes < record.size_bytes {
+            return Err(EngineError::InvalidSize {
+                reason: format!("volumes only grow: {name} is {} bytes", record.size_bytes),
+            });
+        }
+        let mut next = meta.state.clone();
+        for v in &mut next.volumes {
+            if v.id == record.id {
+                v.size_bytes = size_bytes;
+            }
+        }
+        meta.commit(next)?;
+        {
+            let mut st = self.shared.state.lock();
+            let key = *st.image_keys.get(name).ok_or(EngineError::Gone)?;
+            st.images.get_mut(&key).ok_or(EngineError::Gone)?.size_bytes = size_bytes;
+        }
+        self.volume_info_locked(&meta, name)
+    }
+
+    pub fn list_volumes(&self) -> Vec<VolumeInfo> {
+        let meta = self.shared.meta.lock();
+        let st = self.shared.state.lock();
+        let mut families = HashMap::new();
+        meta.state
+            .volumes
+            .iter()
+            .map(|r| volume_info(&meta.state, &st, r, &mut families))
+            .collect()
+    }
+
+    pub fn volume_info(&self, name: &str) -> Result<VolumeInfo, EngineError> {
+        let meta = self.shared.meta.lock();
+        self.volume_info_locked(&meta, name)
+    }
+
+    fn volume_info_locked(&self, meta: &MetaStore, name: &str) -> Result<VolumeInfo, EngineError> {
+        let record = find_volume(&meta.state, name)?;
+        let st = self.shared.state.lock();
+        Ok(volume_info(&meta.state, &st, &record, &mut HashMap::new()))
+    }
+
+    /// Open a volume (read-write) or a snapshot (read-only) for I/O.
+    pub fn open_volume(&self, name: &str) -> Result<VolumeHandle, EngineError> {
+        let st = self.shared.state.lock();
+        let key = *st
+            .image_keys
+            .get(name)
+            .ok_or_else(|| EngineError::UnknownVolume {
+                name: name.to_string(),
+            })?;
+        let image = st.image(key)?;
+        Ok(VolumeHandle {
+            id: key,
+            name: image.name.clone(),
+            read_only: !image.writable,
+            gone: image.gone.clone(),
+        })
+    }
+
+    // ---- snapshots and clones ------------------------------------------------------------
+
+    /// Cut a crash-consistent snapshot of a volume: every write acknowledged before this call
+    /// is in it, none issued after it returns. Writes are held only while the volume's top
+    /// layer is switched in memory (reported as `barrier_micros`).
+    pub fn create_snapshot(&self, volume: &str, name: &str) -> Result<SnapshotInfo, EngineError> {
+        check_name(name)?;
+        let mut meta = self.shared.meta.lock();
+        let v = find_volume(&meta.state, volume)?;
+        check_free(&meta.state, name)?;
+        self.check_depth(&v.name, v.family, v.layer, 1)?;
+        let mut next = meta.state.clone();
+        let snapshot = SnapshotRecord {
+            id: alloc_image_id(&mut next),
+            name: name.to_string(),
+            family: v.family,
+            volume: v.id,
+            layer: v.layer,
+            parent: v.base,
+            size_bytes: v.size_bytes,
+            created_unix_s: now_unix_s(),
+            hidden: false,
+        };
+        let top = alloc_layer(&mut next);
+        for r in &mut next.volumes {
+            if r.id == v.id {
+                r.layer = top;
+                r.base = Some(snapshot.layer);
+            }
+        }
+        next.snapshots.push(snapshot.clone());
+        let switch = Switch {
+            add_images: vec![snapshot_image(&snapshot)],
+            retarget: vec![(v.name.clone(), top)],
+            parents: vec![(v.family, top, Some(snapshot.layer))],
+            ..Switch::default()
+        };
+        let barrier = self.apply(&mut meta, next, switch)?;
+        tracing::info!(volume, snapshot = name, barrier_us = barrier, "snapshot created");
+        let mut info = self.snapshot_info_locked(&meta, name)?;
+        info.barrier_micros = Some(barrier);
+        Ok(info)
+    }
+
+    /// Snapshots (visible ones), of one volume or of all, oldest first.
+    pub fn list_snapshots(&self, volume: Option<&str>) -> Result<Vec<SnapshotInfo>, EngineError> {
+        let meta = self.shared.meta.lock();
+        let of = match volume {
+            Some(name) => Some(find_volume(&meta.state, name)?.id),
+            None => None,
+        };
+        let st = self.shared.state.lock();
+        let mut families = HashMap::new();
+        Ok(meta
+            .state
+            .snapshots
+            .iter()
+            .filter(|s| !s.hidden && of.is_none_or(|id| s.volume == id))
+            .map(|s| snapshot_info(&meta.state, &st, s, &mut families))
+            .collect())
+    }
+
+    pub fn snapshot_info(&self, name: &str) -> Result<SnapshotInfo, EngineError> {
+        let meta = self.shared.meta.lock();
+        self.snapshot_info_locked(&meta, name)
+    }
+
+    fn snapshot_info_locked(
+        &self,
+        meta: &MetaStore,
+        name: &str,
+    ) -> Result<SnapshotInfo, EngineError> {
+        let s = find_snapshot(&meta.state, name)?;
+        let st = self.shared.state.lock();
+        Ok(snapshot_info(&meta.state, &st, &s, &mut HashMap::new()))
+    }
+
+    /// Delete a snapshot: its layer merges into the one layer on it (or is dropped). One that
+    /// clones use is refused unless `keep_hidden`: then it disappears from lists and exports
+    /// and its layer stays until its last clone goes.
+    pub fn delete_snapshot(&self, name: &str, keep_hidden: bool) -> Result<(), EngineError> {
+        let mut meta = self.shared.meta.lock();
+        let s = find_snapshot(&meta.state, name)?;
+        let clones = clones_of(&meta.state, &s);
+        if !clones.is_empty() && !keep_hidden {
+            return Err(EngineError::InUse {
+                what: format!("snapshot {name:?}"),
+                detail: format!(
+                    "clones {} read through it: delete them or refresh them to another snapshot first, or delete it with keep-hidden (weft snapshot delete --keep-hidden) to hide it until they go",
+                    clones.join(", ")
+                ),
+            });
+        }
+        let mut next = meta.state.clone();
+        for r in &mut next.snapshots {
+            if r.id == s.id {
+                r.hidden = true;
+            }
+        }
+        let mut switch = Switch {
+            remove_images: vec![s.name.clone()],
+            ..Switch::default()
+        };
+        collect_hidden(&mut next, s.family, &mut switch);
+        finish_family(&mut next, s.family, &mut switch);
+        self.apply(&mut meta, next, switch)?;
+        tracing::info!(snapshot = name, hidden = !clones.is_empty(), "snapshot deleted");
+        Ok(())
+    }
+
+    /// Create a writable thin volume whose base is a snapshot. Metadata only.
+    pub fn create_clone(&self, snapshot: &str, name: &str) -> Result<VolumeInfo, EngineError> {
+        check_name(name)?;
+        let mut meta = self.shared.meta.lock();
+        let s = find_snapshot(&meta.state, snapshot)?;
+        check_free(&meta.state, name)?;
+        self.check_depth(name, s.family, s.layer, 1)?;
+        let mut next = meta.state.clone();
+        let record = VolumeRecord {
+            id: alloc_image_id(&mut next),
+            name: name.to_string(),
+            size_bytes: s.size_bytes,
+            family: s.family,
+            layer: alloc_layer(&mut next),
+            base: Some(s.layer),
+            origin: Some(s.name.clone()),
+            created_unix_s: now_unix_s(),
+        };
+        next.volumes.push(record.clone());
+        let switch = Switch {
+            add_images: vec![volume_image(&record)],
+            parents: vec![(record.family, record.layer, Some(s.layer))],
+            ..Switch::default()
+        };
+        self.apply(&mut meta, next, switch)?;
+        tracing::info!(snapshot, clone = name, "clone created");
+        self.volume_info_locked(&meta, name)
+    }
+
+    /// Discard a volume's contents and make it read as `snapshot` (any snapshot of its
+    /// family). Connected clients are disconnected; they reconnect to the new contents.
+    pub fn refresh_volume(&self, volume: &str, snapshot: &str) -> Result<VolumeInfo, EngineError> {
+        self.repoint(volume, snapshot, false)
+    }
+
+    /// Discard a volume's changes since one of its own snapshots.
+    pub fn rollback_volume(
+        &self,
+        volume: &str,
+        snapshot: &str,
+    ) -> Result<VolumeInfo, EngineError> {
+        self.repoint(volume, snapshot, true)
+    }
+
+    fn repoint(&self, volume: &str, snapshot: &str, own: bool) -> Result<VolumeInfo, EngineError> {
+        let mut meta = self.shared.meta.lock();
+        let v = find_volume(&meta.state, volume)?;
+        let s = find_snapshot(&meta.state, snapshot)?;
+        if s.family != v.family {
+            return Err(EngineError::WrongFamily {
+                snapshot: snapshot.to_string(),
+                volume: volume.to_string(),
+            });
+        }
+        if own && s.volume != v.id {
+            return Err(EngineError::NotOwnSnapshot {
+                snapshot: snapshot.to_string(),
+                volume: volume.to_string(),
+            });
+        }
+        self.check_depth(volume, s.family, s.layer, 1)?;
+        let mut next = meta.state.clone();
+        let top = alloc_layer(&mut next);
+        let mut record = v.clone();
+        record.layer = top;
+        record.base = Some(s.layer);
+        record.origin = Some(s.name.clone());
+        record.size_bytes = s.size_bytes;
+        for r in &mut next.volumes {
+            if r.id == v.id {
+                *r = record.clone();
+            }
+        }
+        let mut switch = Switch {
+            remove_images: vec![v.name.clone()],
+            add_images: vec![volume_image(&record)],
+            parents: vec![(v.family, top, Some(s.layer))],
+            ops: vec![PendingLayerOp {
+                family: v.family,
+                op: LayerOp::Drop { layer: v.layer },
+            }],
+            ..Switch::default()
+        };
+        collect_hidden(&mut next, v.family, &mut switch);
+        self.apply(&mut meta, next, switch)?;
+        tracing::info!(volume, snapshot, rollback = own, "volume repointed");
+        self.volume_info_locked(&meta, volume)
+    }
+
+    // ---- helpers -------------------------------------------------------------------------
+
+    /// Refuse a new layer on `layer` whose chain would be too deep.
+    fn check_depth(
+        &self,
+        what: &str,
+        family: FamilyId,
+        layer: LayerId,
+        added: usize,
+    ) -> Result<(), EngineError> {
+        let st = self.shared.state.lock();
+        let depth = st
+            .families
+            .get(&family)
+            .map_or(1, |f| f.graph.chain(layer).len());
+        if depth + added > CHAIN_LAYERS_MAX {
+            return Err(EngineError::ChainTooDeep {
+                what: what.to_string(),
+                max: CHAIN_LAYERS_MAX,
+            });
+        }
+        Ok(())
+    }
+
+    /// Commit `next` (with the switch's layer operations queued in it), then switch the
+    /// engine state with the journal locked. Returns how long the journal was held, in µs.
+    fn apply(
+        &self,
+        meta: &mut MetaStore,
+        mut next: ClusterState,
+        switch: Switch,
+    ) -> Result<u64, EngineError> {
+        next.pending_layer_ops.extend(switch.ops.iter().copied());
+        meta.commit(next)?;
+        let shared = &self.shared;
+        let mut doomed: Vec<SegmentId> = Vec::new();
+        let held_us = shared.journal.with_lock(|appender| {
+            let started = Instant::now();
+            let seqs: Vec<u64> = switch
+                .ops
+                .iter()
+                .map(|op| {
+                    let (layer, lba) = match op.op {
+                        LayerOp::Drop { layer } => (layer, 0),
+                        LayerOp::Merge { from, into } => (from, into.0),
+                    };
+                    let kind = match op.op {
+                        LayerOp::Drop { .. } => RecordKind::DropLayer,
+                        LayerOp::Merge { .. } => RecordKind::MergeLayer,
+                    };
+                    let header = RecordHeader {
+                        kind,
+                        layer,
+                        lba,
+                        count: 0,
+                    };
+                    appender.append(header, &[]).unwrap_or_else(|e| {
+                        // The cluster state holds the operation: it is applied now and
+                        // again at the next start.
+                        tracing::error!(error = %e, "could not journal a layer operation");
+                        shared.journal.written_seq()
+                    })
+                })
+                .collect();
+            let mut st = shared.state.lock();
+            for name in &switch.remove_images {
+                st.remove_image(name);
+            }
+            for (name, layer) in &switch.retarget {
+                if let Some(key) = st.image_keys.get(name).copied() {
+                    if let Some(image) = st.images.get_mut(&key) {
+                        image.layer = *layer;
+                    }
+                }
+            }
+            for (family, layer, parent) in &switch.parents {
+                st.families
+                    .entry(*family)
+                    .or_insert_with(|| Family::new(*family))
+                    .graph
+                    .set_parent(*layer, *parent);
+            }
+            for image in switch.add_images {
+                st.insert_image(image);
+            }
+            for (op, seq) in switch.ops.iter().zip(seqs) {
+                if let LayerOp::Merge { into, .. } = op.op {
+                    *st.merging_into.entry(into).or_default() += 1;
+                }
+                st.buffer.push_layer_op(seq, op.family, op.op);
+            }
+            if let Some(fid) = switch.delete_family {
+                doomed = remove_family(&mut st, fid);
+            }
+            started.elapsed().as_micros() as u64
+        });
+        shared.work.notify_one();
+        for id in doomed {
+            if let Err(e) = shared.store.delete(ChunkId {
+                segment: id,
+                index: 0,
+            }) {
+                tracing::warn!(segment = id.0, error = %e, "could not delete a segment of a deleted family");
+            }
+        }
+        Ok(held_us)
+    }
+}
+
+/// Forget a family whose last volume and snapshot are gone; returns its sealed segments,
+/// for the caller to delete.
+fn remove_family(st: &mut State, fid: FamilyId) -> Vec<SegmentId> {
+    if let Some(f) = st.families.remove(&fid) {
+        for layer in f.layers.keys() {
+            st.buffer.drop_layer(*layer);
+        }
+    }
+    let doomed: Vec<SegmentId> = st
+        .sealed
+        .iter()
+        .filter(|(_, s)| s.family == fid)
+        .map(|(&id, _)| id)
+        .collect();
+    for id in &doomed {
+        st.sealed.remove(id);
+    }
+    st.out_of_space = false;
+    doomed
+}
+
+/// Remove hidden snapshots that at most one layer still sits on: merge each into its one
+/// child, or drop it when it has none. Repeats until nothing changes (a merge can free the
+/// hidden snapshot below).
+fn collect_hidden(next: &mut ClusterState, family: FamilyId, switch: &mut Switch) {
+    loop {
+        let candidate = next
+            .snapshots
+            .iter()
+            .filter(|s| s.hidden && s.family == family)
+            .find_map(|s| {
+                let children = children_of(next, s.layer);
+                (children.len() <= 1).then(|| (s.clone(), children.first().copied()))
+            });
+        let Some((hidden, child)) = candidate else {
+            return;
+        };
+        next.snapshots.retain(|s| s.id != hidden.id);
+        let op = match child {
+            None => LayerOp::Drop {
+                layer: hidden.layer,
+            },
+            Some(Child::Volume(id)) => {
+                let v = next
+                    .volumes
+                    .iter_mut()
+                    .find(|v| v.id == id)
+                    .expect("child exists");
+                v.base = hidden.parent;
+                LayerOp::Merge {
+                    from: hidden.layer,
+                    into: v.layer,
+                }
+            }
+            Some(Child::Snapshot(id)) => {
+                let s = next
+                    .snapshots
+                    .iter_mut()
+                    .find(|s| s.id == id)
+                    .expect("child exists");
+                s.parent = hidden.parent;
+                LayerOp::Merge {
+                    from: hidden.layer,
+                    into: s.layer,
+                }
+            }
+        };
+        switch.ops.push(PendingLayerOp { family, op });
+    }
+}
+
+/// If the family has no volume or snapshot left, it goes as a whole: its layer operations
+/// are moot.
+fn finish_family(next: &mut ClusterState, family: FamilyId, switch: &mut Switch) {
+    let alive = next.volumes.iter().any(|v| v.family == family)
+        || next.snapshots.iter().any(|s| s.family == family);
+    if !alive {
+        switch.ops.retain(|op| op.family != family);
+        next.pending_layer_ops.retain(|op| op.family != family);
+        switch.delete_family = Some(family);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Child {
+    Volume(VolumeId),
+    Snapshot(VolumeId),
+}
+
+/// The volumes and snapshots whose own layer sits directly on `layer`.
+fn children_of(state: &ClusterState, layer: LayerId) -> Vec<Child> {
+    let volumes = state
+        .volumes
+        .iter()
+        .filter(|v| v.base == Some(layer))
+        .map(|v| Child::Volume(v.id));
+    let snapshots = state
+        .snapshots
+        .iter()
+        .filter(|s| s.parent == Some(layer))
+        .map(|s| Child::Snapshot(s.id));
+    volumes.chain(snapshots).collect()
+}
+
+/// Volumes other than the snapshot's own volume that sit directly on it.
+fn clones_of(state: &ClusterState, s: &SnapshotRecord) -> Vec<String> {
+    state
+        .volumes
+        .iter()
+        .filter(|v| v.base == Some(s.layer) && v.id != s.volume)
+        .map(|v| v.name.clone())
+        .collect()
+}
+
+fn family_summary(
+    state: &ClusterState,
+    st: &State,
+    fid: FamilyId,
+    cache: &mut HashMap<FamilyId, FamilySummary>,
+) -> FamilySummary {
+    cache
+        .entry(fid)
+        .or_insert_with(|| FamilySummary {
+            id: fid.0,
+            volumes: state.volumes.iter().filter(|v| v.family == fid).count(),
+            snapshots: state
+                .snapshots
+                .iter()
+                .filter(|s| s.family == fid && !s.hidden)
+                .count(),
+            hidden_snapshots: state
+                .snapshots
+                .iter()
+                .filter(|s| s.family == fid && s.hidden)
+                .count(),
+            reduction: st
+                .families
+                .get(&fid)
+                .map(space::family_reduction)
+                .unwrap_or_default(),
+        })
+        .clone()
+}
+
+fn volume_info(
+    state: &ClusterState,
+    st: &State,
+    r: &VolumeRecord,
+    families: &mut HashMap<FamilyId, FamilySummary>,
+) -> VolumeInfo {
+    let (chain_layers, usage) = match st.families.get(&r.family) {
+        Some(f) => {
+            let chain = f.graph.chain(r.layer);
+            let usage = space::image_usage(f, &chain, DeleteEffect::Drop);
+            (chain.len(), usage)
+        }
+        None => (1, SpaceUsage::default()),
+    };
+    VolumeInfo {
+        name: r.name.clone(),
+        id: r.id.0,
+        size_bytes: r.size_bytes,
+        block_size_bytes: BLOCK_SIZE_U64,
+        mapped_bytes: usage.mapped_bytes,
+        zero_bytes: usage.zero_bytes,
+        created_unix_s: r.created_unix_s,
+        origin: r.origin.clone(),
+        snapshots: state
+            .snapshots
+            .iter()
+            .filter(|s| s.volume == r.id && !s.hidden)
+            .map(|s| s.name.clone())
+            .collect(),
+        chain_layers,
+        space: usage,
+        family: family_summary(state, st, r.family, families),
+    }
+}
+
+fn snapshot_info(
+    state: &ClusterState,
+    st: &State,
+    s: &SnapshotRecord,
+    families: &mut HashMap<FamilyId, FamilySummary>,
+) -> SnapshotInfo {
+    let clones = clones_of(state, s);
+    let children = children_of(state, s.layer);
+    let effect = match (clones.is_empty(), children.as_slice()) {
+        (_, []) => DeleteEffect::Drop,
+        (true, [Child::Volume(id)]) => state
+            .volumes
+            .iter()
+            .find(|v| v.id == *id)
+            .map_or(DeleteEffect::Keep, |v| DeleteEffect::MergeInto(v.layer)),
+        (true, [Child::Snapshot(id)]) => state
+            .snapshots
+            .iter()
+            .find(|c| c.id == *id)
+            .map_or(DeleteEffect::Keep, |c| DeleteEffect::MergeInto(c.layer)),
+        _ => DeleteEffect::Keep,
+    };
+    let (chain_layers, usage) = match st.families.get(&s.family) {
+        Some(f) => {
+            let chain = f.graph.chain(s.layer);
+            (chain.len(), space::image_usage(f, &chain, effect))
+        }
+        None => (1, SpaceUsage::default()),
+    };
+    SnapshotInfo {
+        name: s.name.clone(),
+        id: s.id.0,
+        volume: state
+            .volumes
+            .iter()
+            .find(|v| v.id == s.volume)
+            .map(|v| v.name.clone()),
+        size_bytes: s.size_bytes,
+        block_size_bytes: BLOCK_SIZE_U64,
+        created_unix_s: s.created_unix_s,
+        clones,
+        chain_layers,
+        space: usage,
+        family: family_summary(state, st, s.family, families),
+        barrier_micros: None,
+    }
+}
+
+fn volume_image(r: &VolumeRecord) -> Image {
+    Image {
+        name: r.name.clone(),
+        family: r.family,
+        size_bytes: r.size_bytes,
+        layer: r.layer,
+        writable: true,
+        gone: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+pub(crate) fn snapshot_image(s: &SnapshotRecord) -> Image {
+    Image {
+        name: s.name.clone(),
+        family: s.family,
+        size_bytes: s.size_bytes,
+        layer: s.layer,
+        writable: false,
+        gone: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+/// The images of a cluster state (volumes and visible snapshots), for recovery.
+pub(crate) fn images_of(state: &ClusterState) -> Vec<Image> {
+    let volumes = state.volumes.iter().map(volume_image);
+    let snapshots = state
+        .snapshots
+        .iter()
+        .filter(|s| !s.hidden)
+        .map(snapshot_image);
+    volumes.chain(snapshots).collect()
+}
+
+fn alloc_image_id(next: &mut ClusterState) -> VolumeId {
+    let id = VolumeId(next.next_volume_id.max(1));
+    next.next_volume_id = id.0 + 1;
+    id
+}
+
+fn alloc_layer(next: &mut ClusterState) -> LayerId {
+    let id = LayerId(next.next_layer_id.max(1));
+    next.next_layer_id = id.0 + 1;
+    id
+}
+
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn find_volume(state: &ClusterState, name: &str) -> Result<VolumeRecord, EngineError> {
+    state
+        .volumes
+        .iter()
+        .find(|v| v.name == name)
+        .cloned()
+        .ok_or_else(|| EngineError::UnknownVolume {
+            name: name.to_string(),
+        })
+}
+
+fn find_snapshot(state: &ClusterState, name: &str) -> Result<SnapshotRecord, EngineError> {
+    state
+        .snapshots
+        .iter()
+        .find(|s| s.name == name && !s.hidden)
+        .cloned()
+        .ok_or_else(|| EngineError::UnknownSnapshot {
+            name: name.to_string(),
+        })
+}
+
+/// Volume and (visible) snapshot names share one namespace: both are NBD export names.
+fn check_free(state: &ClusterState, name: &str) -> Result<(), EngineError> {
+    if state.volumes.iter().any(|v| v.name == name) {
+        return Err(EngineError::VolumeExists {
+            name: name.to_string(),
+        });
+    }
+    if state.snapshots.iter().any(|s| s.name == name && !s.hidden) {
+        return Err(EngineError::NameTaken {
+            name: name.to_string(),
+            by: "snapshot",
+        });
+    }
+    Ok(())
+}
+
+fn check_name(name: &str) -> Result<(), EngineError> {
+    let ok = !name.is_empty()
+        && name.len() <= NAME_MAX_BYTES
+        && !name.starts_with(['.', '-'])
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::InvalidName {
+            name: name.to_string(),
+        })
+    }
+}
+
+fn check_size(size_bytes: u64) -> Result<(), EngineError> {
+    if size_bytes == 0
+        || !size_bytes.is_multiple_of(BLOCK_SIZE_U64)
+        || size_bytes > VOLUME_SIZE_MAX_BYTES
+    {
+        return Err(EngineError::InvalidSize {
+            reason: format!(
+                "{size_bytes} bytes: a volume is a non-zero multiple of {BLOCK_SIZE_BYTES} bytes, at most {VOLUME_SIZE_MAX_BYTES}"
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! Space accounting of volumes, snapshots and families: what an image maps, what it shares
+//! with the rest of its family, and what deleting it would free. Computed on demand from the
+//! maps and the block table (a pass over the image's pages), never stored. No I/O here.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::block_map::{Mapping, PAGE_ENTRIES};
+use crate::family::Family;
+use crate::units::{BlockId, LayerId, BLOCK_SIZE_U64};
+
+/// Space of one volume or snapshot. Logical figures count 4 KiB blocks as the host sees them;
+/// `unique_stored_bytes` counts bytes on disk after zero elimination, dedup and compression.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct SpaceUsage {
+    /// Blocks that read as written data or written zeroes, through the whole chain.
+    pub mapped_bytes: u64,
+    /// Of those, blocks written in the image's own layer (a clone's or volume's changes since
+    /// its base; all of a snapshot's own layer).
+    pub own_bytes: u64,
+    /// Of the mapped blocks, those that read as zeroes (no space used).
+    pub zero_bytes: u64,
+    /// Mapped blocks whose stored block another layer of the family also references (the
+    /// base a clone reads through, dedup hits with other members).
+    pub shared_bytes: u64,
+    /// Stored bytes that deleting this image would free now.
+    pub unique_stored_bytes: u64,
+}
+
+/// Data reduction of one family: its layers' own entries (each block of each layer counted
+/// once, not once per clone that reads it) against the bytes stored for them.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct FamilyReduction {
+    /// 4096 × entries of all layers (written data or zeroes).
+    pub logical_bytes: u64,
+    /// 4096 × entries that are zeroes: eliminated, nothing stored.
+    pub zero_bytes: u64,
+    /// 4096 × (references to stored blocks − stored blocks): saved by dedup.
+    pub dedup_saved_bytes: u64,
+    /// 4096 × stored blocks − stored bytes: saved by compression.
+    pub compression_saved_bytes: u64,
+    /// Bytes of live stored blocks, after compression.
+    pub stored_bytes: u64,
+    pub stored_blocks: u64,
+    /// logical / stored; absent when nothing is stored.
+    pub ratio: Option<f64>,
+}
+
+/// What deleting an image does to its own layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteEffect {
+    /// The layer is dropped: every reference it holds is released.
+    Drop,
+    /// The layer is merged into `into`: only references `into` shadows are released.
+    MergeInto(LayerId),
+    /// The layer stays (clones use it): nothing is freed.
+    Keep,
+}
+
+/// Space of the image that reads through `chain` (its own layer first).
+pub fn image_usage(family: &Family, chain: &[LayerId], on_delete: DeleteEffect) -> SpaceUsage {
+    let mut usage = SpaceUsage::default();
+    let maps: Vec<_> = chain.iter().map(|l| family.layers.get(l)).collect();
+    let Some(&own_layer) = chain.first() else {
+        return usage;
+    };
+    let mut pages: HashSet<u64> = HashSet::new();
+    for map in maps.iter().flatten() {
+        pages.extend(map.page_numbers());
+    }
+    // References the own layer holds to blocks that other layers may share.
+    let own_refs = refs_of_shared_blocks(family, own_layer);
+    for page_no in pages {
+        let raw: Vec<Option<&[u64; PAGE_ENTRIES]>> = maps
+            .iter()
+            .map(|m| m.and_then(|m| m.raw_page(page_no)))
+            .collect();
+        for slot in 0..PAGE_ENTRIES {
+            let Some((depth, mapping)) = raw.iter().enumerate().find_map(|(depth, page)| {
+                let m = Mapping::decode((*page)?[slot]);
+                (m != Mapping::Absent).then_some((depth, m))
+            }) else {
+                continue;
+            };
+            usage.mapped_bytes += BLOCK_SIZE_U64;
+            if depth == 0 {
+                usage.own_bytes += BLOCK_SIZE_U64;
+            }
+            match mapping {
+                Mapping::Zero => usage.zero_bytes += BLOCK_SIZE_U64,
+                Mapping::Block(b) => {
+                    let shared = depth > 0
+                        || family.table.get(b).is_some_and(|e| {
+                            e.refcount > 1 && own_refs.get(&b).copied().unwrap_or(0) < e.refcount
+                        });
+                    if shared {
+                        usage.shared_bytes += BLOCK_SIZE_U64;
+                    }
+                }
+                Mapping::Absent => {}
+            }
+        }
+    }
+    usage.unique_stored_bytes = freed_by(family, own_layer, on_delete);
+    usage
+}
+
+/// Stored bytes freed if `layer` were dropped or merged as `effect` says.
+pub fn freed_by(family: &Family, layer: LayerId, effect: DeleteEffect) -> u64 {
+    let Some(map) = family.layers.get(&layer) else {
+        return 0;
+    };
+    let into = match effect {
+        DeleteEffect::Keep => return 0,
+        DeleteEffect::Drop => None,
+        DeleteEffect::MergeInto(into) => Some(family.layers.get(&into)),
+    };
+    let mut released: HashMap<BlockId, u32> = HashMap::new();
+    for (lba, m) in map.entries() {
+        let Mapping::Block(b) = m else { continue };
+        let shadowed = match into {
+            None => true,
+            Some(None) => false,
+            Some(Some(child)) => child.get(crate::units::Lba(lba)) != Mapping::Absent,
+        };
+        if shadowed {
+            *released.entry(b).or_default() += 1;
+        }
+    }
+    released
+        .into_iter()
+        .filter_map(|(b, n)| {
+            let e = family.table.get(b)?;
+            (e.refcount <= n).then_some(u64::from(e.location.stored_len_bytes))
+        })
+        .sum()
+}
+
+/// How many references `layer` holds to each block whose refcount is above one (blocks with
+/// one reference are the layer's alone when it maps them).
+fn refs_of_shared_blocks(family: &Family, layer: LayerId) -> HashMap<BlockId, u32> {
+    let mut refs = HashMap::new();
+    if let Some(map) = family.layers.get(&layer) {
+        for (_, m) in map.entries() {
+            if let Mapping::Block(b) = m {
+                if family.table.get(b).is_some_and(|e| e.refcount > 1) {
+                    *refs.entry(b).or_default() += 1;
+                }
+            }
+        }
+    }
+    refs
+}
+
+/// Data reduction of a family.
+pub fn family_reduction(family: &Family) -> FamilyReduction {
+    let mut r = FamilyReduction::default();
+    let mut block_refs = 0u64;
+    for map in family.layers.values() {
+        let zeroes = map.zero_entries();
+        r.logical_bytes += map.present_entries() * BLOCK_SIZE_U64;
+        r.zero_bytes += zeroes * BLOCK_SIZE_U64;
+        block_refs += map.present_entries() - zeroes;
+    }
+    r.stored_blocks = family.table.live_blocks();
+    r.stored_bytes = family.table.stored_bytes();
+    r.dedup_saved_bytes = block_refs.saturating_sub(r.stored_blocks) * BLOCK_SIZE_U64;
+    r.compression_saved_bytes = (r.stored_blocks * BLOCK_SIZE_U64).saturating_sub(r.stored_bytes);
+    r.ratio = (r.stored_bytes > 0).then(|| r.logical_bytes as f64 / r.stored_bytes as f64);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reduce::Reduced;
+    use crate::units::{FamilyId, SegmentId};
+
+    fn write(f: &mut Family, layer: u64, lba: u64, fingerprint: u128) {
+        let mut next = 100;
+        let mut alloc = || {
+            next += 1;
+            SegmentId(next)
+        };
+        let raw = vec![fingerprint as u8; 4096];
+        let reduced = Reduced::Data {
+            fingerprint,
+            compressed: None,
+        };
+        f.apply_block(LayerId(layer), lba, &reduced, &raw, 1, &mut alloc, 1 << 20);
+    }
+
+    #[test]
+    fn a_clone_costs_its_own_blocks_and_shares_its_base() {
+        let mut f = Family::new(FamilyId(1));
+        // Base layer 1 (a snapshot): 4 distinct blocks. Clone top 2 over it rewrites one lba
+        // with new data and one with a block the base already has.
+        for lba in 0..4 {
+            write(&mut f, 1, lba, 10 + u128::from(lba));
+        }
+        write(&mut f, 2, 0, 99);
+        write(&mut f, 2, 1, 13);
+        f.graph.set_parent(LayerId(1), None);
+        f.graph.set_parent(LayerId(2), Some(LayerId(1)));
+        let clone = image_usage(&f, &[LayerId(2), LayerId(1)], DeleteEffect::Drop);
+        assert_eq!(clone.mapped_bytes, 4 * 4096);
+        assert_eq!(clone.own_bytes, 2 * 4096);
+        // lba 1 (dedup with base lba 3), lbas 2 and 3 (read from the base) are shared.
+        assert_eq!(clone.shared_bytes, 3 * 4096);
+        assert_eq!(clone.unique_stored_bytes, 4096, "only block 99 is the clone's alone");
+        let base = image_usage(&f, &[LayerId(1)], DeleteEffect::MergeInto(LayerId(2)));
+        // Merging into the clone releases the base's lbas 0 and 1; block 10 (lba 0) has no
+        // other user, block 11 (lba 1) neither.
+        assert_eq!(base.unique_stored_bytes, 2 * 4096);
+        let r = family_reduction(&f);
+        assert_eq!(r.logical_bytes, 6 * 4096);
+        assert_eq!(r.stored_blocks, 5);
+        assert_eq!(r.dedup_saved_bytes, 4096);
+    }
+}
