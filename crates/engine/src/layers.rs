@@ -86,20 +86,18 @@ impl LayerGraph {
         chain
     }
 
-    /// Apply an operation to the graph: a merged layer's child takes its parent.
+    /// Apply an operation to the graph: the removed layer leaves its chain, and whatever sat
+    /// on it sits on its parent instead. (Splicing rather than assuming the merge target sits
+    /// on it keeps this right when recovery replays an operation twice.)
     pub fn apply(&mut self, op: LayerOp) {
-        match op {
-            LayerOp::Drop { layer } => {
-                self.parent.remove(&layer);
-            }
-            LayerOp::Merge { from, into } => {
-                let below = self.parent(from);
-                if self.parent.get(&into) == Some(&Some(from)) {
-                    self.parent.insert(into, below);
-                }
-                self.parent.remove(&from);
+        let removed = op.removed();
+        let below = self.parent(removed);
+        for parent in self.parent.values_mut() {
+            if *parent == Some(removed) {
+                *parent = below;
             }
         }
+        self.parent.remove(&removed);
     }
 }
 
@@ -128,5 +126,25 @@ mod tests {
         });
         assert_eq!(g.chain(LayerId(3)), vec![LayerId(3), LayerId(1)]);
         assert!(!g.contains(LayerId(2)));
+    }
+
+    #[test]
+    fn replayed_merges_splice_in_any_order() {
+        // 10 sits on 5. Merges 17→10 then 16→10 were applied; recovery spliced both empty
+        // layers back (10 → 17 → 16 → 5) and replays them in another order.
+        let mut g = LayerGraph::new();
+        g.set_parent(LayerId(5), None);
+        g.set_parent(LayerId(16), Some(LayerId(5)));
+        g.set_parent(LayerId(17), Some(LayerId(16)));
+        g.set_parent(LayerId(10), Some(LayerId(17)));
+        g.apply(LayerOp::Merge {
+            from: LayerId(16),
+            into: LayerId(10),
+        });
+        g.apply(LayerOp::Merge {
+            from: LayerId(17),
+            into: LayerId(10),
+        });
+        assert_eq!(g.chain(LayerId(10)), vec![LayerId(10), LayerId(5)]);
     }
 }
