@@ -88,6 +88,15 @@ pub struct SnapshotInfo {
     pub barrier_micros: Option<u64>,
 }
 
+/// An image as an export list shows it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ImageSummary {
+    pub name: String,
+    pub size_bytes: u64,
+    /// A snapshot.
+    pub read_only: bool,
+}
+
 /// What a catalog change does to the engine state once the cluster state is committed.
 #[derive(Default)]
 struct Switch {
@@ -238,6 +247,23 @@ impl Engine {
         let record = find_volume(&meta.state, name)?;
         let st = self.shared.state.lock();
         Ok(volume_info(&meta.state, &st, &record, &mut HashMap::new()))
+    }
+
+    /// Every open-able image (volumes read-write, snapshots read-only) with its size, sorted
+    /// by name; cheap (no space accounting), for export lists.
+    pub fn list_images(&self) -> Vec<ImageSummary> {
+        let st = self.shared.state.lock();
+        let mut out: Vec<ImageSummary> = st
+            .images
+            .values()
+            .map(|i| ImageSummary {
+                name: i.name.clone(),
+                size_bytes: i.size_bytes,
+                read_only: !i.writable,
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 
     /// Open a volume (read-write) or a snapshot (read-only) for I/O.

@@ -31,7 +31,7 @@ pub mod write_buffer;
 mod destage;
 mod recovery;
 
-pub use catalog::{FamilySummary, SnapshotInfo, VolumeInfo};
+pub use catalog::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
 pub use engine::{Engine, EngineConfig, EngineStats, GcReport, ReductionStats};
 pub use space::{FamilyReduction, SpaceUsage};
 pub use error::{EngineError, IoFailure};

@@ -25,29 +25,23 @@ impl EngineBackend {
 
 impl ExportBackend for EngineBackend {
     fn list_exports(&self) -> Vec<ExportInfo> {
-        let volumes = self.engine.list_volumes().into_iter().map(|v| ExportInfo {
-            description: format!("weft volume {} ({} bytes)", v.name, v.size_bytes),
-            name: v.name,
-            size_bytes: v.size_bytes,
-            read_only: false,
-        });
-        let snapshots = self
-            .engine
-            .list_snapshots(None)
-            .unwrap_or_default()
+        self.engine
+            .list_images()
             .into_iter()
-            .map(|s| ExportInfo {
-                description: format!(
-                    "weft snapshot {} of {} ({} bytes, read-only)",
-                    s.name,
-                    s.volume.as_deref().unwrap_or("a deleted volume"),
-                    s.size_bytes
-                ),
-                name: s.name,
-                size_bytes: s.size_bytes,
-                read_only: true,
-            });
-        volumes.chain(snapshots).collect()
+            .map(|i| {
+                let kind = if i.read_only {
+                    "snapshot (read-only)"
+                } else {
+                    "volume"
+                };
+                ExportInfo {
+                    description: format!("weft {kind} {} ({} bytes)", i.name, i.size_bytes),
+                    name: i.name,
+                    size_bytes: i.size_bytes,
+                    read_only: i.read_only,
+                }
+            })
+            .collect()
     }
 
     fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError> {
