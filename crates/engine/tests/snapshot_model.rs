@@ -473,3 +473,53 @@ fn refresh_disconnects_old_handles_and_frees_the_clones_blocks() {
     assert_eq!(info.origin.as_deref(), Some("tuesday"));
     assert_eq!(info.space.own_bytes, 0);
 }
+
+#[test]
+fn snapshots_cut_under_writes_hold_a_prefix_of_them() {
+    // One writer acknowledges writes one after another (write i puts the number i in block
+    // i % BLOCKS) while snapshots are cut: each snapshot must hold exactly the first n writes
+    // for some n, never a later write without an earlier one.
+    let dir = tempfile::tempdir().unwrap();
+    let engine = std::sync::Arc::new(open(dir.path()));
+    engine.create_volume("db", BLOCKS * BS).unwrap();
+    let writes: u64 = 20_000;
+    let writer = {
+        let engine = engine.clone();
+        std::thread::spawn(move || {
+            let h = engine.open_volume("db").unwrap();
+            for i in 1..=writes {
+                let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+                block[..8].copy_from_slice(&i.to_le_bytes());
+                engine.write(h.id, (i % BLOCKS) * BS, &block, false).unwrap();
+            }
+        })
+    };
+    let mut snapshots = Vec::new();
+    while !writer.is_finished() {
+        let name = format!("s{}", snapshots.len());
+        let info = engine.create_snapshot("db", &name).unwrap();
+        assert!(info.barrier_micros.is_some());
+        snapshots.push(name);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        if snapshots.len() >= 100 {
+            break;
+        }
+    }
+    writer.join().unwrap();
+    assert!(snapshots.len() >= 2, "snapshots were cut during the writes");
+    for name in &snapshots {
+        let h = engine.open_volume(name).unwrap();
+        let mut buf = vec![0u8; (BLOCKS * BS) as usize];
+        engine.read(h.id, 0, &mut buf).unwrap();
+        let version = |lba: u64| {
+            let at = (lba * BS) as usize;
+            u64::from_le_bytes(buf[at..at + 8].try_into().unwrap())
+        };
+        let newest = (0..BLOCKS).map(version).max().unwrap();
+        for lba in 0..BLOCKS {
+            // The last write to `lba` among writes 1..=newest.
+            let expected = (1..=newest).rev().find(|i| i % BLOCKS == lba).unwrap_or(0);
+            assert_eq!(version(lba), expected, "{name}: block {lba} (newest write {newest})");
+        }
+    }
+}
