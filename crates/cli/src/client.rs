@@ -1,10 +1,13 @@
 //! The CLI's side of the management API: find the server and its token, send one request,
-//! print the answer for a person (or as JSON).
+//! print the answer for a person (see `print`) or as JSON. A refused request fails with the
+//! server's message and HTTP status; `main` prints it as `error: ...` and exits non-zero.
 
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use serde_json::Value;
+use serde_json::{json, Value};
+
+use crate::print::{self, human};
 
 /// A request the CLI makes.
 #[derive(Debug)]
@@ -13,7 +16,14 @@ pub enum Request {
     List { json: bool },
     Info { name: String, json: bool },
     Resize { name: String, size_bytes: u64 },
-    Delete { name: String },
+    Delete { name: String, with_snapshots: bool },
+    Refresh { volume: String, snapshot: String },
+    Rollback { volume: String, snapshot: String },
+    SnapshotCreate { volume: String, name: String },
+    SnapshotList { volume: Option<String>, json: bool },
+    SnapshotInfo { name: String, json: bool },
+    SnapshotDelete { name: String, keep_hidden: bool },
+    CloneCreate { snapshot: String, name: String },
     Stats { json: bool },
     Sync,
     Gc,
@@ -119,14 +129,29 @@ impl ApiClient {
     }
 }
 
+/// A name as one URL path segment or query value: anything but `[A-Za-z0-9._~-]` is
+/// percent-encoded, so a bad name reaches the server (and its clear error) intact.
+fn seg(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'~' | b'-' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn print_json(v: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
 pub fn run(client: &ApiClient, request: Request) -> anyhow::Result<()> {
     match request {
         Request::Create { name, size_bytes } => {
-            let v = client.call(
-                "POST",
-                "/volumes",
-                Some(serde_json::json!({ "name": name, "size_bytes": size_bytes })),
-            )?;
+            let body = json!({ "name": name, "size_bytes": size_bytes });
+            let v = client.call("POST", "/volumes", Some(body))?;
             println!(
                 "created {} ({}): {}",
                 v["name"].as_str().unwrap_or(""),
@@ -137,42 +162,24 @@ pub fn run(client: &ApiClient, request: Request) -> anyhow::Result<()> {
         Request::List { json } => {
             let v = client.call("GET", "/volumes", None)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                print_json(&v)?;
             } else {
-                println!("{:<24} {:>10} {:>10}  NBD URI", "NAME", "SIZE", "MAPPED");
-                for vol in v.as_array().into_iter().flatten() {
-                    println!(
-                        "{:<24} {:>10} {:>10}  {}",
-                        vol["name"].as_str().unwrap_or(""),
-                        human(vol["size_bytes"].as_u64().unwrap_or(0)),
-                        human(vol["mapped_bytes"].as_u64().unwrap_or(0)),
-                        vol["nbd_uri"].as_str().unwrap_or("")
-                    );
-                }
+                print::volume_table(&v);
             }
         }
         Request::Info { name, json } => {
-            let v = client.call("GET", &format!("/volumes/{name}"), None)?;
+            let v = client.call("GET", &format!("/volumes/{}", seg(&name)), None)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                print_json(&v)?;
             } else {
-                for key in [
-                    "name",
-                    "size_bytes",
-                    "mapped_bytes",
-                    "zero_bytes",
-                    "block_size_bytes",
-                    "nbd_uri",
-                ] {
-                    println!("{key:<18} {}", v[key]);
-                }
+                print::volume_details(&v);
             }
         }
         Request::Resize { name, size_bytes } => {
             let v = client.call(
                 "POST",
-                &format!("/volumes/{name}/resize"),
-                Some(serde_json::json!({ "size_bytes": size_bytes })),
+                &format!("/volumes/{}/resize", seg(&name)),
+                Some(json!({ "size_bytes": size_bytes })),
             )?;
             println!(
                 "resized {} to {}",
@@ -180,59 +187,76 @@ pub fn run(client: &ApiClient, request: Request) -> anyhow::Result<()> {
                 human(v["size_bytes"].as_u64().unwrap_or(size_bytes))
             );
         }
-        Request::Delete { name } => {
-            client.call("DELETE", &format!("/volumes/{name}"), None)?;
-            println!("deleted {name}");
+        Request::Delete {
+            name,
+            with_snapshots,
+        } => {
+            let query = if with_snapshots {
+                "?with_snapshots=true"
+            } else {
+                ""
+            };
+            client.call("DELETE", &format!("/volumes/{}{query}", seg(&name)), None)?;
+            if with_snapshots {
+                println!("deleted {name} and its snapshots");
+            } else {
+                println!("deleted {name}");
+            }
+        }
+        Request::Refresh { volume, snapshot } => {
+            repoint(client, "refresh", "refreshed", &volume, &snapshot)?;
+        }
+        Request::Rollback { volume, snapshot } => {
+            repoint(client, "rollback", "rolled back", &volume, &snapshot)?;
+        }
+        Request::SnapshotCreate { volume, name } => {
+            let path = format!("/volumes/{}/snapshots", seg(&volume));
+            let v = client.call("POST", &path, Some(json!({ "name": name })))?;
+            println!(
+                "created snapshot {} of {volume} (writes held {} us): {}",
+                v["name"].as_str().unwrap_or(&name),
+                v["barrier_micros"],
+                v["nbd_uri"].as_str().unwrap_or("")
+            );
+        }
+        Request::SnapshotList { volume, json } => {
+            let query = volume.map_or(String::new(), |v| format!("?volume={}", seg(&v)));
+            let v = client.call("GET", &format!("/snapshots{query}"), None)?;
+            if json {
+                print_json(&v)?;
+            } else {
+                print::snapshot_table(&v);
+            }
+        }
+        Request::SnapshotInfo { name, json } => {
+            let v = client.call("GET", &format!("/snapshots/{}", seg(&name)), None)?;
+            if json {
+                print_json(&v)?;
+            } else {
+                print::snapshot_details(&v);
+            }
+        }
+        Request::SnapshotDelete { name, keep_hidden } => {
+            let query = if keep_hidden { "?keep_hidden=true" } else { "" };
+            client.call("DELETE", &format!("/snapshots/{}{query}", seg(&name)), None)?;
+            println!("deleted snapshot {name}");
+        }
+        Request::CloneCreate { snapshot, name } => {
+            let path = format!("/snapshots/{}/clones", seg(&snapshot));
+            let v = client.call("POST", &path, Some(json!({ "name": name })))?;
+            println!(
+                "created clone {} of {snapshot} ({}): {}",
+                v["name"].as_str().unwrap_or(&name),
+                human(v["size_bytes"].as_u64().unwrap_or(0)),
+                v["nbd_uri"].as_str().unwrap_or("")
+            );
         }
         Request::Stats { json } => {
             let v = client.call("GET", "/stats", None)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                print_json(&v)?;
             } else {
-                let r = &v["reduction"];
-                println!(
-                    "logical           {}",
-                    human(r["logical_bytes"].as_u64().unwrap_or(0))
-                );
-                println!(
-                    "stored            {}",
-                    human(r["stored_bytes"].as_u64().unwrap_or(0))
-                );
-                println!(
-                    "reduction ratio   {}",
-                    r["ratio"]
-                        .as_f64()
-                        .map_or("-".into(), |x| format!("{x:.2}:1"))
-                );
-                println!(
-                    "  zero            {}",
-                    human(r["zero_bytes"].as_u64().unwrap_or(0))
-                );
-                println!(
-                    "  dedup saved     {}",
-                    human(r["dedup_saved_bytes"].as_u64().unwrap_or(0))
-                );
-                println!(
-                    "  compress saved  {}",
-                    human(r["compression_saved_bytes"].as_u64().unwrap_or(0))
-                );
-                println!(
-                    "used / capacity   {} / {}",
-                    human(v["used_bytes"].as_u64().unwrap_or(0)),
-                    v["capacity_bytes"]
-                        .as_u64()
-                        .map_or("unlimited".into(), human)
-                );
-                println!(
-                    "write amplif.     {}",
-                    v["write_amplification"]
-                        .as_f64()
-                        .map_or("-".into(), |x| format!("{x:.2}"))
-                );
-                println!(
-                    "write buffer      {}",
-                    human(v["buffer_bytes"].as_u64().unwrap_or(0))
-                );
+                print::stats(&v);
             }
         }
         Request::Sync => {
@@ -256,17 +280,20 @@ pub fn run(client: &ApiClient, request: Request) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
+/// Refresh or rollback: the volume now reads as the snapshot (its new origin).
+fn repoint(
+    client: &ApiClient,
+    action: &str,
+    done: &str,
+    volume: &str,
+    snapshot: &str,
+) -> anyhow::Result<()> {
+    let path = format!("/volumes/{}/{action}", seg(volume));
+    let v = client.call("POST", &path, Some(json!({ "snapshot": snapshot })))?;
+    println!(
+        "{done} {volume} to snapshot {} (origin now {}); connected clients were disconnected",
+        snapshot,
+        v["origin"].as_str().unwrap_or("-")
+    );
+    Ok(())
 }

@@ -1,7 +1,9 @@
 //! `weft`: the one binary. `serve` runs the single-process datastore; the other commands talk
-//! to its management API; `bench` runs the ORION-style load generator.
+//! to its management API (volumes, snapshots, clones, stats); `bench` runs the ORION-style load
+//! generator.
 
 mod client;
+mod print;
 mod size;
 
 use std::net::SocketAddr;
@@ -53,6 +55,12 @@ enum Command {
     /// Manage volumes.
     #[command(subcommand)]
     Volume(VolumeCommand),
+    /// Manage snapshots: read-only, crash-consistent images of a volume, exported over NBD.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+    /// Create clones: writable thin volumes that start as a snapshot.
+    #[command(subcommand)]
+    Clone(CloneCommand),
     /// Datastore statistics: data reduction, space, write amplification, GC.
     Stats {
         #[arg(long)]
@@ -128,7 +136,61 @@ enum VolumeCommand {
         size: u64,
     },
     /// Delete a volume and its data.
-    Delete { name: String },
+    Delete {
+        name: String,
+        /// Also delete its snapshots (those clones use stay hidden until the clones go).
+        #[arg(long)]
+        with_snapshots: bool,
+    },
+    /// Discard a volume's contents and make it read as a snapshot of its family.
+    Refresh {
+        name: String,
+        /// Any snapshot of the volume's family (its origin's volume, sibling clones).
+        #[arg(long = "to", value_name = "SNAPSHOT")]
+        snapshot: String,
+    },
+    /// Discard a volume's changes since one of its own snapshots.
+    Rollback {
+        name: String,
+        /// A snapshot taken of this volume.
+        #[arg(long = "to", value_name = "SNAPSHOT")]
+        snapshot: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SnapshotCommand {
+    /// Snapshot a volume (every write acknowledged before this command is in it).
+    Create { volume: String, name: String },
+    /// List snapshots, of all volumes or of one.
+    List {
+        volume: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one snapshot.
+    Info {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a snapshot.
+    Delete {
+        name: String,
+        /// Delete it even if clones use it: it is hidden and its data stays until they go.
+        #[arg(long)]
+        keep_hidden: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CloneCommand {
+    /// Create a writable volume from a snapshot (metadata only: no data is copied).
+    Create {
+        snapshot: String,
+        #[arg(value_name = "NEWVOLUME")]
+        name: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -146,7 +208,7 @@ fn main() -> ExitCode {
             ) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("weft: {e:#}");
+                    eprintln!("error: {e:#}");
                     return ExitCode::from(2);
                 }
             };
@@ -156,7 +218,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("weft: {e:#}");
+            eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -179,7 +241,34 @@ fn command_to_request(command: Command) -> client::Request {
             name,
             size_bytes: size,
         },
-        Command::Volume(VolumeCommand::Delete { name }) => R::Delete { name },
+        Command::Volume(VolumeCommand::Delete {
+            name,
+            with_snapshots,
+        }) => R::Delete {
+            name,
+            with_snapshots,
+        },
+        Command::Volume(VolumeCommand::Refresh { name, snapshot }) => R::Refresh {
+            volume: name,
+            snapshot,
+        },
+        Command::Volume(VolumeCommand::Rollback { name, snapshot }) => R::Rollback {
+            volume: name,
+            snapshot,
+        },
+        Command::Snapshot(SnapshotCommand::Create { volume, name }) => {
+            R::SnapshotCreate { volume, name }
+        }
+        Command::Snapshot(SnapshotCommand::List { volume, json }) => {
+            R::SnapshotList { volume, json }
+        }
+        Command::Snapshot(SnapshotCommand::Info { name, json }) => R::SnapshotInfo { name, json },
+        Command::Snapshot(SnapshotCommand::Delete { name, keep_hidden }) => {
+            R::SnapshotDelete { name, keep_hidden }
+        }
+        Command::Clone(CloneCommand::Create { snapshot, name }) => {
+            R::CloneCreate { snapshot, name }
+        }
         Command::Stats { json } => R::Stats { json },
         Command::Sync => R::Sync,
         Command::Gc => R::Gc,

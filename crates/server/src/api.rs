@@ -1,16 +1,22 @@
 //! The management API: HTTP/JSON under `/api/v1/`, every request authenticated by the bearer
 //! token created at first start. Handlers call the engine on the blocking pool.
+//!
+//! Volumes: `GET|POST /volumes`, `GET|DELETE /volumes/{name}[?with_snapshots=true]`,
+//! `POST /volumes/{name}/{resize,snapshots,refresh,rollback}`.
+//! Snapshots: `GET /snapshots[?volume=V]`, `GET|DELETE /snapshots/{name}[?keep_hidden=true]`,
+//! `POST /snapshots/{name}/clones`. Volumes and snapshots carry their `nbd_uri` (a snapshot is
+//! exported read-only under its name). Errors are `{"error": message}` with the engine's text.
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
-use weft_engine::{Engine, EngineError};
+use serde::{Deserialize, Serialize};
+use weft_engine::{Engine, EngineError, SnapshotInfo, VolumeInfo};
 
 /// What handlers share.
 #[derive(Debug, Clone)]
@@ -34,6 +40,40 @@ struct ResizeVolume {
     size_bytes: u64,
 }
 
+/// Body of snapshot create and clone create: the new snapshot's or volume's name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewName {
+    name: String,
+}
+
+/// Body of refresh and rollback.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToSnapshot {
+    snapshot: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteVolumeQuery {
+    #[serde(default)]
+    with_snapshots: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteSnapshotQuery {
+    #[serde(default)]
+    keep_hidden: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListSnapshotsQuery {
+    volume: Option<String>,
+}
+
 /// An API error: status and message.
 #[derive(Debug)]
 pub struct ApiError(StatusCode, String);
@@ -48,8 +88,16 @@ impl IntoResponse for ApiError {
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         let status = match &e {
-            EngineError::UnknownVolume { .. } | EngineError::Gone => StatusCode::NOT_FOUND,
-            EngineError::VolumeExists { .. } => StatusCode::CONFLICT,
+            EngineError::UnknownVolume { .. }
+            | EngineError::UnknownSnapshot { .. }
+            | EngineError::Gone => StatusCode::NOT_FOUND,
+            EngineError::VolumeExists { .. }
+            | EngineError::NameTaken { .. }
+            | EngineError::InUse { .. }
+            | EngineError::HasSnapshots { .. }
+            | EngineError::WrongFamily { .. }
+            | EngineError::NotOwnSnapshot { .. }
+            | EngineError::ChainTooDeep { .. } => StatusCode::CONFLICT,
             EngineError::InvalidName { .. }
             | EngineError::InvalidSize { .. }
             | EngineError::OutOfRange { .. } => StatusCode::BAD_REQUEST,
@@ -68,6 +116,15 @@ pub fn router(state: ApiState) -> Router {
             get(volume_info).delete(delete_volume),
         )
         .route("/api/v1/volumes/{name}/resize", post(resize_volume))
+        .route("/api/v1/volumes/{name}/snapshots", post(create_snapshot))
+        .route("/api/v1/volumes/{name}/refresh", post(refresh_volume))
+        .route("/api/v1/volumes/{name}/rollback", post(rollback_volume))
+        .route("/api/v1/snapshots", get(list_snapshots))
+        .route(
+            "/api/v1/snapshots/{name}",
+            get(snapshot_info).delete(delete_snapshot),
+        )
+        .route("/api/v1/snapshots/{name}/clones", post(create_clone))
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/sync", post(sync))
         .route("/api/v1/gc", post(gc))
@@ -107,22 +164,50 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
-fn with_uri(state: &ApiState, info: weft_engine::VolumeInfo) -> serde_json::Value {
-    let mut v = serde_json::to_value(&info).expect("volume info serialises");
-    v["nbd_uri"] = format!("nbd://{}/{}", state.nbd_address, info.name).into();
+/// A volume or snapshot as JSON, with the NBD URI it is exported under (its name).
+fn with_uri(state: &ApiState, name: &str, info: &impl Serialize) -> serde_json::Value {
+    let mut v = serde_json::to_value(info).expect("volume and snapshot info serialise");
+    v["nbd_uri"] = format!("nbd://{}/{name}", state.nbd_address).into();
     v
+}
+
+fn volume_json(state: &ApiState, info: &VolumeInfo) -> serde_json::Value {
+    with_uri(state, &info.name, info)
+}
+
+fn snapshot_json(state: &ApiState, info: &SnapshotInfo) -> serde_json::Value {
+    with_uri(state, &info.name, info)
 }
 
 async fn list_volumes(State(state): State<ApiState>) -> Result<Json<serde_json::Value>, ApiError> {
     let engine = state.engine.clone();
     let volumes = blocking(move || Ok(engine.list_volumes())).await?;
     Ok(Json(
-        volumes.into_iter().map(|v| with_uri(&state, v)).collect(),
+        volumes.iter().map(|v| volume_json(&state, v)).collect(),
     ))
 }
 
 /// A JSON body, or 400 with the parser's reason (axum's own rejection would be 422).
 struct JsonBody<T>(T);
+
+/// Query parameters, or 400 with the parser's reason as a JSON error like every other.
+struct QueryArgs<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestParts<S>
+    for QueryArgs<T>
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(QueryArgs(value)),
+            Err(rejection) => Err(ApiError(StatusCode::BAD_REQUEST, rejection.body_text())),
+        }
+    }
+}
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
@@ -142,7 +227,7 @@ async fn create_volume(
     let engine = state.engine.clone();
     let info = blocking(move || engine.create_volume(&body.name, body.size_bytes)).await?;
     tracing::info!(volume = %info.name, size_bytes = info.size_bytes, "volume created");
-    Ok((StatusCode::CREATED, Json(with_uri(&state, info))))
+    Ok((StatusCode::CREATED, Json(volume_json(&state, &info))))
 }
 
 async fn volume_info(
@@ -151,15 +236,16 @@ async fn volume_info(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || engine.volume_info(&name)).await?;
-    Ok(Json(with_uri(&state, info)))
+    Ok(Json(volume_json(&state, &info)))
 }
 
 async fn delete_volume(
     State(state): State<ApiState>,
     Path(name): Path<String>,
+    QueryArgs(query): QueryArgs<DeleteVolumeQuery>,
 ) -> Result<StatusCode, ApiError> {
     let engine = state.engine.clone();
-    blocking(move || engine.delete_volume(&name, false)).await?;
+    blocking(move || engine.delete_volume(&name, query.with_snapshots)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -170,7 +256,77 @@ async fn resize_volume(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || engine.resize_volume(&name, body.size_bytes)).await?;
-    Ok(Json(with_uri(&state, info)))
+    Ok(Json(volume_json(&state, &info)))
+}
+
+async fn create_snapshot(
+    State(state): State<ApiState>,
+    Path(volume): Path<String>,
+    JsonBody(body): JsonBody<NewName>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let engine = state.engine.clone();
+    let info = blocking(move || engine.create_snapshot(&volume, &body.name)).await?;
+    Ok((StatusCode::CREATED, Json(snapshot_json(&state, &info))))
+}
+
+async fn list_snapshots(
+    State(state): State<ApiState>,
+    QueryArgs(query): QueryArgs<ListSnapshotsQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let engine = state.engine.clone();
+    let snapshots = blocking(move || engine.list_snapshots(query.volume.as_deref())).await?;
+    Ok(Json(
+        snapshots.iter().map(|s| snapshot_json(&state, s)).collect(),
+    ))
+}
+
+async fn snapshot_info(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let engine = state.engine.clone();
+    let info = blocking(move || engine.snapshot_info(&name)).await?;
+    Ok(Json(snapshot_json(&state, &info)))
+}
+
+async fn delete_snapshot(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+    QueryArgs(query): QueryArgs<DeleteSnapshotQuery>,
+) -> Result<StatusCode, ApiError> {
+    let engine = state.engine.clone();
+    blocking(move || engine.delete_snapshot(&name, query.keep_hidden)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn create_clone(
+    State(state): State<ApiState>,
+    Path(snapshot): Path<String>,
+    JsonBody(body): JsonBody<NewName>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let engine = state.engine.clone();
+    let info = blocking(move || engine.create_clone(&snapshot, &body.name)).await?;
+    Ok((StatusCode::CREATED, Json(volume_json(&state, &info))))
+}
+
+async fn refresh_volume(
+    State(state): State<ApiState>,
+    Path(volume): Path<String>,
+    JsonBody(body): JsonBody<ToSnapshot>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let engine = state.engine.clone();
+    let info = blocking(move || engine.refresh_volume(&volume, &body.snapshot)).await?;
+    Ok(Json(volume_json(&state, &info)))
+}
+
+async fn rollback_volume(
+    State(state): State<ApiState>,
+    Path(volume): Path<String>,
+    JsonBody(body): JsonBody<ToSnapshot>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let engine = state.engine.clone();
+    let info = blocking(move || engine.rollback_volume(&volume, &body.snapshot)).await?;
+    Ok(Json(volume_json(&state, &info)))
 }
 
 async fn stats(State(state): State<ApiState>) -> Result<Json<weft_engine::EngineStats>, ApiError> {

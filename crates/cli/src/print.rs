@@ -1,0 +1,304 @@
+//! How the CLI shows API answers to a person: human sizes, aligned tables, and the detail
+//! views of a volume, a snapshot and a family. Everything reads the API's JSON loosely (a
+//! missing field prints as `-`), so an older or newer server still prints.
+
+use serde_json::Value;
+
+/// Bytes in binary units: `512 B`, `1.5 GiB`.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// A byte count field as a human size, `-` when absent.
+fn size(v: &Value) -> String {
+    v.as_u64().map_or("-".into(), human)
+}
+
+/// A string field, `-` when absent or null.
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or("-").to_string()
+}
+
+/// A list of names, comma separated, `-` when empty.
+fn names(v: &Value) -> String {
+    let list: Vec<&str> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if list.is_empty() {
+        "-".into()
+    } else {
+        list.join(",")
+    }
+}
+
+/// `1 volume`, `2 volumes`.
+fn count(n: &Value, noun: &str) -> String {
+    match n.as_u64() {
+        Some(1) => format!("1 {noun}"),
+        Some(n) => format!("{n} {noun}s"),
+        None => format!("- {noun}s"),
+    }
+}
+
+/// A reduction ratio like `3.40:1`, `-` when nothing is stored.
+fn ratio(v: &Value) -> String {
+    v.as_f64().map_or("-".into(), |x| format!("{x:.2}:1"))
+}
+
+/// Unix seconds as a UTC date and time, `2026-05-01 12:34:56`.
+fn date(v: &Value) -> String {
+    let Some(secs) = v.as_u64() else {
+        return "-".into();
+    };
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm), in unsigned arithmetic.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// Print rows under headers, columns as wide as their widest cell. Headers ending in `>` are
+/// right-aligned (sizes); the last column is not padded.
+fn table(headers: &[&str], rows: &[Vec<String>]) {
+    let widths: Vec<usize> = headers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let cells = rows.iter().map(|r| r[i].chars().count());
+            cells.fold(h.trim_end_matches('>').len(), usize::max)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, (cell, h)) in cells.iter().zip(headers).enumerate() {
+            let w = widths[i];
+            let last = i + 1 == headers.len();
+            match (h.ends_with('>'), last) {
+                (true, _) => out.push_str(&format!("{cell:>w$}")),
+                (false, true) => out.push_str(cell),
+                (false, false) => out.push_str(&format!("{cell:<w$}")),
+            }
+            if !last {
+                out.push_str("  ");
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(headers.iter().map(|h| h.trim_end_matches('>')).collect());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// `weft volume list`.
+pub fn volume_table(list: &Value) {
+    let rows: Vec<Vec<String>> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| {
+            let s = &v["space"];
+            vec![
+                text(&v["name"]),
+                size(&v["size_bytes"]),
+                text(&v["origin"]),
+                size(&s["mapped_bytes"]),
+                size(&s["own_bytes"]),
+                size(&s["shared_bytes"]),
+                size(&s["unique_stored_bytes"]),
+                text(&v["nbd_uri"]),
+            ]
+        })
+        .collect();
+    let headers = [
+        "NAME", "SIZE>", "ORIGIN", "MAPPED>", "OWN>", "SHARED>", "UNIQUE>", "NBD URI",
+    ];
+    table(&headers, &rows);
+}
+
+/// `weft snapshot list`.
+pub fn snapshot_table(list: &Value) {
+    let rows: Vec<Vec<String>> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| {
+            let s = &v["space"];
+            vec![
+                text(&v["name"]),
+                text(&v["volume"]),
+                size(&v["size_bytes"]),
+                size(&s["mapped_bytes"]),
+                size(&s["own_bytes"]),
+                size(&s["shared_bytes"]),
+                size(&s["unique_stored_bytes"]),
+                names(&v["clones"]),
+                date(&v["created_unix_s"]),
+            ]
+        })
+        .collect();
+    let headers = [
+        "NAME", "VOLUME", "SIZE>", "MAPPED>", "OWN>", "SHARED>", "UNIQUE>", "CLONES", "CREATED",
+    ];
+    table(&headers, &rows);
+}
+
+fn field(key: &str, value: impl std::fmt::Display) {
+    println!("{key:<12} {value}");
+}
+
+/// The space lines shared by volume and snapshot details.
+fn space(v: &Value) {
+    let s = &v["space"];
+    field("mapped", size(&s["mapped_bytes"]));
+    field("  own", size(&s["own_bytes"]));
+    field("  zero", size(&s["zero_bytes"]));
+    field("  shared", size(&s["shared_bytes"]));
+    field(
+        "unique",
+        format!(
+            "{} stored (freed by delete)",
+            size(&s["unique_stored_bytes"])
+        ),
+    );
+}
+
+/// One line: the family's members and its data reduction.
+fn family(v: &Value) {
+    let f = &v["family"];
+    let r = &f["reduction"];
+    let hidden = match f["hidden_snapshots"].as_u64() {
+        Some(n) if n > 0 => format!(" ({n} hidden)"),
+        _ => String::new(),
+    };
+    field(
+        "family",
+        format!(
+            "{}: {}, {}{hidden}, stored {}, reduction {} \
+             (zero {}, dedup saved {}, compression saved {})",
+            f["id"],
+            count(&f["volumes"], "volume"),
+            count(&f["snapshots"], "snapshot"),
+            size(&r["stored_bytes"]),
+            ratio(&r["ratio"]),
+            size(&r["zero_bytes"]),
+            size(&r["dedup_saved_bytes"]),
+            size(&r["compression_saved_bytes"]),
+        ),
+    );
+}
+
+/// `weft volume info`.
+pub fn volume_details(v: &Value) {
+    field("name", text(&v["name"]));
+    field("size", size(&v["size_bytes"]));
+    field("origin", text(&v["origin"]));
+    field("snapshots", names(&v["snapshots"]));
+    field("chain", count(&v["chain_layers"], "layer"));
+    space(v);
+    field("created", date(&v["created_unix_s"]));
+    family(v);
+    field("nbd uri", text(&v["nbd_uri"]));
+}
+
+/// `weft snapshot info`.
+pub fn snapshot_details(v: &Value) {
+    field("name", text(&v["name"]));
+    field("volume", text(&v["volume"]));
+    field("size", size(&v["size_bytes"]));
+    field("clones", names(&v["clones"]));
+    field("chain", count(&v["chain_layers"], "layer"));
+    space(v);
+    field("created", date(&v["created_unix_s"]));
+    family(v);
+    field("nbd uri", format!("{} (read-only)", text(&v["nbd_uri"])));
+}
+
+/// `weft stats` for a person.
+pub fn stats(v: &Value) {
+    let r = &v["reduction"];
+    println!(
+        "logical           {}",
+        human(r["logical_bytes"].as_u64().unwrap_or(0))
+    );
+    println!(
+        "stored            {}",
+        human(r["stored_bytes"].as_u64().unwrap_or(0))
+    );
+    println!("reduction ratio   {}", ratio(&r["ratio"]));
+    println!(
+        "  zero            {}",
+        human(r["zero_bytes"].as_u64().unwrap_or(0))
+    );
+    println!(
+        "  dedup saved     {}",
+        human(r["dedup_saved_bytes"].as_u64().unwrap_or(0))
+    );
+    println!(
+        "  compress saved  {}",
+        human(r["compression_saved_bytes"].as_u64().unwrap_or(0))
+    );
+    println!(
+        "used / capacity   {} / {}",
+        human(v["used_bytes"].as_u64().unwrap_or(0)),
+        v["capacity_bytes"]
+            .as_u64()
+            .map_or("unlimited".into(), human)
+    );
+    println!(
+        "write amplif.     {}",
+        v["write_amplification"]
+            .as_f64()
+            .map_or("-".into(), |x| format!("{x:.2}"))
+    );
+    println!(
+        "write buffer      {}",
+        human(v["buffer_bytes"].as_u64().unwrap_or(0))
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{date, human};
+    use serde_json::json;
+
+    #[test]
+    fn dates_are_utc_civil_dates() {
+        assert_eq!(date(&json!(0)), "1970-01-01 00:00:00");
+        assert_eq!(date(&json!(951_782_400)), "2000-02-29 00:00:00");
+        assert_eq!(date(&json!(1_767_225_599)), "2025-12-31 23:59:59");
+        assert_eq!(date(&json!(null)), "-");
+    }
+
+    #[test]
+    fn sizes_are_binary() {
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(3 << 29), "1.5 GiB");
+    }
+}

@@ -1,0 +1,437 @@
+//! Snapshots, clones, refresh and rollback through the real `weft` binary: its CLI and its
+//! HTTP API. The happy paths check what the data reads as over NBD; every refused request is
+//! checked for its status, a message that tells the user what is wrong, and an unchanged
+//! catalog (volumes and snapshots).
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// What a refused request must not change: names, sizes, origins, links between volumes and
+/// snapshots, families. (Space figures are left out: the destager may still be moving.)
+fn catalog(srv: &Server) -> Value {
+    let volumes = srv.api_json("GET", "/api/v1/volumes", None);
+    let snapshots = srv.api_json("GET", "/api/v1/snapshots", None);
+    let project = |list: &Value, keys: &[&str]| -> Value {
+        list.as_array()
+            .unwrap_or_else(|| panic!("not a list: {list}"))
+            .iter()
+            .map(|item| {
+                let mut out = json!({ "family": item["family"]["id"] });
+                for k in keys {
+                    out[*k] = item[*k].clone();
+                }
+                out
+            })
+            .collect()
+    };
+    let volume_keys = ["name", "size_bytes", "origin", "snapshots", "chain_layers"];
+    json!({
+        "volumes": project(&volumes, &volume_keys),
+        "snapshots": project(&snapshots, &["name", "volume", "size_bytes", "clones"]),
+    })
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn snapshot_names(srv: &Server) -> Vec<String> {
+    names(&srv.api_json("GET", "/api/v1/snapshots", None))
+}
+
+fn volume_names(srv: &Server) -> Vec<String> {
+    names(&srv.api_json("GET", "/api/v1/volumes", None))
+}
+
+/// `"METHOD /path"` with a JSON body (`null`: none), as `(status, body)`.
+fn call(srv: &Server, request: &str, body: &Value) -> (u16, String) {
+    let (method, path) = request.split_once(' ').expect("METHOD /path");
+    srv.api(method, path, (!body.is_null()).then(|| body.clone()))
+}
+
+/// A request that must succeed with `status`; its JSON answer.
+fn accepted(srv: &Server, request: &str, body: Value, status: u16) -> Value {
+    let (st, text) = call(srv, request, &body);
+    assert_eq!(st, status, "{request} {body}: {text}");
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+/// A request that must be refused with `status` and an `{"error"}` naming each of `words`,
+/// leaving the catalog as it was.
+fn refused(srv: &Server, request: &str, body: &Value, status: u16, words: &[&str]) {
+    let before = catalog(srv);
+    let (st, text) = call(srv, request, body);
+    assert_eq!(st, status, "{request} {body}: {text}");
+    let v: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{request}: error body is not JSON ({e}): {text}"));
+    let msg = v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{request}: no \"error\" in {text}"));
+    for w in words {
+        assert!(msg.contains(w), "{request}: {msg:?} should mention {w:?}");
+    }
+    let after = catalog(srv);
+    assert_eq!(
+        after, before,
+        "{request} was refused but changed the catalog"
+    );
+}
+
+/// A CLI command that must fail with `error: ...` naming each of `words`, changing nothing.
+fn cli_refused(srv: &Server, args: &[&str], words: &[&str]) {
+    let before = catalog(srv);
+    let out = srv.cli(args);
+    assert!(
+        !out.success(),
+        "`weft {}` should fail: {}",
+        args.join(" "),
+        out.all()
+    );
+    assert!(
+        out.stderr.starts_with("error: "),
+        "`weft {}` should print `error: ...`: {}",
+        args.join(" "),
+        out.stderr
+    );
+    for w in words {
+        assert!(
+            out.stderr.contains(w),
+            "`weft {}`: {:?} should mention {w:?}",
+            args.join(" "),
+            out.stderr
+        );
+    }
+    assert_eq!(
+        catalog(srv),
+        before,
+        "`weft {}` failed but changed the catalog",
+        args.join(" ")
+    );
+}
+
+/// The export reads as `data` at `offset` (a mismatch does not print megabytes).
+fn assert_reads(srv: &Server, export: &str, offset: u64, data: &[u8], why: &str) {
+    let mut c = srv.nbd_client(export);
+    let got = c.read(offset, data.len() as u32).unwrap();
+    c.disconnect();
+    assert!(got == data, "{export} at {offset}: {why}: data differs");
+}
+
+/// `text` contains every one of `words`.
+fn assert_mentions(text: &str, words: &[&str]) {
+    for w in words {
+        assert!(text.contains(w), "{w:?} missing from:\n{text}");
+    }
+}
+
+/// A table row whose first column is `first` and that also shows `also`.
+fn has_row(table: &str, first: &str, also: &str) -> bool {
+    table
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(first) && l.contains(also))
+}
+
+fn write(srv: &Server, export: &str, offset: u64, data: &[u8]) {
+    let mut c = srv.nbd_client(export);
+    c.write(offset, data).unwrap();
+    c.disconnect();
+}
+
+#[test]
+fn snapshot_clone_refresh_rollback_through_the_cli() {
+    let srv = Server::start_with("snap-cli", ServeOpts::default().volume_size("64M"));
+    if srv.skip_without_api("snapshot_clone_refresh_rollback_through_the_cli") {
+        return;
+    }
+    let (mut rng, _) = test_rng("snapshot_clone_refresh_rollback_through_the_cli");
+    let (a, b, c, d) = (
+        random_bytes(&mut rng, 1 << 20),
+        random_bytes(&mut rng, 1 << 20),
+        random_bytes(&mut rng, 1 << 20),
+        random_bytes(&mut rng, 1 << 20),
+    );
+    let off = 8 * MIB;
+    write(&srv, "vol0", off, &a);
+
+    // snapshot create: name, barrier, URI
+    let out = srv.cli_ok(&["snapshot", "create", "vol0", "s1"]);
+    assert_mentions(&out, &["snapshot s1 of vol0", " us", &srv.nbd_uri("s1")]);
+    write(&srv, "vol0", off, &b);
+    assert_reads(&srv, "s1", off, &a, "s1 reads as vol0 did when it was cut");
+    assert_reads(&srv, "vol0", off, &b, "vol0 reads its newer data");
+
+    // list (human, JSON, of one volume) and info (human, JSON = API)
+    let human = srv.cli_ok(&["snapshot", "list"]);
+    let columns = [
+        "NAME", "VOLUME", "SIZE", "MAPPED", "OWN", "SHARED", "UNIQUE", "CLONES",
+    ];
+    assert_mentions(&human, &columns);
+    assert_mentions(&human, &["CREATED"]);
+    assert!(has_row(&human, "s1", " vol0 "), "{human}");
+    let list = srv.cli_json(&["snapshot", "list", "--json"]);
+    assert_eq!(names(&list), ["s1"], "{list}");
+    assert_eq!(list, srv.cli_json(&["snapshot", "list", "vol0", "--json"]));
+    let info = srv.cli_json(&["snapshot", "info", "s1", "--json"]);
+    assert_eq!(info, srv.api_json("GET", "/api/v1/snapshots/s1", None));
+    assert_eq!(info["volume"], "vol0", "{info}");
+    assert_eq!(info["nbd_uri"], srv.nbd_uri("s1").as_str(), "{info}");
+    assert!(info["space"]["unique_stored_bytes"].is_u64(), "{info}");
+    let reduction = &info["family"]["reduction"];
+    assert!(reduction["stored_bytes"].is_u64(), "{info}");
+    let human = srv.cli_ok(&["snapshot", "info", "s1"]);
+    assert_mentions(&human, &["vol0", "family", "reduction", "(read-only)"]);
+
+    // clone create: a writable volume reading as the snapshot, in the snapshot's family
+    let out = srv.cli_ok(&["clone", "create", "s1", "c1"]);
+    assert_mentions(&out, &["clone c1 of s1", &srv.nbd_uri("c1")]);
+    assert_reads(&srv, "c1", off, &a, "the clone reads as its snapshot");
+    let clone = srv.cli_json(&["volume", "info", "c1", "--json"]);
+    assert_eq!(clone["origin"], "s1", "{clone}");
+    assert_eq!(clone["family"]["id"], info["family"]["id"], "{clone}");
+    let human = srv.cli_ok(&["volume", "list"]);
+    assert_mentions(&human, &["ORIGIN", "MAPPED", "OWN", "SHARED", "UNIQUE"]);
+    assert!(has_row(&human, "c1", " s1 "), "{human}");
+    let human = srv.cli_ok(&["volume", "info", "c1"]);
+    let family = [
+        "family",
+        "2 volumes",
+        "1 snapshot,",
+        "reduction",
+        "dedup",
+        "compression",
+    ];
+    assert_mentions(&human, &family);
+    assert!(has_row(&human, "origin", "s1"), "{human}");
+    assert!(has_row(&srv.cli_ok(&["snapshot", "list"]), "s1", " c1 "));
+
+    // refresh: the clone's changes go, it reads as the snapshot again
+    write(&srv, "c1", off, &c);
+    assert_reads(&srv, "c1", off, &c, "the clone takes writes");
+    let out = srv.cli_ok(&["volume", "refresh", "c1", "--to", "s1"]);
+    assert_mentions(&out, &["origin now s1"]);
+    assert_reads(&srv, "c1", off, &a, "refreshed clone reads as s1");
+
+    // rollback: vol0 back to its own snapshot s2
+    srv.cli_ok(&["snapshot", "create", "vol0", "s2"]);
+    write(&srv, "vol0", off, &d);
+    let out = srv.cli_ok(&["volume", "rollback", "vol0", "--to", "s2"]);
+    assert_mentions(&out, &["origin now s2"]);
+    assert_reads(&srv, "vol0", off, &b, "vol0 rolled back to s2");
+    let vol0 = srv.cli_json(&["volume", "info", "vol0", "--json"]);
+    assert_eq!(vol0["origin"], "s2", "{vol0}");
+    assert_eq!(vol0["snapshots"], json!(["s1", "s2"]), "{vol0}");
+
+    // delete: a snapshot, the clone, the last snapshot; vol0's data stays
+    let out = srv.cli_ok(&["snapshot", "delete", "s2"]);
+    assert_mentions(&out, &["deleted snapshot s2"]);
+    assert_eq!(snapshot_names(&srv), ["s1"]);
+    assert_reads(&srv, "vol0", off, &b, "deleting s2 keeps vol0's data");
+    srv.cli_ok(&["volume", "delete", "c1"]);
+    srv.cli_ok(&["snapshot", "delete", "s1"]);
+    assert!(snapshot_names(&srv).is_empty());
+    assert_eq!(volume_names(&srv), ["vol0"]);
+    assert_reads(
+        &srv,
+        "vol0",
+        off,
+        &b,
+        "vol0 keeps its data after all deletes",
+    );
+}
+
+#[test]
+fn refused_requests_explain_and_change_nothing() {
+    let srv = Server::start_with("snap-refused", ServeOpts::default().volume_size("64M"));
+    if srv.skip_without_api("refused_requests_explain_and_change_nothing") {
+        return;
+    }
+    let (mut rng, _) = test_rng("refused_requests_explain_and_change_nothing");
+    let data = random_bytes(&mut rng, 256 << 10);
+    write(&srv, "vol0", 0, &data);
+    // vol0 with snapshots s1, s2; clone c1 of s1; volume other (another family) with o1
+    let s1 = accepted(
+        &srv,
+        "POST /api/v1/volumes/vol0/snapshots",
+        json!({"name": "s1"}),
+        201,
+    );
+    assert_eq!(s1["name"], "s1");
+    assert!(s1["barrier_micros"].is_u64(), "{s1}");
+    assert_eq!(s1["nbd_uri"], srv.nbd_uri("s1").as_str());
+    accepted(
+        &srv,
+        "POST /api/v1/volumes/vol0/snapshots",
+        json!({"name": "s2"}),
+        201,
+    );
+    let c1 = accepted(
+        &srv,
+        "POST /api/v1/snapshots/s1/clones",
+        json!({"name": "c1"}),
+        201,
+    );
+    assert_eq!(c1["origin"], "s1", "{c1}");
+    assert_eq!(c1["nbd_uri"], srv.nbd_uri("c1").as_str());
+    let other = json!({"name": "other", "size_bytes": 16u64 << 20});
+    accepted(&srv, "POST /api/v1/volumes", other, 201);
+    accepted(
+        &srv,
+        "POST /api/v1/volumes/other/snapshots",
+        json!({"name": "o1"}),
+        201,
+    );
+    let of_vol0 = accepted(&srv, "GET /api/v1/snapshots?volume=vol0", Value::Null, 200);
+    assert_eq!(names(&of_vol0), ["s1", "s2"]);
+
+    let (none, x) = (Value::Null, json!({"name": "x"}));
+    let (to_nosuch, to_s1, to_o1) = (
+        json!({"snapshot": "nosuch"}),
+        json!({"snapshot": "s1"}),
+        json!({"snapshot": "o1"}),
+    );
+    #[rustfmt::skip] // a table: one request per line
+    let cases: &[(&str, &Value, u16, &[&str])] = &[
+        // unknown volume or snapshot
+        ("POST /api/v1/volumes/nosuch/snapshots", &x, 404, &["no volume", "nosuch"]),
+        ("GET /api/v1/snapshots?volume=nosuch", &none, 404, &["no volume", "nosuch"]),
+        ("GET /api/v1/snapshots/nosuch", &none, 404, &["no snapshot", "nosuch"]),
+        ("DELETE /api/v1/snapshots/nosuch", &none, 404, &["no snapshot"]),
+        ("POST /api/v1/snapshots/nosuch/clones", &x, 404, &["no snapshot"]),
+        ("POST /api/v1/volumes/c1/refresh", &to_nosuch, 404, &["nosuch"]),
+        ("POST /api/v1/volumes/vol0/rollback", &to_nosuch, 404, &["nosuch"]),
+        ("POST /api/v1/volumes/nosuch/refresh", &to_s1, 404, &["no volume"]),
+        ("DELETE /api/v1/volumes/nosuch?with_snapshots=true", &none, 404, &["nosuch"]),
+        // volume and snapshot names are one namespace
+        ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "s1"}), 409, &["\"s1\""]),
+        ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "other"}), 409, &["\"other\""]),
+        ("POST /api/v1/snapshots/s1/clones", &json!({"name": "s2"}), 409, &["\"s2\""]),
+        ("POST /api/v1/snapshots/s1/clones", &json!({"name": "vol0"}), 409, &["\"vol0\""]),
+        // refresh across families; rollback to a snapshot not taken of the volume
+        ("POST /api/v1/volumes/c1/refresh", &to_o1, 409, &["family", "o1"]),
+        ("POST /api/v1/volumes/vol0/rollback", &to_o1, 409, &["family"]),
+        ("POST /api/v1/volumes/c1/rollback", &to_s1, 409, &["not taken of", "c1"]),
+        // deleting what others use names them and the way out
+        ("DELETE /api/v1/snapshots/s1", &none, 409, &["c1", "keep-hidden"]),
+        ("DELETE /api/v1/volumes/vol0", &none, 409, &["s1, s2", "--with-snapshots"]),
+        // malformed requests
+        ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "a b"}), 400, &["a b"]),
+        ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "y", "z": 1}), 400, &["z"]),
+        ("POST /api/v1/volumes/vol0/snapshots", &json!({}), 400, &["name"]),
+        ("POST /api/v1/volumes/c1/refresh", &json!({"name": "s1"}), 400, &["snapshot"]),
+        ("DELETE /api/v1/snapshots/s1?keep_hidden=maybe", &none, 400, &["keep_hidden"]),
+        ("DELETE /api/v1/volumes/vol0?force=true", &none, 400, &["force"]),
+    ];
+    for (request, body, status, words) in cases {
+        refused(&srv, request, body, *status, words);
+    }
+
+    // the same refusals through the CLI
+    #[rustfmt::skip]
+    let cli_cases: &[(&[&str], &[&str])] = &[
+        (&["snapshot", "create", "nosuch", "x"], &["no volume", "404"]),
+        (&["snapshot", "info", "nosuch"], &["no snapshot", "404"]),
+        (&["snapshot", "list", "nosuch"], &["no volume"]),
+        (&["snapshot", "create", "vol0", "other"], &["\"other\"", "409"]),
+        (&["clone", "create", "nosuch", "x"], &["no snapshot"]),
+        (&["clone", "create", "s1", "s2"], &["\"s2\"", "409"]),
+        (&["volume", "refresh", "c1", "--to", "o1"], &["family", "409"]),
+        (&["volume", "rollback", "c1", "--to", "s1"], &["not taken of"]),
+        (&["snapshot", "delete", "s1"], &["c1", "409"]),
+        (&["volume", "delete", "vol0"], &["s1, s2", "409"]),
+    ];
+    for (args, words) in cli_cases {
+        cli_refused(&srv, args, words);
+    }
+    assert_reads(&srv, "vol0", 0, &data, "refusals kept vol0's data");
+    assert_reads(&srv, "c1", 0, &data, "refusals kept c1's data");
+
+    // keep_hidden: s1 leaves the lists and exports, c1 still reads through it
+    accepted(
+        &srv,
+        "DELETE /api/v1/snapshots/s1?keep_hidden=true",
+        none.clone(),
+        204,
+    );
+    assert_eq!(snapshot_names(&srv), ["s2", "o1"]);
+    assert_eq!(volume_names(&srv), ["vol0", "c1", "other"]);
+    assert!(
+        NbdClient::connect(srv.nbd, "s1").is_err(),
+        "hidden s1 still exported"
+    );
+    assert_reads(&srv, "c1", 0, &data, "c1 reads through hidden s1");
+    refused(&srv, "GET /api/v1/snapshots/s1", &none, 404, &["s1"]);
+
+    // with_snapshots: vol0 and s2 go, c1 stays
+    accepted(
+        &srv,
+        "DELETE /api/v1/volumes/vol0?with_snapshots=true",
+        none,
+        204,
+    );
+    assert_eq!(volume_names(&srv), ["c1", "other"]);
+    assert_eq!(snapshot_names(&srv), ["o1"]);
+    assert_reads(&srv, "c1", 0, &data, "c1 outlives its origin's volume");
+
+    // and through the CLI
+    let out = srv.cli_ok(&["volume", "delete", "other", "--with-snapshots"]);
+    assert!(out.contains("deleted other and its snapshots"), "{out}");
+    assert!(snapshot_names(&srv).is_empty());
+    assert_eq!(volume_names(&srv), ["c1"]);
+}
+
+#[test]
+fn new_routes_require_the_token() {
+    let srv = Server::start_with("snap-token", ServeOpts::default().volume_size("16M"));
+    if srv.skip_without_api("new_routes_require_the_token") {
+        return;
+    }
+    srv.api_json(
+        "POST",
+        "/api/v1/volumes/vol0/snapshots",
+        Some(json!({"name": "s1"})),
+    );
+    srv.api_json(
+        "POST",
+        "/api/v1/snapshots/s1/clones",
+        Some(json!({"name": "c1"})),
+    );
+    let name = json!({"name": "x"});
+    let to_s1 = json!({"snapshot": "s1"});
+    let routes: [(&str, &str, Option<Value>); 10] = [
+        ("GET", "/api/v1/snapshots", None),
+        ("GET", "/api/v1/snapshots?volume=vol0", None),
+        ("GET", "/api/v1/snapshots/s1", None),
+        ("POST", "/api/v1/volumes/vol0/snapshots", Some(name.clone())),
+        ("POST", "/api/v1/snapshots/s1/clones", Some(name)),
+        ("POST", "/api/v1/volumes/c1/refresh", Some(to_s1.clone())),
+        ("POST", "/api/v1/volumes/vol0/rollback", Some(to_s1)),
+        ("DELETE", "/api/v1/snapshots/s1?keep_hidden=true", None),
+        ("DELETE", "/api/v1/volumes/c1", None),
+        ("DELETE", "/api/v1/volumes/vol0?with_snapshots=true", None),
+    ];
+    let before = catalog(&srv);
+    for (method, path, body) in routes {
+        for token in [None, Some("wrong-token")] {
+            let (st, text) = api_request(&srv.api, method, path, body.clone(), token);
+            assert_eq!(st, 401, "{method} {path} with token {token:?}: {text}");
+            assert!(text.contains("token"), "{method} {path}: {text}");
+        }
+    }
+    assert_eq!(
+        catalog(&srv),
+        before,
+        "unauthenticated requests changed the catalog"
+    );
+    let out = srv.cli(&["--token", "nope", "snapshot", "list"]);
+    assert!(
+        !out.success() && out.stderr.contains("401"),
+        "{}",
+        out.all()
+    );
+}
