@@ -148,7 +148,7 @@ impl Drop for Mounts {
 }
 
 fn is_root() -> bool {
-    run(&mut Command::new("id").arg("-u"), Duration::from_secs(10))
+    run(Command::new("id").arg("-u"), Duration::from_secs(10))
         .stdout
         .trim()
         == "0"

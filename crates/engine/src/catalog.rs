@@ -141,7 +141,7 @@ impl Engine {
             ..Switch::default()
         };
         self.apply(&mut meta, next, switch)?;
-        Ok(self.volume_info_locked(&meta, name)?)
+        self.volume_info_locked(&meta, name)
     }
 
     /// Delete a volume. One with snapshots is refused unless `with_snapshots`: then its

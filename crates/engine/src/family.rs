@@ -68,6 +68,7 @@ impl Family {
 
     /// Destage one reduced block of a write (journal record `seq`) into `layer`; `raw` is the
     /// block as written.
+    #[allow(clippy::too_many_arguments)] // the block, its place, and the segment allocator
     pub fn apply_block(
         &mut self,
         layer: LayerId,

@@ -456,7 +456,7 @@ fn refresh_disconnects_old_handles_and_frees_the_clones_blocks() {
     let info = engine.volume_info("dev").unwrap();
     assert_eq!(info.space.own_bytes, BS);
     assert_eq!(info.space.mapped_bytes, 5 * BS);
-    assert_eq!(info.space.unique_stored_bytes > 0, true);
+    assert!(info.space.unique_stored_bytes > 0);
     engine.refresh_volume("dev", "tuesday").unwrap();
     assert!(dev.gone.load(std::sync::atomic::Ordering::Acquire));
     let err = engine.write(dev.id, 0, &pattern(4), false).unwrap_err();
