@@ -796,7 +796,18 @@ fn refresh_disconnects_clients_and_serves_the_new_snapshot() {
             .find(|l| l.contains("err="))
             .unwrap_or("(no err= line)")
     );
-    // The idle client's connection is dead too: its next read is not served.
+    // The idle client is disconnected too, without waiting for its next request: both
+    // connections are logged as closed because the export is gone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while srv.server_output().matches("export is gone").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the idle connection was not closed within 5 s of the refresh:\n{}",
+            srv.server_output()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // And its next read is not served.
     idle.send("read 0 4k");
     let idle_out = idle.quit();
     assert_eq!(

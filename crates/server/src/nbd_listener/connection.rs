@@ -37,6 +37,9 @@ const INFLIGHT_PAYLOAD_BYTES_MAX: u32 = 64 * 1024 * 1024;
 /// A client has this long to finish the handshake; idle half-open handshakes do not pin a
 /// connection slot for ever.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often an idle connection checks whether its export was deleted, refreshed or rolled
+/// back (a busy one notices at its next request).
+const GONE_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Most a handshake buffer holds: one whole option of the maximum size.
 const HANDSHAKE_BUFFER_MAX_BYTES: usize =
     OPTION_HEADER_LEN_BYTES + OPTION_PAYLOAD_MAX_BYTES as usize;
@@ -200,6 +203,7 @@ async fn transmit(
     let (tx, rx) = mpsc::channel::<Completion>(INFLIGHT_REQUESTS_MAX);
     // Cancelled when the connection must end: export gone, or the writer failed.
     let stop = CancellationToken::new();
+    let watcher = tokio::spawn(disconnect_when_gone(Arc::clone(&export), stop.clone()));
     let writer = tokio::spawn(write_replies(
         wr,
         rx,
@@ -284,6 +288,7 @@ async fn transmit(
     }
     .await;
 
+    watcher.abort();
     // Drain: in-flight jobs hold clones of `tx`; the writer ends once they have all sent.
     drop(tx);
     let write_result = writer
@@ -323,6 +328,22 @@ impl Job {
 }
 
 /// Read more bytes into `buf`, reserving at least `want`. `false` on EOF, stop or shutdown.
+/// End the connection (cancel `stop`) once the export is gone, also while the client is idle:
+/// a refreshed volume's clients must reconnect rather than see old and new data mixed.
+async fn disconnect_when_gone(export: Arc<dyn ExportHandle>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(GONE_POLL_INTERVAL) => {}
+        }
+        if export.is_gone() {
+            info!("export is gone (deleted, refreshed or rolled back), disconnecting");
+            stop.cancel();
+            return;
+        }
+    }
+}
+
 async fn read_more(
     rd: &mut tokio::net::tcp::OwnedReadHalf,
     buf: &mut BytesMut,
