@@ -151,7 +151,12 @@ impl BlockMap {
                 .iter()
                 .enumerate()
                 .filter(|(_, &raw)| raw != ENCODED_ABSENT)
-                .map(move |(slot, &raw)| (page_no * PAGE_ENTRIES_U64 + slot as u64, Mapping::decode(raw)))
+                .map(move |(slot, &raw)| {
+                    (
+                        page_no * PAGE_ENTRIES_U64 + slot as u64,
+                        Mapping::decode(raw),
+                    )
+                })
         })
     }
 

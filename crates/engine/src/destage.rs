@@ -211,7 +211,11 @@ pub(crate) fn resolve<'a>(
         if let Some(data) = buffer.lookup(layer, lba) {
             return Resolved::Buffered(data);
         }
-        match family.layers.get(&layer).map(|m| m.get(crate::units::Lba(lba))) {
+        match family
+            .layers
+            .get(&layer)
+            .map(|m| m.get(crate::units::Lba(lba)))
+        {
             Some(Mapping::Absent) | None => continue,
             Some(found) => return Resolved::Mapped(found),
         }
@@ -904,7 +908,7 @@ pub(crate) fn read_blocks(
                             None => Source::Disk { index: i, location },
                         }
                     }
-                }
+                },
             };
             if let Source::Disk { index, location } = source {
                 disk.push((index, location));

@@ -21,7 +21,9 @@ use crate::checkpoint::SealedSegment;
 use crate::chunk_store::ChunkStore;
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
-use crate::journal::{Journal, JournalOptions, RecordHeader, RecordKind, JOURNAL_PAYLOAD_MAX_BYTES};
+use crate::journal::{
+    Journal, JournalOptions, RecordHeader, RecordKind, JOURNAL_PAYLOAD_MAX_BYTES,
+};
 use crate::metastore::{MetaStore, PendingLayerOp};
 use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
 use crate::write_buffer::WriteBuffer;
@@ -553,9 +555,8 @@ impl Engine {
         let mut out: Vec<Extent> = Vec::new();
         for l in lba..lba + count {
             let (hole, zero) = match crate::destage::resolve(&st.buffer, family, &chain, l) {
-                crate::destage::Resolved::Buffered(_) | crate::destage::Resolved::Mapped(Mapping::Block(_)) => {
-                    (false, false)
-                }
+                crate::destage::Resolved::Buffered(_)
+                | crate::destage::Resolved::Mapped(Mapping::Block(_)) => (false, false),
                 crate::destage::Resolved::Mapped(Mapping::Zero) => (false, true),
                 crate::destage::Resolved::Mapped(Mapping::Absent) => (true, true),
             };

@@ -643,10 +643,7 @@ mod tests {
         // Fill several files so some are released and reused.
         for i in 0..60u64 {
             let seq = j
-                .append(header(RecordKind::Write, i, 1),
-                    &[i as u8; 4096],
-                    |s| s,
-                )
+                .append(header(RecordKind::Write, i, 1), &[i as u8; 4096], |s| s)
                 .unwrap();
             j.release_upto(seq.saturating_sub(20)).unwrap();
         }

@@ -12,8 +12,8 @@
 //! simple models; [`engine`] owns the threads and files and drives it.
 
 pub mod block_map;
-pub mod catalog;
 pub mod block_table;
+pub mod catalog;
 pub mod checkpoint;
 pub mod chunk_store;
 pub mod engine;
@@ -33,6 +33,6 @@ mod recovery;
 
 pub use catalog::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
 pub use engine::{Engine, EngineConfig, EngineStats, GcReport, ReductionStats};
-pub use space::{FamilyReduction, SpaceUsage};
 pub use error::{EngineError, IoFailure};
+pub use space::{FamilyReduction, SpaceUsage};
 pub use units::{BlockId, FamilyId, Lba, SegmentId, VolumeId, BLOCK_SIZE_BYTES};

@@ -165,7 +165,9 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
             RecordKind::Trim | RecordKind::Zero => {
                 crate::destage::buffer_range(&mut st, r.seq, fid, h);
             }
-            RecordKind::DropLayer => queue_layer_op(&mut st, r.seq, fid, LayerOp::Drop { layer: h.layer }),
+            RecordKind::DropLayer => {
+                queue_layer_op(&mut st, r.seq, fid, LayerOp::Drop { layer: h.layer })
+            }
             RecordKind::MergeLayer => queue_layer_op(
                 &mut st,
                 r.seq,

@@ -208,7 +208,10 @@ mod tests {
         assert_eq!(clone.own_bytes, 2 * 4096);
         // lba 1 (dedup with base lba 3), lbas 2 and 3 (read from the base) are shared.
         assert_eq!(clone.shared_bytes, 3 * 4096);
-        assert_eq!(clone.unique_stored_bytes, 4096, "only block 99 is the clone's alone");
+        assert_eq!(
+            clone.unique_stored_bytes, 4096,
+            "only block 99 is the clone's alone"
+        );
         let base = image_usage(&f, &[LayerId(1)], DeleteEffect::MergeInto(LayerId(2)));
         // Merging into the clone releases the base's lbas 0 and 1; block 10 (lba 0) has no
         // other user, block 11 (lba 1) neither.

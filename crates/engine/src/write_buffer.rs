@@ -33,7 +33,6 @@ pub enum Pending {
     },
 }
 
-
 /// Unmap (or, with `zero`, make read as zeroes) `count` blocks from `lba`. Already applied to
 /// the map when buffered (reads see it at once); the references it dropped, `released`, are
 /// released when it is destaged, so that block ids are freed in the same order live and in

@@ -401,7 +401,9 @@ fn a_snapshot_keeps_its_bytes_through_overwrite_trim_gc_and_kill() {
     engine.write(h.id, 0, &new, false).unwrap();
     engine.sync().unwrap();
     engine.gc_now().unwrap();
-    engine.trim(h.id, half * BS, (BLOCKS / 4) * BS, false).unwrap();
+    engine
+        .trim(h.id, half * BS, (BLOCKS / 4) * BS, false)
+        .unwrap();
     let quarter = half + BLOCKS / 4;
     engine
         .write_zeroes(h.id, quarter * BS, (BLOCKS - quarter) * BS, true, false)
@@ -417,8 +419,14 @@ fn a_snapshot_keeps_its_bytes_through_overwrite_trim_gc_and_kill() {
     let mut now = new.clone();
     now.resize((BLOCKS * BS) as usize, 0);
     for round in 0..2 {
-        assert!(read_all(&engine, "before") == old, "round {round}: snapshot changed");
-        assert!(read_all(&engine, "db") == now, "round {round}: volume wrong");
+        assert!(
+            read_all(&engine, "before") == old,
+            "round {round}: snapshot changed"
+        );
+        assert!(
+            read_all(&engine, "db") == now,
+            "round {round}: volume wrong"
+        );
         // The snapshot refuses writes.
         let s = engine.open_volume("before").unwrap();
         assert!(s.read_only);
@@ -465,7 +473,10 @@ fn refresh_disconnects_old_handles_and_frees_the_clones_blocks() {
     let mut buf = vec![0u8; (9 * BS) as usize];
     engine.read(dev2.id, 0, &mut buf).unwrap();
     assert!(buf[..(4 * BS) as usize] == pattern(2).repeat(4)[..]);
-    assert!(buf[(8 * BS) as usize..].iter().all(|&b| b == 0), "the clone's own write is gone");
+    assert!(
+        buf[(8 * BS) as usize..].iter().all(|&b| b == 0),
+        "the clone's own write is gone"
+    );
     engine.sync().unwrap();
     // Stored: pattern 1 (monday), pattern 2 (tuesday); pattern 3 was freed.
     assert_eq!(engine.stats().reduction.unique_blocks, 2);
@@ -490,7 +501,9 @@ fn snapshots_cut_under_writes_hold_a_prefix_of_them() {
             for i in 1..=writes {
                 let mut block = vec![0u8; BLOCK_SIZE_BYTES];
                 block[..8].copy_from_slice(&i.to_le_bytes());
-                engine.write(h.id, (i % BLOCKS) * BS, &block, false).unwrap();
+                engine
+                    .write(h.id, (i % BLOCKS) * BS, &block, false)
+                    .unwrap();
             }
         })
     };
@@ -519,7 +532,11 @@ fn snapshots_cut_under_writes_hold_a_prefix_of_them() {
         for lba in 0..BLOCKS {
             // The last write to `lba` among writes 1..=newest.
             let expected = (1..=newest).rev().find(|i| i % BLOCKS == lba).unwrap_or(0);
-            assert_eq!(version(lba), expected, "{name}: block {lba} (newest write {newest})");
+            assert_eq!(
+                version(lba),
+                expected,
+                "{name}: block {lba} (newest write {newest})"
+            );
         }
     }
 }
