@@ -214,19 +214,13 @@ impl Family {
                 }
             }
             LayerOp::Merge { from, into } => {
-                if let Some(map) = self.layers.remove(&from) {
-                    let target = self.layers.entry(into).or_default();
-                    let mut shadowed = Vec::new();
-                    for (lba, m) in map.entries() {
-                        if target.get(Lba(lba)) == Mapping::Absent {
-                            target.set(Lba(lba), m);
-                        } else {
-                            shadowed.push(m);
-                        }
-                    }
+                if let Some(below) = self.layers.remove(&from) {
+                    let above = self.layers.remove(&into).unwrap_or_default();
+                    let (merged, shadowed) = overlay(below, above);
                     for m in shadowed {
                         self.release_mapping(m);
                     }
+                    self.layers.insert(into, merged);
                 }
             }
         }
@@ -354,6 +348,34 @@ impl Family {
     }
 }
 
+/// `above` laid over `below`: every LBA takes `above`'s entry if it has one, else `below`'s.
+/// Returns the merged map and `below`'s entries that `above` shadows (their references are
+/// released). Costs a pass over the smaller of the two maps: deleting an old snapshot under a
+/// small newer layer is cheap however big the old one is.
+fn overlay(below: BlockMap, above: BlockMap) -> (BlockMap, Vec<Mapping>) {
+    let mut shadowed = Vec::new();
+    if above.present_entries() <= below.present_entries() {
+        let mut merged = below;
+        for (lba, m) in above.entries() {
+            let old = merged.set(Lba(lba), m);
+            if old != Mapping::Absent {
+                shadowed.push(old);
+            }
+        }
+        (merged, shadowed)
+    } else {
+        let mut merged = above;
+        for (lba, m) in below.entries() {
+            if merged.get(Lba(lba)) == Mapping::Absent {
+                merged.set(Lba(lba), m);
+            } else {
+                shadowed.push(m);
+            }
+        }
+        (merged, shadowed)
+    }
+}
+
 fn location(segment: SegmentId, s: StoredBlock) -> BlockLocation {
     BlockLocation {
         segment,
@@ -361,5 +383,61 @@ fn location(segment: SegmentId, s: StoredBlock) -> BlockLocation {
         stored_len_bytes: s.stored_len_bytes,
         compressed: s.compressed,
         crc32c: s.crc32c,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn map_of(entries: &[(u64, u8)]) -> BlockMap {
+        let mut m = BlockMap::new();
+        for &(lba, v) in entries {
+            let mapping = if v == 0 {
+                Mapping::Zero
+            } else {
+                Mapping::Block(BlockId(u64::from(v)))
+            };
+            m.set(Lba(lba), mapping);
+        }
+        m
+    }
+
+    proptest! {
+        /// Whichever map is smaller, the overlay is the naive merge: `above` wins, `below`
+        /// fills the gaps, and exactly `below`'s shadowed entries are released.
+        #[test]
+        fn overlay_is_the_naive_merge(
+            below in proptest::collection::vec((0u64..2000, 0u8..50), 0..300),
+            above in proptest::collection::vec((0u64..2000, 0u8..50), 0..300),
+        ) {
+            let (b, a) = (map_of(&below), map_of(&above));
+            let mut want: Vec<(u64, Mapping)> = Vec::new();
+            let mut want_released: Vec<Mapping> = Vec::new();
+            for lba in 0..2000 {
+                match (a.get(Lba(lba)), b.get(Lba(lba))) {
+                    (Mapping::Absent, Mapping::Absent) => {}
+                    (Mapping::Absent, m) => want.push((lba, m)),
+                    (m, Mapping::Absent) => want.push((lba, m)),
+                    (m, shadowed) => {
+                        want.push((lba, m));
+                        want_released.push(shadowed);
+                    }
+                }
+            }
+            let (merged, mut released) = overlay(b, a);
+            let mut got: Vec<(u64, Mapping)> = merged.entries().collect();
+            got.sort_by_key(|e| e.0);
+            prop_assert_eq!(got, want);
+            let key = |m: &Mapping| match m {
+                Mapping::Block(b) => b.0 + 2,
+                Mapping::Zero => 1,
+                Mapping::Absent => 0,
+            };
+            released.sort_by_key(key);
+            want_released.sort_by_key(key);
+            prop_assert_eq!(released, want_released);
+        }
     }
 }
