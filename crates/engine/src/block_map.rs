@@ -56,6 +56,7 @@ struct Page {
 pub struct BlockMap {
     pages: HashMap<u64, Page>,
     present_entries: u64,
+    zero_entries: u64,
 }
 
 impl BlockMap {
@@ -80,6 +81,9 @@ impl BlockMap {
                 return Mapping::Absent;
             };
             let old = std::mem::replace(&mut page.entries[slot], raw);
+            if old == ENCODED_ZERO {
+                self.zero_entries -= 1;
+            }
             if old != ENCODED_ABSENT {
                 page.present -= 1;
                 self.present_entries -= 1;
@@ -98,6 +102,8 @@ impl BlockMap {
             page.present += 1;
             self.present_entries += 1;
         }
+        self.zero_entries = self.zero_entries + u64::from(raw == ENCODED_ZERO)
+            - u64::from(old == ENCODED_ZERO);
         Mapping::decode(old)
     }
 
@@ -165,12 +171,9 @@ impl BlockMap {
         self.present_entries
     }
 
-    /// Number of entries that read as zero.
+    /// Number of entries that read as zero (kept as a count: stats never scan the map).
     pub fn zero_entries(&self) -> u64 {
-        self.pages
-            .values()
-            .map(|p| p.entries.iter().filter(|&&e| e == ENCODED_ZERO).count() as u64)
-            .sum()
+        self.zero_entries
     }
 
     pub fn allocated_pages(&self) -> usize {
@@ -195,6 +198,7 @@ impl BlockMap {
             let present = entries.iter().filter(|&&e| e != ENCODED_ABSENT).count() as u32;
             if present > 0 {
                 map.present_entries += u64::from(present);
+                map.zero_entries += entries.iter().filter(|&&e| e == ENCODED_ZERO).count() as u64;
                 map.pages.insert(page_no, Page { entries, present });
             }
         }
@@ -239,12 +243,15 @@ mod tests {
                 prop_assert_eq!(old, model_old.unwrap_or(Mapping::Absent));
             }
             prop_assert_eq!(map.present_entries(), model.len() as u64);
+            let zeroes = model.values().filter(|&&m| m == Mapping::Zero).count() as u64;
+            prop_assert_eq!(map.zero_entries(), zeroes);
             let mut present = map.present_in(Lba(100), Lba(4000));
             present.sort_by_key(|(l, _)| *l);
             let expected: Vec<_> = model.range(100..4000).map(|(&l, &m)| (Lba(l), m)).collect();
             prop_assert_eq!(present, expected);
             let rebuilt = BlockMap::from_raw_pages(map.raw_pages().into_iter().map(|(n, e)| (n, Box::new(*e))).collect());
             for lba in 0..5000 { prop_assert_eq!(rebuilt.get(Lba(lba)), map.get(Lba(lba))); }
+            prop_assert_eq!(rebuilt.zero_entries(), zeroes);
         }
     }
 }

@@ -169,12 +169,11 @@ impl Engine {
 
     pub fn list_volumes(&self) -> Vec<VolumeInfo> {
         let meta = self.shared.meta.lock();
-        let st = self.shared.state.lock();
         let mut families = HashMap::new();
         meta.state
             .volumes
             .iter()
-            .map(|r| volume_info(&meta.state, &st, r, &mut families))
+            .map(|r| volume_info(&meta.state, &self.shared.state, r, &mut families))
             .collect()
     }
 
@@ -185,8 +184,12 @@ impl Engine {
 
     fn volume_info_locked(&self, meta: &MetaStore, name: &str) -> Result<VolumeInfo, EngineError> {
         let record = find_volume(&meta.state, name)?;
-        let st = self.shared.state.lock();
-        Ok(volume_info(&meta.state, &st, &record, &mut HashMap::new()))
+        Ok(volume_info(
+            &meta.state,
+            &self.shared.state,
+            &record,
+            &mut HashMap::new(),
+        ))
     }
 
     /// Every open-able image (volumes read-write, snapshots read-only) with its size, sorted
@@ -280,14 +283,13 @@ impl Engine {
             Some(name) => Some(find_volume(&meta.state, name)?.id),
             None => None,
         };
-        let st = self.shared.state.lock();
         let mut families = HashMap::new();
         Ok(meta
             .state
             .snapshots
             .iter()
             .filter(|s| !s.hidden && of.is_none_or(|id| s.volume == id))
-            .map(|s| snapshot_info(&meta.state, &st, s, &mut families))
+            .map(|s| snapshot_info(&meta.state, &self.shared.state, s, &mut families))
             .collect())
     }
 
@@ -302,8 +304,12 @@ impl Engine {
         name: &str,
     ) -> Result<SnapshotInfo, EngineError> {
         let s = find_snapshot(&meta.state, name)?;
-        let st = self.shared.state.lock();
-        Ok(snapshot_info(&meta.state, &st, &s, &mut HashMap::new()))
+        Ok(snapshot_info(
+            &meta.state,
+            &self.shared.state,
+            &s,
+            &mut HashMap::new(),
+        ))
     }
 
     /// Delete a snapshot: its layer merges into the one layer on it (or is dropped). One that

@@ -58,20 +58,69 @@ pub enum DeleteEffect {
     Keep,
 }
 
-/// Space of the image that reads through `chain` (its own layer first).
+/// Space of the image that reads through `chain` (its own layer first), in one go. The
+/// engine runs the same steps in slices of pages with its lock released in between (see
+/// `catalog::report`), so that reporting never stalls I/O for long.
 pub fn image_usage(family: &Family, chain: &[LayerId], on_delete: DeleteEffect) -> SpaceUsage {
-    let mut usage = SpaceUsage::default();
-    let maps: Vec<_> = chain.iter().map(|l| family.layers.get(l)).collect();
-    let Some(&own_layer) = chain.first() else {
-        return usage;
+    let Some(&own) = chain.first() else {
+        return SpaceUsage::default();
     };
+    let pages = pages_of(family, chain);
+    let own_pages = pages_of(family, &[own]);
+    let mut own_refs = HashMap::new();
+    count_own_refs(family, own, &own_pages, &mut own_refs);
+    let mut usage = SpaceUsage::default();
+    add_usage(family, chain, &pages, &own_refs, &mut usage);
+    let mut released = HashMap::new();
+    count_released(family, own, on_delete, &own_pages, &mut released);
+    let released: Vec<(BlockId, u32)> = released.into_iter().collect();
+    usage.unique_stored_bytes = freed_bytes(family, &released);
+    usage
+}
+
+/// The allocated page numbers of any layer of `chain`, sorted.
+pub fn pages_of(family: &Family, chain: &[LayerId]) -> Vec<u64> {
     let mut pages: HashSet<u64> = HashSet::new();
-    for map in maps.iter().flatten() {
+    for map in chain.iter().filter_map(|l| family.layers.get(l)) {
         pages.extend(map.page_numbers());
     }
-    // References the own layer holds to blocks that other layers may share.
-    let own_refs = refs_of_shared_blocks(family, own_layer);
-    for page_no in pages {
+    let mut pages: Vec<u64> = pages.into_iter().collect();
+    pages.sort_unstable();
+    pages
+}
+
+/// Count, over `pages` of the own layer, its references to blocks whose refcount is above
+/// one (a block with one reference is the layer's alone when the layer maps it).
+pub fn count_own_refs(
+    family: &Family,
+    own: LayerId,
+    pages: &[u64],
+    refs: &mut HashMap<BlockId, u32>,
+) {
+    let Some(map) = family.layers.get(&own) else {
+        return;
+    };
+    for raw in pages.iter().filter_map(|&p| map.raw_page(p)) {
+        for &entry in raw.iter() {
+            if let Mapping::Block(b) = Mapping::decode(entry) {
+                if family.table.get(b).is_some_and(|e| e.refcount > 1) {
+                    *refs.entry(b).or_default() += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Add what the image maps in `pages` to `usage` (all but `unique_stored_bytes`).
+pub fn add_usage(
+    family: &Family,
+    chain: &[LayerId],
+    pages: &[u64],
+    own_refs: &HashMap<BlockId, u32>,
+    usage: &mut SpaceUsage,
+) {
+    let maps: Vec<_> = chain.iter().map(|l| family.layers.get(l)).collect();
+    for &page_no in pages {
         let raw: Vec<Option<&[u64; PAGE_ENTRIES]>> = maps
             .iter()
             .map(|m| m.and_then(|m| m.raw_page(page_no)))
@@ -102,55 +151,54 @@ pub fn image_usage(family: &Family, chain: &[LayerId], on_delete: DeleteEffect) 
             }
         }
     }
-    usage.unique_stored_bytes = freed_by(family, own_layer, on_delete);
-    usage
 }
 
-/// Stored bytes freed if `layer` were dropped or merged as `effect` says.
-pub fn freed_by(family: &Family, layer: LayerId, effect: DeleteEffect) -> u64 {
+/// Count, over `pages` of `layer`, the references deleting it would release (`effect`).
+pub fn count_released(
+    family: &Family,
+    layer: LayerId,
+    effect: DeleteEffect,
+    pages: &[u64],
+    released: &mut HashMap<BlockId, u32>,
+) {
     let Some(map) = family.layers.get(&layer) else {
-        return 0;
+        return;
     };
-    let into = match effect {
-        DeleteEffect::Keep => return 0,
+    let child = match effect {
+        DeleteEffect::Keep => return,
         DeleteEffect::Drop => None,
         DeleteEffect::MergeInto(into) => Some(family.layers.get(&into)),
     };
-    let mut released: HashMap<BlockId, u32> = HashMap::new();
-    for (lba, m) in map.entries() {
-        let Mapping::Block(b) = m else { continue };
-        let shadowed = match into {
-            None => true,
-            Some(None) => false,
-            Some(Some(child)) => child.get(crate::units::Lba(lba)) != Mapping::Absent,
+    for &page_no in pages {
+        let Some(raw) = map.raw_page(page_no) else {
+            continue;
         };
-        if shadowed {
-            *released.entry(b).or_default() += 1;
+        for (slot, &entry) in raw.iter().enumerate() {
+            let Mapping::Block(b) = Mapping::decode(entry) else {
+                continue;
+            };
+            let lba = page_no * PAGE_ENTRIES as u64 + slot as u64;
+            let shadowed = match child {
+                None => true,
+                Some(None) => false,
+                Some(Some(c)) => c.get(crate::units::Lba(lba)) != Mapping::Absent,
+            };
+            if shadowed {
+                *released.entry(b).or_default() += 1;
+            }
         }
     }
+}
+
+/// Stored bytes of the blocks whose every reference is among `released`.
+pub fn freed_bytes(family: &Family, released: &[(BlockId, u32)]) -> u64 {
     released
-        .into_iter()
-        .filter_map(|(b, n)| {
+        .iter()
+        .filter_map(|&(b, n)| {
             let e = family.table.get(b)?;
             (e.refcount <= n).then_some(u64::from(e.location.stored_len_bytes))
         })
         .sum()
-}
-
-/// How many references `layer` holds to each block whose refcount is above one (blocks with
-/// one reference are the layer's alone when it maps them).
-fn refs_of_shared_blocks(family: &Family, layer: LayerId) -> HashMap<BlockId, u32> {
-    let mut refs = HashMap::new();
-    if let Some(map) = family.layers.get(&layer) {
-        for (_, m) in map.entries() {
-            if let Mapping::Block(b) = m {
-                if family.table.get(b).is_some_and(|e| e.refcount > 1) {
-                    *refs.entry(b).or_default() += 1;
-                }
-            }
-        }
-    }
-    refs
 }
 
 /// Data reduction of a family.
