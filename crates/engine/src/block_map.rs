@@ -102,8 +102,8 @@ impl BlockMap {
             page.present += 1;
             self.present_entries += 1;
         }
-        self.zero_entries = self.zero_entries + u64::from(raw == ENCODED_ZERO)
-            - u64::from(old == ENCODED_ZERO);
+        self.zero_entries =
+            self.zero_entries + u64::from(raw == ENCODED_ZERO) - u64::from(old == ENCODED_ZERO);
         Mapping::decode(old)
     }
 
