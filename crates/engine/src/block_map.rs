@@ -3,9 +3,12 @@
 //! A layer stores only what was written to it. `Absent` means "look in the layer below" (or,
 //! at the bottom, a hole that reads as zeroes); `Zero` means the block was written with zeroes
 //! or zeroed, and stops the lookup. Memory is 8 bytes per entry of an allocated page; a page
-//! is freed when its last entry becomes absent. No I/O here.
+//! is freed when its last entry becomes absent. Pages are shared copy-on-write, so cloning a
+//! map (a checkpoint's snapshot) costs a pointer per page, and a page is copied only when it
+//! is written while a clone still holds it. No I/O here.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::units::{BlockId, Lba};
 
@@ -47,7 +50,7 @@ impl Mapping {
 
 #[derive(Debug, Clone)]
 struct Page {
-    entries: Box<[u64; PAGE_ENTRIES]>,
+    entries: Arc<[u64; PAGE_ENTRIES]>,
     present: u32,
 }
 
@@ -80,7 +83,7 @@ impl BlockMap {
             let Some(page) = self.pages.get_mut(&page_no) else {
                 return Mapping::Absent;
             };
-            let old = std::mem::replace(&mut page.entries[slot], raw);
+            let old = std::mem::replace(&mut Arc::make_mut(&mut page.entries)[slot], raw);
             if old == ENCODED_ZERO {
                 self.zero_entries -= 1;
             }
@@ -94,10 +97,10 @@ impl BlockMap {
             return Mapping::decode(old);
         }
         let page = self.pages.entry(page_no).or_insert_with(|| Page {
-            entries: Box::new([ENCODED_ABSENT; PAGE_ENTRIES]),
+            entries: Arc::new([ENCODED_ABSENT; PAGE_ENTRIES]),
             present: 0,
         });
-        let old = std::mem::replace(&mut page.entries[slot], raw);
+        let old = std::mem::replace(&mut Arc::make_mut(&mut page.entries)[slot], raw);
         if old == ENCODED_ABSENT {
             page.present += 1;
             self.present_entries += 1;
@@ -199,7 +202,13 @@ impl BlockMap {
             if present > 0 {
                 map.present_entries += u64::from(present);
                 map.zero_entries += entries.iter().filter(|&&e| e == ENCODED_ZERO).count() as u64;
-                map.pages.insert(page_no, Page { entries, present });
+                map.pages.insert(
+                    page_no,
+                    Page {
+                        entries: Arc::from(entries),
+                        present,
+                    },
+                );
             }
         }
         map

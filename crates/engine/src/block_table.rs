@@ -4,9 +4,12 @@
 //! Maps never hold physical addresses, so GC relocates a block by changing one entry here.
 //! A block whose refcount reaches zero is freed at once: its fingerprint leaves the dedup
 //! index, its bytes become garbage in its segment, and its id may be reused. The table also
-//! keeps the live bytes of every segment, which is what GC chooses victims by. No I/O here.
+//! keeps the live bytes of every segment, which is what GC chooses victims by. Entries live
+//! in copy-on-write chunks, so a checkpoint snapshots the table ([`BlockTable::snapshot`]) for
+//! a pointer per chunk and encodes it without holding the engine's lock. No I/O here.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::units::{BlockId, Fingerprint, SegmentId};
 
@@ -39,10 +42,75 @@ pub struct SegmentUsage {
     pub live_bytes: u64,
 }
 
+/// Entries per copy-on-write chunk (48 KiB).
+const ENTRY_CHUNK: usize = 1024;
+
+/// Block entries by id, in shared chunks: cloning costs a pointer per chunk, and a chunk is
+/// copied when written while a clone still holds it.
+#[derive(Debug, Clone, Default)]
+struct Entries {
+    chunks: Vec<Arc<[BlockEntry; ENTRY_CHUNK]>>,
+    len: usize,
+}
+
+impl Entries {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, index: usize) -> Option<&BlockEntry> {
+        (index < self.len).then(|| &self.chunks[index / ENTRY_CHUNK][index % ENTRY_CHUNK])
+    }
+
+    fn get_mut(&mut self, index: usize) -> Option<&mut BlockEntry> {
+        if index >= self.len {
+            return None;
+        }
+        Some(&mut Arc::make_mut(&mut self.chunks[index / ENTRY_CHUNK])[index % ENTRY_CHUNK])
+    }
+
+    /// Grow to `len` entries; new ones are free slots.
+    fn grow_to(&mut self, len: usize) {
+        while self.chunks.len() * ENTRY_CHUNK < len {
+            self.chunks.push(Arc::new([FREE_SLOT; ENTRY_CHUNK]));
+        }
+        self.len = self.len.max(len);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (usize, &BlockEntry)> {
+        self.chunks
+            .iter()
+            .flat_map(|c| c.iter())
+            .take(self.len)
+            .enumerate()
+    }
+}
+
+/// A point-in-time copy of a table's entries (cheap: shared chunks), for checkpoints.
+#[derive(Debug, Clone)]
+pub struct TableSnapshot {
+    entries: Entries,
+    live_blocks: u64,
+}
+
+impl TableSnapshot {
+    pub fn live_blocks(&self) -> u64 {
+        self.live_blocks
+    }
+
+    /// Every live entry.
+    pub fn live_entries(&self) -> impl Iterator<Item = (BlockId, &BlockEntry)> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.refcount > 0)
+            .map(|(i, e)| (BlockId(i as u64), e))
+    }
+}
+
 /// The block table and dedup index of one family.
 #[derive(Debug, Clone, Default)]
 pub struct BlockTable {
-    entries: Vec<BlockEntry>,
+    entries: Entries,
     free_ids: Vec<u64>,
     dedup: HashMap<Fingerprint, BlockId>,
     segments: HashMap<SegmentId, SegmentUsage>,
@@ -84,14 +152,10 @@ impl BlockTable {
     /// segment summary during replay).
     pub fn insert(&mut self, id: BlockId, location: BlockLocation, fingerprint: Fingerprint) {
         let index = usize::try_from(id.0).expect("block ids fit in memory");
-        if index >= self.entries.len() {
-            self.entries.resize(index + 1, FREE_SLOT);
-        }
-        assert_eq!(
-            self.entries[index].refcount, 0,
-            "block {id} inserted while in use"
-        );
-        self.entries[index] = BlockEntry {
+        self.entries.grow_to(index + 1);
+        let slot = self.entries.get_mut(index).expect("grown above");
+        assert_eq!(slot.refcount, 0, "block {id} inserted while in use");
+        *slot = BlockEntry {
             location,
             fingerprint,
             refcount: 1,
@@ -135,11 +199,18 @@ impl BlockTable {
         self.account(to, 1);
     }
 
+    /// A point-in-time copy of the entries, for a checkpoint.
+    pub fn snapshot(&self) -> TableSnapshot {
+        TableSnapshot {
+            entries: self.entries.clone(),
+            live_blocks: self.live_blocks,
+        }
+    }
+
     /// Live blocks of one segment, for GC.
     pub fn live_blocks_in(&self, segment: SegmentId) -> Vec<(BlockId, BlockEntry)> {
         self.entries
             .iter()
-            .enumerate()
             .filter(|(_, e)| e.refcount > 0 && e.location.segment == segment)
             .map(|(i, e)| (BlockId(i as u64), *e))
             .collect()
@@ -153,7 +224,6 @@ impl BlockTable {
     ) -> Vec<(BlockId, SegmentId)> {
         self.entries
             .iter()
-            .enumerate()
             .filter(|(_, e)| e.refcount > 0 && segments.contains(&e.location.segment))
             .map(|(i, e)| (BlockId(i as u64), e.location.segment))
             .collect()
@@ -176,7 +246,6 @@ impl BlockTable {
     pub fn live_entries(&self) -> impl Iterator<Item = (BlockId, &BlockEntry)> {
         self.entries
             .iter()
-            .enumerate()
             .filter(|(_, e)| e.refcount > 0)
             .map(|(i, e)| (BlockId(i as u64), e))
     }
@@ -195,10 +264,14 @@ impl BlockTable {
 
     /// Recompute the free-id list from the holes in the table (after replay).
     pub fn rebuild_free_ids(&mut self) {
-        self.free_ids = (0..self.entries.len() as u64)
-            .rev()
-            .filter(|&i| self.entries[i as usize].refcount == 0)
+        let mut free: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.refcount == 0)
+            .map(|(i, _)| i as u64)
             .collect();
+        free.reverse();
+        self.free_ids = free;
     }
 
     fn live_mut(&mut self, id: BlockId) -> &mut BlockEntry {

@@ -6,11 +6,11 @@
 //! File: magic `WEFTCKP1`, version u32, body length u64, body CRC32C u32, body. The body is
 //! little-endian fixed-width fields (below); maps are raw pages, 8 bytes per entry.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::block_map::{BlockMap, PAGE_ENTRIES};
-use crate::block_table::{BlockEntry, BlockLocation, BlockTable};
+use crate::block_table::{BlockEntry, BlockLocation, BlockTable, TableSnapshot};
 use crate::error::IoFailure;
 use crate::family::Family;
 use crate::metastore::write_atomically;
@@ -51,21 +51,48 @@ pub struct CheckpointImage {
     pub counters: LifetimeCounters,
 }
 
-/// Serialise the state. Call with no open segments.
+/// What a checkpoint holds of one family, copied from it cheaply (maps and table share their
+/// pages and chunks with the live ones), so it is encoded and written without the engine's
+/// lock.
+#[derive(Debug, Clone)]
+pub struct FamilyImage {
+    pub id: FamilyId,
+    pub journal_hwm: u64,
+    pub layers: Vec<(LayerId, BlockMap)>,
+    pub table: TableSnapshot,
+}
+
+impl FamilyImage {
+    /// Copy a family with no open segment.
+    pub fn of(family: &Family) -> FamilyImage {
+        assert!(
+            family.open.is_none(),
+            "checkpoints are taken with no open segment"
+        );
+        FamilyImage {
+            id: family.id,
+            journal_hwm: family.journal_hwm,
+            layers: family
+                .layers
+                .iter()
+                .map(|(&l, m)| (l, m.clone()))
+                .collect(),
+            table: family.table.snapshot(),
+        }
+    }
+}
+
+/// Serialise the state.
 pub fn encode(
     next_segment_id: u64,
-    families: &HashMap<FamilyId, Family>,
+    families: &[FamilyImage],
     sealed: &BTreeMap<SegmentId, SealedSegment>,
     counters: LifetimeCounters,
 ) -> Vec<u8> {
     let mut e = Vec::with_capacity(1 << 20);
     put(&mut e, next_segment_id);
     put(&mut e, families.len() as u64);
-    for family in families.values() {
-        assert!(
-            family.open.is_none(),
-            "checkpoints are taken with no open segment"
-        );
+    for family in families {
         put(&mut e, family.id.0);
         put(&mut e, family.journal_hwm);
         put(&mut e, family.layers.len() as u64);

@@ -641,9 +641,10 @@ fn forget_covered_layer_ops(shared: &Shared) {
     }
 }
 
-/// Checkpoint: drain trims (so refcounts match maps), seal everything, encode the image under
-/// the state lock (the only I/O pause it costs), write it. Without `wait` the file is written
-/// by a background thread (destage goes on) and collected later.
+/// Checkpoint: drain trims (so refcounts match maps), seal everything, copy the state under the
+/// lock (maps and tables share their pages and chunks copy-on-write: a pointer each, the only
+/// I/O pause it costs), then encode and write it on a background thread. With `wait` the
+/// caller waits for the file; without, destage goes on and the writer is collected later.
 fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), IoFailure> {
     // One checkpoint file write at a time.
     reap_checkpoint_writer(shared, true)?;
@@ -653,7 +654,7 @@ fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), IoFailure> {
     }
     seal_all(shared)?;
     let started = Instant::now();
-    let (body, below) = {
+    let (images, sealed, next_segment_id, covered) = {
         let mut st = shared.state.lock();
         if !st.sealing.is_empty() {
             return Err(IoFailure::CorruptMetadata {
@@ -661,24 +662,32 @@ fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), IoFailure> {
                 detail: "stripes still being written".into(),
             });
         }
-        let counters = shared.counters.lifetime();
-        let body = checkpoint::encode(st.next_segment_id, &st.families, &st.sealed, counters);
+        let images: Vec<checkpoint::FamilyImage> = st
+            .families
+            .values()
+            .map(checkpoint::FamilyImage::of)
+            .collect();
         st.sealed_bytes_since_checkpoint = 0;
         let covered = std::mem::take(&mut st.applied_layer_ops);
-        (body, (st.next_segment_id, covered))
+        (images, st.sealed.clone(), st.next_segment_id, covered)
     };
-    let encode_ms = started.elapsed().as_millis() as u64;
+    let counters = shared.counters.lifetime();
+    let pause_us = started.elapsed().as_micros() as u64;
     let dir = shared.config.data_dir.join("meta");
     let write = move || -> Result<crate::engine::CheckpointCovers, IoFailure> {
+        let body = checkpoint::encode(next_segment_id, &images, &sealed, counters);
+        let encode_ms = started.elapsed().as_millis() as u64;
+        drop(images);
         checkpoint::store(&dir, &body)?;
         tracing::info!(
             bytes = body.len(),
-            segments_below = below.0,
+            segments_below = next_segment_id,
+            pause_us,
             encode_ms,
             total_ms = started.elapsed().as_millis() as u64,
             "checkpoint written"
         );
-        Ok(below)
+        Ok((next_segment_id, covered))
     };
     let handle = std::thread::Builder::new()
         .name("weft-checkpoint".into())
