@@ -72,11 +72,7 @@ impl FamilyImage {
         FamilyImage {
             id: family.id,
             journal_hwm: family.journal_hwm,
-            layers: family
-                .layers
-                .iter()
-                .map(|(&l, m)| (l, m.clone()))
-                .collect(),
+            layers: family.layers.iter().map(|(&l, m)| (l, m.clone())).collect(),
             table: family.table.snapshot(),
         }
     }
