@@ -26,6 +26,7 @@ import datetime as dt
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -182,7 +183,8 @@ def main() -> int:
     ap.add_argument("--runtime", type=int, default=15, help="seconds per measured point")
     ap.add_argument("--ramp", type=int, default=3, help="warm-up seconds per point")
     ap.add_argument("--clones-to-create", type=int, default=100)
-    ap.add_argument("--workdir", default=None, help="where the data dir goes (default: a temp dir)")
+    ap.add_argument("--workdir", default=None,
+                    help="where the data dir goes (default: a temp dir, removed at the end)")
     ap.add_argument("--weft-bin", default=str(REPO / "target/release/weft"))
     ap.add_argument("--weft-args", default="", help="extra `weft serve` flags")
     ap.add_argument("--no-build", action="store_true")
@@ -262,6 +264,8 @@ def main() -> int:
 
     finally:
         w.stop()
+        if a.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)  # gigabytes of chunks
     md = render(results, a)
     print(md)
     RESULTS_DIR.mkdir(exist_ok=True)

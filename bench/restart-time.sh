@@ -3,7 +3,7 @@
 # clean stop. Writes random, incompressible data with fio (nbd engine), kills the server the
 # moment fio returns (so the write buffer and journal are full), restarts it and times until
 # it prints `ready`, verifies a sample with fio, then stops it with SIGTERM and times a clean
-# restart. Usage: bench/restart-time.sh [GiB] [workdir]
+# restart. Usage: [KEEP=1] bench/restart-time.sh [GiB] [workdir] (the workdir is removed unless KEEP=1)
 set -euo pipefail
 gib=${1:-10}
 work=${2:-/var/tmp/weft-restart}
@@ -60,3 +60,5 @@ echo "restart after a clean stop: ${clean_s} s"
 echo "server memory after a clean restart (empty write buffer): $(grep VmRSS /proc/"$pid"/status | awk '{printf "%.0f MiB", $2/1024}')"
 stop "$pid"
 echo "metadata checkpoint: $(du -h "$work/data/meta/checkpoint" | cut -f1)"
+# The data dir holds N GiB: remove it unless asked to keep it.
+[ "${KEEP:-0}" = 1 ] || rm -rf "$work"

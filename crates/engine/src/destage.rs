@@ -273,7 +273,25 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         let mut st = shared.state.lock();
         let batch = st.buffer.pop_front(DESTAGE_BATCH_RECORDS_MAX);
         if batch.is_empty() {
-            return Ok(0);
+            if st.dropping.is_empty() {
+                return Ok(0);
+            }
+            let mut next_segment = st.next_segment_id;
+            let mut to_seal = Vec::new();
+            let mut alloc = segment_ids(&mut next_segment);
+            let (span, cap) = (
+                shared.config.drop_slice_blocks,
+                shared.config.segment_size_bytes,
+            );
+            advance_drop(&mut st, span, cap, &mut alloc, &mut to_seal);
+            drop(alloc);
+            st.next_segment_id = next_segment;
+            for (b, since, hwm) in to_seal {
+                start_sealing(&mut st, b, since, hwm);
+            }
+            drop(st);
+            finish_sealing(shared, SEALING_SEGMENTS_MAX)?;
+            return Ok(1);
         }
         let current: Vec<Vec<u64>> = batch
             .iter()
@@ -346,6 +364,7 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         let mut guard = shared.state.lock();
         let st = &mut *guard;
         let cap = shared.config.segment_size_bytes;
+        let span = shared.config.drop_slice_blocks;
         let mut ranges = ranges.into_iter().peekable();
         let mut next_segment = st.next_segment_id;
         let mut alloc = segment_ids(&mut next_segment);
@@ -391,7 +410,20 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                             }
                         }
                     }
-                    if let Some(f) = st.families.get_mut(&family) {
+                    let big_drop = match (op, st.families.get(&family)) {
+                        (crate::layers::LayerOp::Drop { layer }, Some(f)) => f
+                            .layers
+                            .get(&layer)
+                            .is_some_and(|m| m.present_entries() > span),
+                        _ => false,
+                    };
+                    if big_drop {
+                        // Released a slice per destage step (see `advance_drop`).
+                        let layer = op.removed();
+                        if !st.dropping.iter().any(|d| d.1 == layer) {
+                            st.dropping.push_back((family, layer, 0));
+                        }
+                    } else if let Some(f) = st.families.get_mut(&family) {
                         f.destage_layer_op(op, seq, alloc, cap);
                         if let Some((b, since)) = f.take_open_if_full(cap) {
                             to_seal.push((b, since, seq));
@@ -427,6 +459,7 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         for (_, p) in ranges {
             last_seq = last_seq.max(apply_range(st, p, &mut alloc, &mut to_seal));
         }
+        advance_drop(st, span, cap, &mut alloc, &mut to_seal);
         drop(alloc);
         st.next_segment_id = next_segment;
         st.processed_seq = st.processed_seq.max(last_seq).max(batch_last_seq);
@@ -436,6 +469,40 @@ fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
     }
     finish_sealing(shared, SEALING_SEGMENTS_MAX)?;
     Ok(taken)
+}
+
+/// Release the next slice of the first big layer being dropped; when it is empty, log the drop
+/// complete. One slice per destage step keeps the state lock short whatever the layer's size.
+fn advance_drop(
+    st: &mut State,
+    span: u64,
+    cap: usize,
+    alloc: &mut dyn FnMut() -> SegmentId,
+    to_seal: &mut Vec<(SegmentBuilder, Option<u64>, u64)>,
+) {
+    let Some(&(family, layer, from_lba)) = st.dropping.front() else {
+        return;
+    };
+    // A slice reflects no journal record; the open segment keeps the journal from here on.
+    let seq = st.processed_seq.max(1);
+    let Some(f) = st.families.get_mut(&family) else {
+        st.dropping.pop_front();
+        return;
+    };
+    let next = f.destage_drop_slice(layer, from_lba, span, seq, alloc, cap);
+    if let Some((b, since)) = f.take_open_if_full(cap) {
+        to_seal.push((b, since, seq));
+    }
+    match next {
+        Some(lba) => st.dropping[0].2 = lba,
+        None => {
+            st.dropping.pop_front();
+            st.applied_layer_ops.push(crate::metastore::PendingLayerOp {
+                family,
+                op: crate::layers::LayerOp::Drop { layer },
+            });
+        }
+    }
 }
 
 /// Move a taken open segment to the sealing set (still readable from memory).

@@ -53,6 +53,9 @@ pub struct EngineConfig {
     pub gc_live_fraction_max: f64,
     /// How often the destager considers GC.
     pub gc_interval_ms: u64,
+    /// A dropped layer (refresh, rollback, delete) with more blocks than this is released in
+    /// slices of this many LBAs, one per destage step, so a big drop never holds I/O.
+    pub drop_slice_blocks: u64,
     pub journal: JournalOptions,
 }
 
@@ -68,6 +71,7 @@ impl EngineConfig {
             idle_seal_ms: 1000,
             gc_live_fraction_max: 0.5,
             gc_interval_ms: 2000,
+            drop_slice_blocks: 32 << 10,
             journal: JournalOptions::default(),
         }
     }
@@ -80,6 +84,7 @@ impl EngineConfig {
             checkpoint_every_bytes: 1 << 20,
             idle_seal_ms: 50,
             gc_interval_ms: 100,
+            drop_slice_blocks: 16,
             journal: JournalOptions {
                 file_bytes: 256 << 10,
                 prefill: false,
@@ -195,6 +200,8 @@ pub(crate) struct State {
     /// Merges queued into each layer: trims of that layer wait until they are applied (a trim
     /// changes the map when it is buffered; the merge must see the map as of its turn).
     pub merging_into: HashMap<LayerId, usize>,
+    /// Big layers being dropped a slice at a time: (family, layer, next LBA).
+    pub dropping: std::collections::VecDeque<(FamilyId, LayerId, u64)>,
     /// Layer operations the destager applied; once a checkpoint covers them they leave the
     /// cluster state's pending list.
     pub applied_layer_ops: Vec<PendingLayerOp>,

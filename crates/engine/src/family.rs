@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use crate::block_map::{BlockMap, Mapping};
+use crate::block_map::{BlockMap, Mapping, PAGE_ENTRIES};
+
+const PAGE_ENTRIES_U64: u64 = PAGE_ENTRIES as u64;
 use crate::block_table::{BlockLocation, BlockTable};
 use crate::layers::{LayerGraph, LayerOp};
 use crate::reduce::Reduced;
@@ -227,6 +229,53 @@ impl Family {
         self.graph.apply(op);
     }
 
+    /// Release and remove `layer`'s entries in `[lba, lba + count)` (a slice of a drop).
+    pub fn drop_part(&mut self, layer: LayerId, lba: u64, count: u64) {
+        if self.layers.contains_key(&layer) {
+            let dropped = self.set_range(layer, lba, count, Mapping::Absent);
+            self.release_blocks(&dropped);
+        }
+    }
+
+    /// Drop the next slice of a big layer, from `from_lba` on, over at most `span` LBAs (the
+    /// slice starts at the first allocated page at or after `from_lba`); logs it. Returns the
+    /// LBA the next slice starts from, or `None` when the layer is gone (the drop is logged
+    /// complete).
+    pub fn destage_drop_slice(
+        &mut self,
+        layer: LayerId,
+        from_lba: u64,
+        span: u64,
+        seq: u64,
+        new_segment: &mut dyn FnMut() -> SegmentId,
+        segment_capacity_bytes: usize,
+    ) -> Option<u64> {
+        let first_page = self.layers.get(&layer).and_then(|m| {
+            m.page_numbers()
+                .filter(|&p| (p + 1) * PAGE_ENTRIES_U64 > from_lba)
+                .min()
+        });
+        self.open_since_seq.get_or_insert(seq);
+        let Some(page) = first_page else {
+            self.destage_layer_op(
+                LayerOp::Drop { layer },
+                seq,
+                new_segment,
+                segment_capacity_bytes,
+            );
+            return None;
+        };
+        let lba = from_lba.max(page * PAGE_ENTRIES_U64);
+        let count = span.max(1);
+        self.record(
+            SummaryEntry::DropPart { layer, lba, count },
+            new_segment,
+            segment_capacity_bytes,
+        );
+        self.drop_part(layer, lba, count);
+        Some(lba + count)
+    }
+
     /// GC: move a live block's stored bytes into the open segment.
     pub fn relocate(
         &mut self,
@@ -283,6 +332,9 @@ impl Family {
                     self.table.relocate(stored.block, location(segment, stored));
                 }
                 SummaryEntry::Layer(op) => self.apply_layer_op(op),
+                SummaryEntry::DropPart { layer, lba, count } => {
+                    self.drop_part(layer, lba, count);
+                }
             }
         }
     }

@@ -98,6 +98,13 @@ pub enum SummaryEntry {
     Relocate { stored: StoredBlock },
     /// A layer was dropped or merged (refresh, rollback, delete).
     Layer(LayerOp),
+    /// A slice of a big layer's drop: entries of `layer` in `[lba, lba + count)` released
+    /// and removed (a `Layer(Drop)` entry ends it).
+    DropPart {
+        layer: LayerId,
+        lba: u64,
+        count: u64,
+    },
 }
 
 /// The fixed header of a sealed segment.
