@@ -70,7 +70,14 @@ pub fn image_usage(family: &Family, chain: &[LayerId], on_delete: DeleteEffect) 
     let mut own_refs = HashMap::new();
     count_own_refs(family, own, &own_pages, &mut own_refs);
     let mut usage = SpaceUsage::default();
-    add_usage(family, chain, &pages, &own_refs, &mut usage);
+    add_usage(
+        family,
+        chain,
+        &pages,
+        &own_refs,
+        &Buffered::default(),
+        &mut usage,
+    );
     let mut released = HashMap::new();
     count_released(family, own, on_delete, &own_pages, &mut released);
     let released: Vec<(BlockId, u32)> = released.into_iter().collect();
@@ -111,12 +118,40 @@ pub fn count_own_refs(
     }
 }
 
-/// Add what the image maps in `pages` to `usage` (all but `unique_stored_bytes`).
+/// Acknowledged writes not yet destaged, of the layers of a chain: LBA → depth of the
+/// topmost chain layer that has one buffered.
+#[derive(Debug, Default)]
+pub struct Buffered {
+    lbas: HashMap<u64, usize>,
+    pages: HashSet<u64>,
+}
+
+impl Buffered {
+    /// From each chain layer's buffered LBAs, top layer first.
+    pub fn new(per_layer: impl IntoIterator<Item = impl IntoIterator<Item = u64>>) -> Buffered {
+        let mut b = Buffered::default();
+        for (depth, lbas) in per_layer.into_iter().enumerate() {
+            for lba in lbas {
+                b.lbas.entry(lba).or_insert(depth);
+                b.pages.insert(lba / PAGE_ENTRIES as u64);
+            }
+        }
+        b
+    }
+
+    pub fn pages(&self) -> impl Iterator<Item = u64> + '_ {
+        self.pages.iter().copied()
+    }
+}
+
+/// Add what the image maps in `pages` to `usage` (all but `unique_stored_bytes`). Buffered
+/// writes count as mapped (data, not shared) where no layer above them maps the block.
 pub fn add_usage(
     family: &Family,
     chain: &[LayerId],
     pages: &[u64],
     own_refs: &HashMap<BlockId, u32>,
+    buffered: &Buffered,
     usage: &mut SpaceUsage,
 ) {
     let maps: Vec<_> = chain.iter().map(|l| family.layers.get(l)).collect();
@@ -125,17 +160,31 @@ pub fn add_usage(
             .iter()
             .map(|m| m.and_then(|m| m.raw_page(page_no)))
             .collect();
+        let page_buffered = buffered.pages.contains(&page_no);
         for slot in 0..PAGE_ENTRIES {
-            let Some((depth, mapping)) = raw.iter().enumerate().find_map(|(depth, page)| {
+            let mapped = raw.iter().enumerate().find_map(|(depth, page)| {
                 let m = Mapping::decode((*page)?[slot]);
                 (m != Mapping::Absent).then_some((depth, m))
-            }) else {
-                continue;
+            });
+            let lba = page_no * PAGE_ENTRIES as u64 + slot as u64;
+            let in_buffer = if page_buffered {
+                buffered.lbas.get(&lba).copied()
+            } else {
+                None
+            };
+            let (depth, mapping) = match (in_buffer, mapped) {
+                (Some(b), Some((d, _))) if b <= d => (b, None),
+                (Some(b), None) => (b, None),
+                (_, Some((d, m))) => (d, Some(m)),
+                (None, None) => continue,
             };
             usage.mapped_bytes += BLOCK_SIZE_U64;
             if depth == 0 {
                 usage.own_bytes += BLOCK_SIZE_U64;
             }
+            let Some(mapping) = mapping else {
+                continue;
+            };
             match mapping {
                 Mapping::Zero => usage.zero_bytes += BLOCK_SIZE_U64,
                 Mapping::Block(b) => {
@@ -237,6 +286,30 @@ mod tests {
             compressed: None,
         };
         f.apply_block(LayerId(layer), lba, &reduced, &raw, 1, &mut alloc, 1 << 20);
+    }
+
+    #[test]
+    fn buffered_writes_count_as_mapped_unless_a_layer_above_maps_the_block() {
+        let mut f = Family::new(FamilyId(1));
+        write(&mut f, 1, 0, 10); // base
+        write(&mut f, 2, 1, 11); // own layer
+                                 // Buffered: lba 5 in the own layer, lba 1 in the base (the own layer shadows it),
+                                 // lba 0 in the own layer (shadows the base's mapped block).
+        let buffered = Buffered::new([vec![5u64, 0], vec![1u64]]);
+        let chain = [LayerId(2), LayerId(1)];
+        let mut pages = pages_of(&f, &chain);
+        pages.extend(buffered.pages());
+        pages.sort_unstable();
+        pages.dedup();
+        let mut usage = SpaceUsage::default();
+        add_usage(&f, &chain, &pages, &HashMap::new(), &buffered, &mut usage);
+        assert_eq!(usage.mapped_bytes, 3 * 4096, "lbas 0, 1, 5");
+        assert_eq!(
+            usage.own_bytes,
+            3 * 4096,
+            "all three resolve in the own layer"
+        );
+        assert_eq!(usage.shared_bytes, 0);
     }
 
     #[test]

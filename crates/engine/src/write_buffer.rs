@@ -187,6 +187,14 @@ impl WriteBuffer {
         self.index.remove(&layer);
     }
 
+    /// LBAs of `layer` with buffered (not yet destaged) data.
+    pub fn buffered_lbas(&self, layer: LayerId) -> impl Iterator<Item = u64> + '_ {
+        self.index
+            .get(&layer)
+            .into_iter()
+            .flat_map(|i| i.keys().copied())
+    }
+
     /// Does the layer have buffered data?
     pub fn has_layer(&self, layer: LayerId) -> bool {
         self.index.get(&layer).is_some_and(|i| !i.is_empty())

@@ -540,3 +540,19 @@ fn snapshots_cut_under_writes_hold_a_prefix_of_them() {
         }
     }
 }
+
+#[test]
+fn space_counts_acknowledged_writes_before_they_are_destaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine.create_volume("v", BLOCKS * BS).unwrap();
+    let h = engine.open_volume("v").unwrap();
+    for round in 1..=3u64 {
+        engine
+            .write(h.id, 0, &pattern(round).repeat(8), false)
+            .unwrap();
+        let info = engine.volume_info("v").unwrap();
+        assert_eq!(info.mapped_bytes, 8 * BS, "round {round}, destaged or not");
+        assert_eq!(info.space.own_bytes, 8 * BS);
+    }
+}

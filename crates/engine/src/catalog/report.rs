@@ -164,19 +164,26 @@ fn usage_in_slices(
             None => false,
         }
     };
-    let (mut pages, mut own_pages) = (Vec::new(), Vec::new());
-    if !with_family(&mut |f| {
-        pages = space::pages_of(f, chain);
-        own_pages = space::pages_of(f, &[own]);
-    }) {
-        return usage;
-    }
+    let (mut pages, own_pages, buffered) = {
+        let guard = st.lock();
+        let Some(f) = guard.families.get(&family) else {
+            return usage;
+        };
+        (
+            space::pages_of(f, chain),
+            space::pages_of(f, &[own]),
+            space::Buffered::new(chain.iter().map(|&l| guard.buffer.buffered_lbas(l))),
+        )
+    };
+    pages.extend(buffered.pages());
+    pages.sort_unstable();
+    pages.dedup();
     let mut own_refs = HashMap::new();
     for slice in own_pages.chunks(PAGES_PER_LOCK) {
         with_family(&mut |f| space::count_own_refs(f, own, slice, &mut own_refs));
     }
     for slice in pages.chunks(PAGES_PER_LOCK) {
-        with_family(&mut |f| space::add_usage(f, chain, slice, &own_refs, &mut usage));
+        with_family(&mut |f| space::add_usage(f, chain, slice, &own_refs, &buffered, &mut usage));
     }
     let mut released = HashMap::new();
     for slice in own_pages.chunks(PAGES_PER_LOCK) {
