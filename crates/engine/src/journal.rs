@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::error::IoFailure;
 use crate::units::LayerId;
@@ -148,6 +148,61 @@ struct Inner {
     header: [u8; RECORD_HEADER_BYTES],
 }
 
+/// Starts the device write of appended records in the background (`sync_file_range`), so a
+/// FLUSH that follows a write finds it already on its way and only waits for it; appending
+/// just notes the range (issuing the write in the append itself measured 40 µs per record).
+#[derive(Debug, Default)]
+struct Writeback {
+    state: Mutex<WritebackState>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct WritebackState {
+    /// File and byte range appended since the last write-out was started.
+    pending: Option<(Arc<File>, u64, u64)>,
+    stop: bool,
+}
+
+impl Writeback {
+    fn note(&self, file: &Arc<File>, offset: u64, len: u64) {
+        let mut st = self.state.lock();
+        match &mut st.pending {
+            Some((f, _, end)) if Arc::ptr_eq(f, file) => *end = (*end).max(offset + len),
+            pending => *pending = Some((file.clone(), offset, offset + len)),
+        }
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    fn run(&self) {
+        loop {
+            let (file, start, end) = {
+                let mut st = self.state.lock();
+                loop {
+                    if st.stop {
+                        return;
+                    }
+                    if let Some(p) = st.pending.take() {
+                        break p;
+                    }
+                    self.wake.wait(&mut st);
+                }
+            };
+            // SAFETY: a plain syscall on a descriptor kept open by `file`; no memory shared.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::sync_file_range(
+                    std::os::fd::AsRawFd::as_raw_fd(&*file),
+                    start as libc::off64_t,
+                    (end - start) as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
+    }
+}
+
 /// The journal of one c.node.
 #[derive(Debug)]
 pub struct Journal {
@@ -163,6 +218,18 @@ pub struct Journal {
     recycled: Mutex<Vec<PathBuf>>,
     /// The next file, zero-filled in the background.
     spare: Arc<Mutex<Option<std::thread::JoinHandle<std::io::Result<PathBuf>>>>>,
+    writeback: Arc<Writeback>,
+    writeback_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.writeback.state.lock().stop = true;
+        self.writeback.wake.notify_all();
+        if let Some(t) = self.writeback_thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Journal {
@@ -210,7 +277,15 @@ impl Journal {
         let (file, path) = create_file(dir, next_seq, prepare_spare(dir, 0, options), options)?;
         let mut all: VecDeque<(u64, PathBuf)> = files.into_iter().collect();
         all.push_back((next_seq, path));
+        let writeback = Arc::new(Writeback::default());
+        let runner = writeback.clone();
+        let writeback_thread = std::thread::Builder::new()
+            .name("weft-writeback".into())
+            .spawn(move || runner.run())
+            .map_err(derr)?;
         let journal = Journal {
+            writeback,
+            writeback_thread: Some(writeback_thread),
             dir: dir.to_path_buf(),
             inner: Mutex::new(Inner {
                 file: Arc::new(file),
@@ -313,6 +388,7 @@ impl Journal {
             let _ = self.rotate(inner);
             return Err(IoFailure::disk(self.dir.display().to_string(), e));
         }
+        self.writeback.note(file, *write_offset, record_bytes);
         if record.capacity() > 1 << 20 {
             *record = Vec::new();
         }
