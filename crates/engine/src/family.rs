@@ -52,17 +52,6 @@ impl Family {
         }
     }
 
-    /// Where `lba` resolves, looking down a chain of layers (top first).
-    pub fn lookup(&self, chain: &[LayerId], lba: u64) -> Mapping {
-        for layer in chain {
-            match self.layers.get(layer).map(|m| m.get(Lba(lba))) {
-                Some(Mapping::Absent) | None => continue,
-                Some(found) => return found,
-            }
-        }
-        Mapping::Absent
-    }
-
     /// Where the stored bytes of a block are.
     pub fn location(&self, block: BlockId) -> Option<BlockLocation> {
         self.table.get(block).map(|e| e.location)

@@ -61,15 +61,6 @@ impl LayerGraph {
         self.parent.remove(&layer);
     }
 
-    /// Layers that sit directly on `layer`.
-    pub fn children(&self, layer: LayerId) -> Vec<LayerId> {
-        self.parent
-            .iter()
-            .filter(|(_, p)| **p == Some(layer))
-            .map(|(&l, _)| l)
-            .collect()
-    }
-
     /// The chain read through from `top`, top first.
     pub fn chain(&self, top: LayerId) -> Vec<LayerId> {
         let mut chain = vec![top];
@@ -116,9 +107,6 @@ mod tests {
             g.chain(LayerId(3)),
             vec![LayerId(3), LayerId(2), LayerId(1)]
         );
-        let mut kids = g.children(LayerId(2));
-        kids.sort();
-        assert_eq!(kids, vec![LayerId(3), LayerId(4)]);
         g.apply(LayerOp::Drop { layer: LayerId(4) });
         g.apply(LayerOp::Merge {
             from: LayerId(2),
