@@ -116,6 +116,16 @@ fn table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// The MAPPED, OWN, SHARED and UNIQUE cells of a volume or snapshot row.
+fn space_cells(space: &Value) -> [String; 4] {
+    [
+        size(&space["mapped_bytes"]),
+        size(&space["own_bytes"]),
+        size(&space["shared_bytes"]),
+        size(&space["unique_stored_bytes"]),
+    ]
+}
+
 /// `weft volume list`.
 pub fn volume_table(list: &Value) {
     let rows: Vec<Vec<String>> = list
@@ -123,17 +133,10 @@ pub fn volume_table(list: &Value) {
         .into_iter()
         .flatten()
         .map(|v| {
-            let s = &v["space"];
-            vec![
-                text(&v["name"]),
-                size(&v["size_bytes"]),
-                text(&v["origin"]),
-                size(&s["mapped_bytes"]),
-                size(&s["own_bytes"]),
-                size(&s["shared_bytes"]),
-                size(&s["unique_stored_bytes"]),
-                text(&v["nbd_uri"]),
-            ]
+            let mut row = vec![text(&v["name"]), size(&v["size_bytes"]), text(&v["origin"])];
+            row.extend(space_cells(&v["space"]));
+            row.push(text(&v["nbd_uri"]));
+            row
         })
         .collect();
     let headers = [
@@ -149,18 +152,10 @@ pub fn snapshot_table(list: &Value) {
         .into_iter()
         .flatten()
         .map(|v| {
-            let s = &v["space"];
-            vec![
-                text(&v["name"]),
-                text(&v["volume"]),
-                size(&v["size_bytes"]),
-                size(&s["mapped_bytes"]),
-                size(&s["own_bytes"]),
-                size(&s["shared_bytes"]),
-                size(&s["unique_stored_bytes"]),
-                names(&v["clones"]),
-                date(&v["created_unix_s"]),
-            ]
+            let mut row = vec![text(&v["name"]), text(&v["volume"]), size(&v["size_bytes"])];
+            row.extend(space_cells(&v["space"]));
+            row.extend([names(&v["clones"]), date(&v["created_unix_s"])]);
+            row
         })
         .collect();
     let headers = [

@@ -86,22 +86,6 @@ pub struct MetaStore {
     pub state: ClusterState,
 }
 
-impl ClusterState {
-    /// The volume or snapshot (visible or hidden) that owns `layer` as its own layer.
-    pub fn family_of_layer(&self, layer: LayerId) -> Option<FamilyId> {
-        self.volumes
-            .iter()
-            .find(|v| v.layer == layer)
-            .map(|v| v.family)
-            .or_else(|| {
-                self.snapshots
-                    .iter()
-                    .find(|s| s.layer == layer)
-                    .map(|s| s.family)
-            })
-    }
-}
-
 impl MetaStore {
     pub fn open(dir: &Path) -> Result<MetaStore, IoFailure> {
         std::fs::create_dir_all(dir).map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;

@@ -195,11 +195,6 @@ impl WriteBuffer {
             .flat_map(|i| i.keys().copied())
     }
 
-    /// Does the layer have buffered data?
-    pub fn has_layer(&self, layer: LayerId) -> bool {
-        self.index.get(&layer).is_some_and(|i| !i.is_empty())
-    }
-
     /// Trims and zeroings not yet destaged.
     pub fn pending_ranges(&self) -> usize {
         self.pending_ranges
