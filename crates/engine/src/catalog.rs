@@ -13,17 +13,16 @@
 //! layer that sits on it, or dropped if none does, or kept hidden while several do.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Instant;
 
 use crate::chunk_store::ChunkId;
-use crate::engine::{Engine, Image, State, VolumeHandle};
+use crate::engine::{Engine, VolumeHandle};
 use crate::error::EngineError;
 use crate::family::Family;
 use crate::journal::{RecordHeader, RecordKind};
 use crate::layers::{LayerOp, CHAIN_LAYERS_MAX};
 use crate::metastore::{ClusterState, MetaStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
+use crate::state::{Image, State};
 use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
 
 mod report;
@@ -76,7 +75,7 @@ impl Engine {
         next.next_family_id = record.family.0 + 1;
         next.volumes.push(record.clone());
         let switch = Switch {
-            add_images: vec![volume_image(&record)],
+            add_images: vec![Image::of_volume(&record)],
             parents: vec![(record.family, record.layer, None)],
             ..Switch::default()
         };
@@ -259,7 +258,7 @@ impl Engine {
         }
         next.snapshots.push(snapshot.clone());
         let switch = Switch {
-            add_images: vec![snapshot_image(&snapshot)],
+            add_images: vec![Image::of_snapshot(&snapshot)],
             retarget: vec![(v.name.clone(), top)],
             parents: vec![(v.family, top, Some(snapshot.layer))],
             ..Switch::default()
@@ -369,7 +368,7 @@ impl Engine {
         };
         next.volumes.push(record.clone());
         let switch = Switch {
-            add_images: vec![volume_image(&record)],
+            add_images: vec![Image::of_volume(&record)],
             parents: vec![(record.family, record.layer, Some(s.layer))],
             ..Switch::default()
         };
@@ -420,7 +419,7 @@ impl Engine {
         }
         let mut switch = Switch {
             remove_images: vec![v.name.clone()],
-            add_images: vec![volume_image(&record)],
+            add_images: vec![Image::of_volume(&record)],
             parents: vec![(v.family, top, Some(s.layer))],
             ops: vec![PendingLayerOp {
                 family: v.family,
@@ -624,39 +623,6 @@ fn finish_family(next: &mut ClusterState, family: FamilyId, switch: &mut Switch)
         next.pending_layer_ops.retain(|op| op.family != family);
         switch.delete_family = Some(family);
     }
-}
-
-fn volume_image(r: &VolumeRecord) -> Image {
-    Image {
-        name: r.name.clone(),
-        family: r.family,
-        size_bytes: r.size_bytes,
-        layer: r.layer,
-        writable: true,
-        gone: Arc::new(AtomicBool::new(false)),
-    }
-}
-
-pub(crate) fn snapshot_image(s: &SnapshotRecord) -> Image {
-    Image {
-        name: s.name.clone(),
-        family: s.family,
-        size_bytes: s.size_bytes,
-        layer: s.layer,
-        writable: false,
-        gone: Arc::new(AtomicBool::new(false)),
-    }
-}
-
-/// The images of a cluster state (volumes and visible snapshots), for recovery.
-pub(crate) fn images_of(state: &ClusterState) -> Vec<Image> {
-    let volumes = state.volumes.iter().map(volume_image);
-    let snapshots = state
-        .snapshots
-        .iter()
-        .filter(|s| !s.hidden)
-        .map(snapshot_image);
-    volumes.chain(snapshots).collect()
 }
 
 fn alloc_image_id(next: &mut ClusterState) -> VolumeId {

@@ -16,6 +16,7 @@ pub mod block_table;
 pub mod catalog;
 pub mod checkpoint;
 pub mod chunk_store;
+pub mod config;
 pub mod engine;
 pub mod error;
 pub mod family;
@@ -28,11 +29,19 @@ pub mod space;
 pub mod units;
 pub mod write_buffer;
 
+mod checkpointer;
 mod destage;
+mod destager;
+mod gc;
+mod read;
 mod recovery;
+mod seal;
+mod state;
+mod stats;
 
 pub use catalog::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
-pub use engine::{Engine, EngineConfig, EngineStats, GcReport, ReductionStats};
+pub use engine::{Engine, EngineConfig};
 pub use error::{EngineError, IoFailure};
 pub use space::{FamilyReduction, SpaceUsage};
+pub use stats::{EngineStats, GcReport, GcStats, ReductionStats};
 pub use units::{BlockId, FamilyId, Lba, SegmentId, VolumeId, BLOCK_SIZE_BYTES};

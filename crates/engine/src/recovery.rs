@@ -13,13 +13,15 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::checkpoint::{self, SealedSegment};
 use crate::chunk_store::{ChunkId, ChunkStore, LocalChunkStore};
-use crate::engine::{Counters, EngineConfig, Shared, State};
+use crate::config::EngineConfig;
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
 use crate::journal::{Journal, RecordKind};
 use crate::layers::LayerOp;
 use crate::metastore::{ClusterState, MetaStore};
-use crate::units::{FamilyId, LayerId, BLOCK_SIZE_BYTES};
+use crate::segment::{self, SummaryEntry, SEGMENT_HEADER_BYTES};
+use crate::state::{Counters, Shared, State};
+use crate::units::{FamilyId, LayerId, SegmentId, BLOCK_SIZE_BYTES};
 
 pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
     let started = Instant::now();
@@ -47,7 +49,7 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         let family = families.remove(&fid).unwrap_or_else(|| Family::new(fid));
         st.families.insert(fid, family);
     }
-    for image in crate::catalog::images_of(&meta.state) {
+    for image in crate::state::images_of(&meta.state) {
         st.insert_image(image);
     }
     st.sealed = image
@@ -75,7 +77,7 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
             }
             continue;
         }
-        let Some((header, entries)) = crate::destage::read_summary(&*store, id)? else {
+        let Some((header, entries)) = read_summary(&*store, id)? else {
             discard(
                 &*store,
                 chunk,
@@ -303,5 +305,34 @@ fn discard(store: &dyn ChunkStore, chunk: ChunkId, why: &str) {
     tracing::warn!(segment = chunk.segment.0, why, "discarding segment");
     if let Err(e) = store.delete(chunk) {
         tracing::warn!(segment = chunk.segment.0, error = %e, "could not delete segment");
+    }
+}
+
+/// Read a sealed segment's header and summary (recovery).
+pub(crate) fn read_summary(
+    store: &dyn crate::chunk_store::ChunkStore,
+    id: SegmentId,
+) -> Result<Option<(segment::SegmentHeader, Vec<SummaryEntry>)>, IoFailure> {
+    let chunk = ChunkId {
+        segment: id,
+        index: 0,
+    };
+    let mut head = vec![0u8; SEGMENT_HEADER_BYTES];
+    if store.read(chunk, 0, &mut head).is_err() {
+        return Ok(None);
+    }
+    let Ok(header) = segment::parse_header(&head) else {
+        return Ok(None);
+    };
+    let mut summary = vec![0u8; header.summary_len_bytes as usize];
+    if store
+        .read(chunk, u64::from(header.data_end_bytes), &mut summary)
+        .is_err()
+    {
+        return Ok(None);
+    }
+    match segment::parse_summary(&header, &summary) {
+        Ok(entries) => Ok(Some((header, entries))),
+        Err(_) => Ok(None),
     }
 }

@@ -7,9 +7,9 @@ use serde::Serialize;
 
 use parking_lot::Mutex;
 
-use crate::engine::State;
 use crate::metastore::{ClusterState, SnapshotRecord, VolumeRecord};
 use crate::space::{self, DeleteEffect, FamilyReduction, SpaceUsage};
+use crate::state::State;
 use crate::units::{BlockId, FamilyId, LayerId, VolumeId, BLOCK_SIZE_U64};
 
 /// Space accounting takes the engine's state lock for this many map pages (32 Ki blocks, about

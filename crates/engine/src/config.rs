@@ -1,0 +1,67 @@
+//! The c.node engine's tunables. Settings of the disks themselves (capacity, direct I/O) belong
+//! to the d.node's chunk store, not here.
+
+use std::path::PathBuf;
+
+use crate::journal::JournalOptions;
+
+/// Tunables of one engine; see the `weft serve` flags for defaults and units.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    /// A family's open segment is sealed when its block data reaches this size.
+    pub segment_size_bytes: usize,
+    /// Writers wait when this much acknowledged data is waiting for destage.
+    pub write_buffer_max_bytes: u64,
+    /// The most the chunk store may hold; `None`: until the file system is full.
+    pub capacity_bytes: Option<u64>,
+    /// Read chunks with O_DIRECT (no page cache).
+    pub direct_io: bool,
+    /// Take a checkpoint after this many bytes of segments were sealed.
+    pub checkpoint_every_bytes: u64,
+    /// Seal an open segment that saw no new block for this long.
+    pub idle_seal_ms: u64,
+    /// GC compacts segments whose live fraction is below this.
+    pub gc_live_fraction_max: f64,
+    /// How often the destager considers GC.
+    pub gc_interval_ms: u64,
+    /// A dropped layer (refresh, rollback, delete) with more blocks than this is released in
+    /// slices of this many LBAs, one per destage step, so a big drop never holds I/O.
+    pub drop_slice_blocks: u64,
+    pub journal: JournalOptions,
+}
+
+impl EngineConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> EngineConfig {
+        EngineConfig {
+            data_dir: data_dir.into(),
+            segment_size_bytes: 8 << 20,
+            write_buffer_max_bytes: 512 << 20,
+            capacity_bytes: None,
+            direct_io: true,
+            checkpoint_every_bytes: 4 << 30,
+            idle_seal_ms: 1000,
+            gc_live_fraction_max: 0.5,
+            gc_interval_ms: 2000,
+            drop_slice_blocks: 32 << 10,
+            journal: JournalOptions::default(),
+        }
+    }
+
+    /// Tiny limits, so tests reach "segment full", "buffer full" and "GC" quickly.
+    pub fn for_tests(data_dir: impl Into<PathBuf>) -> EngineConfig {
+        EngineConfig {
+            segment_size_bytes: 64 << 10,
+            write_buffer_max_bytes: 1 << 20,
+            checkpoint_every_bytes: 1 << 20,
+            idle_seal_ms: 50,
+            gc_interval_ms: 100,
+            drop_slice_blocks: 16,
+            journal: JournalOptions {
+                file_bytes: 256 << 10,
+                prefill: false,
+            },
+            ..EngineConfig::new(data_dir)
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Garbage collection: compact sealed segments whose live fraction is low (live blocks
+//! re-appended with `Relocate` summary entries, old chunks deleted once the new segment is
+//! durable). Only segments a durable checkpoint covers are collected: replay needs the others.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use crate::checkpointer::take_checkpoint_with;
+use crate::chunk_store::ChunkId;
+use crate::destage::segment_ids;
+use crate::error::IoFailure;
+use crate::seal::{seal_all, start_sealing};
+use crate::state::Shared;
+use crate::stats::GcReport;
+use crate::units::{FamilyId, SegmentId};
+
+/// One GC run moves at most this many live bytes when the datastore is idle.
+pub(crate) const GC_MOVE_PER_RUN_BYTES_MAX: u64 = 256 << 20;
+/// Under host load a GC run moves at most this much, so destage (which it pauses) keeps up.
+pub(crate) const GC_MOVE_UNDER_LOAD_BYTES_MAX: u64 = 32 << 20;
+/// Under host load GC runs only when the store holds this many times the live stored bytes:
+/// compacting early costs the host throughput, compacting late costs disk space.
+pub(crate) const GC_UNDER_LOAD_SPACE_AMPLIFICATION_MIN: f64 = 2.0;
+
+/// Compact segments whose live fraction is below `live_fraction_max`.
+pub(crate) fn collect_garbage(
+    shared: &Shared,
+    live_fraction_max: f64,
+    move_budget_bytes: u64,
+) -> Result<GcReport, IoFailure> {
+    let mut report = GcReport::default();
+    let (victims, uncovered_garbage) = {
+        let st = shared.state.lock();
+        let mut victims = Vec::new();
+        let mut uncovered = false;
+        for (&id, s) in &st.sealed {
+            let Some(f) = st.families.get(&s.family) else {
+                continue;
+            };
+            let usage = f.table.segment_usage(id);
+            let fraction = if s.data_bytes == 0 {
+                0.0
+            } else {
+                usage.live_bytes as f64 / s.data_bytes as f64
+            };
+            let garbage = fraction < live_fraction_max
+                && (usage.live_bytes < s.data_bytes || s.data_bytes == 0);
+            if !garbage {
+                continue;
+            }
+            if id.0 < st.checkpoint_below {
+                victims.push((fraction, id, s.family, usage.live_bytes));
+            } else {
+                uncovered = true;
+            }
+        }
+        victims.sort_by(|a, b| a.0.total_cmp(&b.0));
+        (victims, uncovered)
+    };
+    if victims.is_empty() {
+        let since = shared.state.lock().sealed_bytes_since_checkpoint;
+        if uncovered_garbage
+            && live_fraction_max < 1.0
+            && since >= shared.config.checkpoint_every_bytes / 4
+        {
+            // Segments not yet in a checkpoint cannot be deleted (replay needs them); take one
+            // early (written in the background), but not at every GC tick (a checkpoint pauses
+            // I/O while it is encoded).
+            take_checkpoint_with(shared, false)?;
+        }
+        return Ok(report);
+    }
+    shared.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
+    let mut moved_budget = move_budget_bytes;
+    let victims: Vec<_> = victims
+        .into_iter()
+        .take_while(|&(_, _, _, live_bytes)| {
+            let fits = live_bytes <= moved_budget;
+            moved_budget = moved_budget.saturating_sub(live_bytes);
+            fits
+        })
+        .collect();
+    // One pass over each family's table finds the live blocks of all its victims.
+    let mut live_by_segment: HashMap<SegmentId, Vec<crate::units::BlockId>> = HashMap::new();
+    {
+        let st = shared.state.lock();
+        let families: std::collections::HashSet<FamilyId> = victims.iter().map(|v| v.2).collect();
+        let ids: std::collections::HashSet<SegmentId> = victims.iter().map(|v| v.1).collect();
+        for fid in families {
+            if let Some(f) = st.families.get(&fid) {
+                for (block, segment) in f.table.live_blocks_in_any(&ids) {
+                    live_by_segment.entry(segment).or_default().push(block);
+                }
+            }
+        }
+    }
+    let mut done = Vec::new();
+    for (_, id, fid, live_bytes) in victims {
+        let stored_bytes = match shared.state.lock().sealed.get(&id) {
+            Some(s) => s.stored_bytes,
+            None => continue,
+        };
+        let mut bytes = vec![0u8; usize::try_from(stored_bytes).expect("segment fits in memory")];
+        if live_bytes > 0 {
+            shared.store.read(
+                ChunkId {
+                    segment: id,
+                    index: 0,
+                },
+                0,
+                &mut bytes,
+            )?;
+        }
+        let mut st = shared.state.lock();
+        let cap = shared.config.segment_size_bytes;
+        let mut next_segment = st.next_segment_id;
+        let mut to_seal = Vec::new();
+        if let Some(f) = st.families.get_mut(&fid) {
+            let mut alloc = segment_ids(&mut next_segment);
+            for &block in live_by_segment.get(&id).into_iter().flatten() {
+                // Blocks freed or moved since the scan are skipped.
+                let Some(entry) = f.table.get(block) else {
+                    continue;
+                };
+                if entry.location.segment != id {
+                    continue;
+                }
+                let loc = entry.location;
+                let start = loc.offset_bytes as usize;
+                let stored = &bytes[start..start + usize::from(loc.stored_len_bytes)];
+                if crc32c::crc32c(stored) != loc.crc32c {
+                    shared
+                        .counters
+                        .corrupt_reads
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Err(IoFailure::Corrupt {
+                        block,
+                        segment: id,
+                        offset_bytes: u64::from(loc.offset_bytes),
+                    });
+                }
+                f.relocate(block, stored, loc.compressed, &mut alloc, cap);
+                report.bytes_moved += u64::from(loc.stored_len_bytes);
+                if let Some(b) = f.take_open_if_full(cap) {
+                    to_seal.push(b);
+                }
+            }
+        }
+        st.next_segment_id = next_segment;
+        let hwm = st.processed_seq;
+        for (b, since) in to_seal {
+            start_sealing(&mut st, b, since, hwm);
+        }
+        drop(st);
+        done.push((id, stored_bytes));
+    }
+    // The relocated blocks must be durable before their old copies go.
+    seal_all(shared)?;
+    for (id, stored_bytes) in done {
+        shared.state.lock().sealed.remove(&id);
+        match shared.store.delete(ChunkId {
+            segment: id,
+            index: 0,
+        }) {
+            Ok(()) => {}
+            Err(IoFailure::Disk { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        report.segments_reclaimed += 1;
+        report.bytes_reclaimed += stored_bytes;
+    }
+    let c = &shared.counters;
+    c.gc_segments_reclaimed
+        .fetch_add(report.segments_reclaimed, Ordering::Relaxed);
+    c.gc_bytes_moved
+        .fetch_add(report.bytes_moved, Ordering::Relaxed);
+    c.gc_bytes_reclaimed
+        .fetch_add(report.bytes_reclaimed, Ordering::Relaxed);
+    shared.state.lock().out_of_space = false;
+    Ok(report)
+}

@@ -1,0 +1,175 @@
+//! The read path: resolve each block through the write buffer and the image's layers, copy
+//! buffered or in-memory segment data under the state lock, then read the rest from chunks
+//! with the lock released (runs of adjacent blocks coalesced), CRC-checked and decompressed.
+
+use std::sync::atomic::Ordering;
+
+use crate::block_map::Mapping;
+use crate::block_table::BlockLocation;
+use crate::chunk_store::ChunkId;
+use crate::error::{EngineError, IoFailure};
+use crate::reduce::{self};
+use crate::state::Shared;
+use crate::units::{LayerId, VolumeId, BLOCK_SIZE_BYTES};
+
+/// Where one block of an image reads from.
+pub(crate) enum Resolved<'a> {
+    Buffered(&'a [u8]),
+    Mapped(Mapping),
+}
+
+/// Resolve a block through a chain of layers: each layer's buffered writes, then its map.
+pub(crate) fn resolve<'a>(
+    buffer: &'a crate::write_buffer::WriteBuffer,
+    family: &crate::family::Family,
+    chain: &[LayerId],
+    lba: u64,
+) -> Resolved<'a> {
+    for &layer in chain {
+        if let Some(data) = buffer.lookup(layer, lba) {
+            return Resolved::Buffered(data);
+        }
+        match family
+            .layers
+            .get(&layer)
+            .map(|m| m.get(crate::units::Lba(lba)))
+        {
+            Some(Mapping::Absent) | None => continue,
+            Some(found) => return Resolved::Mapped(found),
+        }
+    }
+    Resolved::Mapped(Mapping::Absent)
+}
+
+/// Where a block to read comes from, decided under the lock.
+enum Source {
+    Ready,
+    Disk {
+        index: usize,
+        location: BlockLocation,
+    },
+}
+
+/// Read `count` blocks from `lba` into `buf`: buffer, then map, then chunk.
+pub(crate) fn read_blocks(
+    shared: &Shared,
+    volume: VolumeId,
+    lba: u64,
+    count: u64,
+    buf: &mut [u8],
+) -> Result<(), EngineError> {
+    let mut disk = Vec::new();
+    {
+        let st = shared.state.lock();
+        let image = st.image(volume)?;
+        let family = st.families.get(&image.family).ok_or(EngineError::Gone)?;
+        let chain = st.chain(image);
+        for i in 0..count as usize {
+            let out = &mut buf[i * BLOCK_SIZE_BYTES..(i + 1) * BLOCK_SIZE_BYTES];
+            let l = lba + i as u64;
+            let source = match resolve(&st.buffer, family, &chain, l) {
+                Resolved::Buffered(data) => {
+                    out.copy_from_slice(data);
+                    Source::Ready
+                }
+                Resolved::Mapped(mapping) => match mapping {
+                    Mapping::Absent | Mapping::Zero => {
+                        out.fill(0);
+                        Source::Ready
+                    }
+                    Mapping::Block(b) => {
+                        let location = family.location(b).expect("mapped blocks are live");
+                        let in_memory = match (&family.open, st.sealing.get(&location.segment)) {
+                            (Some(open), _) if open.id == location.segment => {
+                                Some(open.bytes(location.offset_bytes, location.stored_len_bytes))
+                            }
+                            (_, Some(s)) => {
+                                let start = location.offset_bytes as usize;
+                                Some(
+                                    &s.bytes[start..start + usize::from(location.stored_len_bytes)],
+                                )
+                            }
+                            _ => None,
+                        };
+                        match in_memory {
+                            Some(stored) => {
+                                restore_block(shared, stored, location, out)?;
+                                Source::Ready
+                            }
+                            None => Source::Disk { index: i, location },
+                        }
+                    }
+                },
+            };
+            if let Source::Disk { index, location } = source {
+                disk.push((index, location));
+            }
+        }
+    }
+    // Coalesce runs of blocks stored back to back in one segment into one chunk read.
+    let mut i = 0;
+    let mut scratch = Vec::new();
+    while i < disk.len() {
+        let (_, first) = disk[i];
+        let mut j = i + 1;
+        let mut end = u64::from(first.offset_bytes) + u64::from(first.stored_len_bytes);
+        while j < disk.len()
+            && disk[j].1.segment == first.segment
+            && u64::from(disk[j].1.offset_bytes) == end
+            && end - u64::from(first.offset_bytes) < (1 << 20)
+        {
+            end += u64::from(disk[j].1.stored_len_bytes);
+            j += 1;
+        }
+        let start = u64::from(first.offset_bytes);
+        scratch.resize(usize::try_from(end - start).expect("bounded run"), 0);
+        shared.store.read(
+            ChunkId {
+                segment: first.segment,
+                index: 0,
+            },
+            start,
+            &mut scratch,
+        )?;
+        for &(index, loc) in &disk[i..j] {
+            let at = usize::try_from(u64::from(loc.offset_bytes) - start).expect("inside run");
+            let stored = &scratch[at..at + usize::from(loc.stored_len_bytes)];
+            restore_block(
+                shared,
+                stored,
+                loc,
+                &mut buf[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES],
+            )?;
+        }
+        i = j;
+    }
+    Ok(())
+}
+
+pub(crate) fn restore_block(
+    shared: &Shared,
+    stored: &[u8],
+    loc: BlockLocation,
+    out: &mut [u8],
+) -> Result<(), EngineError> {
+    let corrupt = || {
+        shared
+            .counters
+            .corrupt_reads
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            segment = loc.segment.0,
+            offset = loc.offset_bytes,
+            "checksum mismatch: block not served"
+        );
+        EngineError::Io(IoFailure::Corrupt {
+            block: crate::units::BlockId(u64::MAX),
+            segment: loc.segment,
+            offset_bytes: u64::from(loc.offset_bytes),
+        })
+    };
+    if crc32c::crc32c(stored) != loc.crc32c {
+        return Err(corrupt());
+    }
+    reduce::restore(stored, loc.compressed, out).ok_or_else(corrupt)
+}

@@ -1,0 +1,188 @@
+//! Sealing: open segments become sealed stripes. The destager hands segments over
+//! ([`start_sealing`]), the sealer thread writes them in id order ([`run_sealer`]), and
+//! whoever needs them durable waits ([`finish_sealing`], [`seal_all`]). A sealing segment
+//! stays readable from memory until its stripe is durable.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::checkpoint::SealedSegment;
+use crate::chunk_store::ChunkId;
+use crate::error::IoFailure;
+use crate::segment::{SegmentBuilder, StripeLayout};
+use crate::state::{release_journal, SealingSegment, Shared, State};
+use crate::units::{FamilyId, SegmentId};
+
+/// How long the engine's threads sleep when there is nothing to do.
+pub(crate) const IDLE_WAIT: Duration = Duration::from_millis(20);
+/// After a failed stripe write (full disk), wait this long before trying again.
+pub(crate) const SEAL_RETRY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Move a taken open segment to the sealing set (still readable from memory).
+/// `since_seq` is the seq of the first journal record the segment reflects: the journal must
+/// keep it until the stripe is durable. `hwm`: every record of the family up to it is
+/// reflected in this segment or earlier ones.
+pub(crate) fn start_sealing(
+    st: &mut State,
+    builder: SegmentBuilder,
+    since_seq: Option<u64>,
+    hwm: u64,
+) {
+    let id = builder.id;
+    let family = builder.family;
+    let data_bytes = builder.data_bytes() as u64;
+    let bytes = Arc::new(builder.seal(hwm, StripeLayout::SINGLE));
+    st.sealing.insert(
+        id,
+        SealingSegment {
+            bytes,
+            family,
+            since_seq,
+            journal_hwm: hwm,
+            data_bytes,
+        },
+    );
+}
+
+/// How many sealed segments may wait for their stripe write before destage waits: bounds the
+/// memory they hold (8 MiB each by default) while letting destage overlap the disk writes.
+pub(crate) const SEALING_SEGMENTS_MAX: usize = 4;
+
+/// Hand sealing segments to the sealer thread and wait until at most `in_flight_max` remain;
+/// fails when a stripe write failed (the sealer keeps retrying it).
+pub(crate) fn finish_sealing(shared: &Shared, in_flight_max: usize) -> Result<(), IoFailure> {
+    shared.seal_work.notify_one();
+    let mut st = shared.state.lock();
+    loop {
+        if st.sealing.len() <= in_flight_max {
+            return Ok(());
+        }
+        if let Some(detail) = &st.seal_failure {
+            let detail = detail.clone();
+            let no_space = st.out_of_space;
+            drop(st);
+            return Err(if no_space {
+                IoFailure::disk(
+                    "stripe write",
+                    std::io::Error::from_raw_os_error(libc::ENOSPC),
+                )
+            } else {
+                IoFailure::disk("stripe write", std::io::Error::other(detail))
+            });
+        }
+        if shared.abandon.load(Ordering::Acquire) {
+            return Err(IoFailure::disk(
+                "stripe write",
+                std::io::Error::other("engine stopped"),
+            ));
+        }
+        shared.sealed.wait_for(&mut st, IDLE_WAIT);
+    }
+}
+
+/// The sealer thread: writes sealing segments as stripes, in id order, one at a time (so a
+/// family's segments become durable in order, which replay relies on), retrying failures.
+pub(crate) fn run_sealer(shared: &Shared) {
+    loop {
+        if shared.abandon.load(Ordering::Acquire) {
+            return;
+        }
+        let next = {
+            let mut st = shared.state.lock();
+            if st.sealing.is_empty() {
+                if shared.stop_sealer.load(Ordering::Acquire) {
+                    return;
+                }
+                shared.seal_work.wait_for(&mut st, IDLE_WAIT);
+                continue;
+            }
+            st.sealing
+                .iter()
+                .next()
+                .map(|(&id, s)| (id, s.bytes.clone()))
+        };
+        let Some((id, bytes)) = next else { continue };
+        match write_stripe(shared, id, &bytes) {
+            Ok(()) => {
+                shared.sealed.notify_all();
+                release_journal(shared);
+            }
+            Err(e) => {
+                tracing::error!(segment = id.0, error = %e, "stripe write failed; retrying; writes get ENOSPC/EIO meanwhile");
+                {
+                    let mut st = shared.state.lock();
+                    st.out_of_space |= e.is_no_space();
+                    st.seal_failure = Some(e.to_string());
+                }
+                shared.sealed.notify_all();
+                shared.space.notify_all();
+                if shared.stop_sealer.load(Ordering::Acquire) {
+                    // Shutting down: what is not written is still in the journal.
+                    return;
+                }
+                std::thread::sleep(SEAL_RETRY_INTERVAL);
+            }
+        }
+    }
+}
+
+/// Write one segment's stripe and move it from sealing to sealed.
+pub(crate) fn write_stripe(shared: &Shared, id: SegmentId, bytes: &[u8]) -> Result<(), IoFailure> {
+    let chunk = ChunkId {
+        segment: id,
+        index: 0,
+    };
+    shared.store.put(chunk, bytes)?;
+    shared
+        .counters
+        .chunk_written_bytes
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    let orphan = {
+        let mut st = shared.state.lock();
+        let s = st
+            .sealing
+            .remove(&id)
+            .expect("only the sealer removes sealing segments");
+        st.out_of_space = false;
+        st.seal_failure = None;
+        match st.families.get_mut(&s.family) {
+            Some(f) => {
+                f.journal_hwm = f.journal_hwm.max(s.journal_hwm);
+                let sealed = SealedSegment {
+                    family: s.family,
+                    data_bytes: s.data_bytes,
+                    stored_bytes: bytes.len() as u64,
+                };
+                st.sealed.insert(id, sealed);
+                st.sealed_bytes_since_checkpoint += bytes.len() as u64;
+                false
+            }
+            None => true,
+        }
+    };
+    if orphan {
+        shared.store.delete(chunk)?;
+    }
+    Ok(())
+}
+
+/// Seal every open segment (idle, sync, checkpoint, GC).
+pub(crate) fn seal_all(shared: &Shared) -> Result<(), IoFailure> {
+    {
+        let mut st = shared.state.lock();
+        let open: Vec<FamilyId> = st
+            .families
+            .iter()
+            .filter(|(_, f)| f.open.is_some())
+            .map(|(&id, _)| id)
+            .collect();
+        for fid in open {
+            if let Some((b, since)) = st.families.get_mut(&fid).and_then(|f| f.take_open()) {
+                let hwm = st.processed_seq;
+                start_sealing(&mut st, b, since, hwm);
+            }
+        }
+    }
+    finish_sealing(shared, 0)
+}
