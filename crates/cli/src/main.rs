@@ -288,9 +288,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
     let mut engine = EngineConfig::new(global.data_dir.clone());
     engine.segment_size_bytes = usize::try_from(args.segment_size)?;
     engine.write_buffer_max_bytes = args.write_buffer_size;
-    engine.capacity_bytes = args.capacity;
     engine.checkpoint_every_bytes = args.checkpoint_every;
-    engine.direct_io = !args.buffered_reads;
     engine.journal.file_bytes = args.journal_file_size;
     anyhow::ensure!(
         (64 << 10..=1 << 30).contains(&args.segment_size),
@@ -298,6 +296,10 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
     );
     let config = ServeConfig {
         engine,
+        local_store: weft_engine::LocalStoreConfig {
+            capacity_bytes: args.capacity,
+            direct_io: !args.buffered_reads,
+        },
         nbd_listen: args.nbd_listen,
         api_listen: args.api_listen,
         default_volume: args.default_volume,

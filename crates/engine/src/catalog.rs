@@ -15,7 +15,6 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::chunk_store::ChunkId;
 use crate::engine::{Engine, VolumeHandle};
 use crate::error::EngineError;
 use crate::family::Family;
@@ -466,10 +465,13 @@ impl Engine {
         switch: Switch,
     ) -> Result<u64, EngineError> {
         next.pending_layer_ops.extend(switch.ops.iter().copied());
+        let old_checkpoint = switch
+            .delete_family
+            .and_then(|fid| next.checkpoints.remove(&fid.0));
         meta.commit(next)?;
         let shared = &self.shared;
-        let mut doomed: Vec<SegmentId> = Vec::new();
-        let held_us = shared.journal.with_lock(|appender| {
+        let mut doomed: Vec<(SegmentId, weft_ec::Redundancy)> = Vec::new();
+        let held_us = shared.journal.locked(|appender| {
             let started = Instant::now();
             let seqs: Vec<u64> = switch
                 .ops
@@ -530,12 +532,14 @@ impl Engine {
             started.elapsed().as_micros() as u64
         });
         shared.work.notify_one();
-        for id in doomed {
-            if let Err(e) = shared.store.delete(ChunkId {
-                segment: id,
-                index: 0,
-            }) {
-                tracing::warn!(segment = id.0, error = %e, "could not delete a segment of a deleted family");
+        if let Some(fid) = switch.delete_family {
+            if let Some(r) = old_checkpoint {
+                doomed.extend(r.parts().into_iter().map(|(s, _)| (s, r.redundancy.0)));
+            }
+            for (id, redundancy) in doomed {
+                if let Err(e) = shared.stripes.delete(fid.0, id.0, redundancy) {
+                    tracing::warn!(segment = id.0, error = %e, "could not delete a segment of a deleted family");
+                }
             }
         }
         Ok(held_us)
@@ -544,21 +548,22 @@ impl Engine {
 
 /// Forget a family whose last volume and snapshot are gone; returns its sealed segments,
 /// for the caller to delete.
-fn remove_family(st: &mut State, fid: FamilyId) -> Vec<SegmentId> {
+fn remove_family(st: &mut State, fid: FamilyId) -> Vec<(SegmentId, weft_ec::Redundancy)> {
     if let Some(f) = st.families.remove(&fid) {
         for layer in f.layers.keys() {
             st.buffer.drop_layer(*layer);
         }
     }
-    let doomed: Vec<SegmentId> = st
+    let doomed: Vec<(SegmentId, weft_ec::Redundancy)> = st
         .sealed
-        .iter()
-        .filter(|(_, s)| s.family == fid)
-        .map(|(&id, _)| id)
+        .range((fid, SegmentId(0))..=(fid, SegmentId(u64::MAX)))
+        .map(|(&(_, id), s)| (id, s.redundancy))
         .collect();
-    for id in &doomed {
-        st.sealed.remove(id);
+    for (id, _) in &doomed {
+        st.sealed.remove(&(fid, *id));
     }
+    st.next_segment.remove(&fid);
+    st.checkpoint_below.remove(&fid);
     st.out_of_space = false;
     doomed
 }

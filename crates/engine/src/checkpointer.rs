@@ -2,13 +2,15 @@
 //! lock, encode and write it on a background thread; collect the writer, after which GC may
 //! delete the segments it covers and the cluster state forgets the layer operations it covers.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::checkpoint::{self};
+use crate::checkpoint::{self, CheckpointRef, RedundancyText, SealedSegment};
 use crate::destage::destage_batch;
 use crate::error::IoFailure;
 use crate::seal::seal_all;
-use crate::state::Shared;
+use crate::state::{CheckpointWritten, Shared};
+use crate::units::SegmentId;
 
 /// Checkpoint and wait until it is durable.
 pub(crate) fn take_checkpoint(shared: &Shared) -> Result<(), IoFailure> {
@@ -16,7 +18,9 @@ pub(crate) fn take_checkpoint(shared: &Shared) -> Result<(), IoFailure> {
 }
 
 /// Collect a background checkpoint write: wait for it (`block`) or only if it has finished.
-/// Once it is durable, GC may delete the segments it covers.
+/// Its stripes are durable; committing the new references to the cluster state makes it the
+/// checkpoint recovery uses, after which GC may delete the segments it covers and the previous
+/// generation's stripes go.
 pub(crate) fn reap_checkpoint_writer(shared: &Shared, block: bool) -> Result<(), IoFailure> {
     let mut slot = shared.checkpoint_writer.lock();
     if !slot.as_ref().is_some_and(|h| block || h.is_finished()) {
@@ -24,12 +28,42 @@ pub(crate) fn reap_checkpoint_writer(shared: &Shared, block: bool) -> Result<(),
     }
     let handle = slot.take().expect("checked above");
     drop(slot);
-    let (below, covered) = handle
+    let written = handle
         .join()
         .map_err(|_| IoFailure::disk("checkpoint", std::io::Error::other("writer panicked")))??;
+    let old = {
+        let mut meta = shared.meta.lock();
+        let mut next = meta.state.clone();
+        let mut old = Vec::new();
+        for (fid, r) in &written.refs {
+            // A family deleted while its checkpoint was written keeps no reference.
+            if !next.volumes.iter().any(|v| v.family == *fid)
+                && !next.snapshots.iter().any(|s| s.family == *fid)
+            {
+                old.push((*fid, *r));
+                continue;
+            }
+            if let Some(prev) = next.checkpoints.insert(fid.0, *r) {
+                old.push((*fid, prev));
+            }
+        }
+        next.counters = written.counters;
+        meta.commit(next)?;
+        old
+    };
+    for (fid, r) in old {
+        for (segment, _) in r.parts() {
+            if let Err(e) = shared.stripes.delete(fid.0, segment.0, r.redundancy.0) {
+                tracing::warn!(family = fid.0, error = %e, "could not delete an old checkpoint stripe");
+            }
+        }
+    }
     let mut st = shared.state.lock();
-    st.checkpoint_below = st.checkpoint_below.max(below);
-    st.covered_layer_ops.extend(covered);
+    for (fid, r) in &written.refs {
+        let below = st.checkpoint_below.entry(*fid).or_insert(0);
+        *below = (*below).max(r.segments_below);
+    }
+    st.covered_layer_ops.extend(written.covered);
     Ok(())
 }
 
@@ -63,7 +97,7 @@ pub(crate) fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), Io
     }
     seal_all(shared)?;
     let started = Instant::now();
-    let (images, sealed, next_segment_id, covered) = {
+    let (images, covered) = {
         let mut st = shared.state.lock();
         if !st.sealing.is_empty() {
             return Err(IoFailure::CorruptMetadata {
@@ -71,32 +105,73 @@ pub(crate) fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), Io
                 detail: "stripes still being written".into(),
             });
         }
-        let images: Vec<checkpoint::FamilyImage> = st
-            .families
-            .values()
-            .map(checkpoint::FamilyImage::of)
-            .collect();
+        let mut images = Vec::new();
+        for f in st.families.values() {
+            let next_segment = st.next_segment.get(&f.id).copied().unwrap_or(1);
+            let sealed: BTreeMap<SegmentId, SealedSegment> = st
+                .sealed
+                .range((f.id, SegmentId(0))..=(f.id, SegmentId(u64::MAX)))
+                .map(|(&(_, s), &v)| (s, v))
+                .collect();
+            images.push((checkpoint::FamilyImage::of(f), next_segment, sealed));
+        }
         st.sealed_bytes_since_checkpoint = 0;
         let covered = std::mem::take(&mut st.applied_layer_ops);
-        (images, st.sealed.clone(), st.next_segment_id, covered)
+        (images, covered)
+    };
+    let generations: Vec<u64> = {
+        let meta = shared.meta.lock();
+        images
+            .iter()
+            .map(|(f, _, _)| {
+                meta.state
+                    .checkpoints
+                    .get(&f.id.0)
+                    .map_or(1, |r| r.generation + 1)
+            })
+            .collect()
     };
     let counters = shared.counters.lifetime();
     let pause_us = started.elapsed().as_micros() as u64;
-    let dir = shared.config.data_dir.join("meta");
-    let write = move || -> Result<crate::state::CheckpointCovers, IoFailure> {
-        let body = checkpoint::encode(next_segment_id, &images, &sealed, counters);
-        let encode_ms = started.elapsed().as_millis() as u64;
-        drop(images);
-        checkpoint::store(&dir, &body)?;
+    let stripes = shared.stripes.clone();
+    let write = move || -> Result<CheckpointWritten, IoFailure> {
+        let mut refs = Vec::new();
+        let mut bytes_total = 0;
+        for ((image, next_segment, sealed), generation) in images.into_iter().zip(generations) {
+            let fid = image.id;
+            let body = checkpoint::encode(next_segment, &image, &sealed);
+            drop(image);
+            let redundancy = stripes.placement().redundancy(fid.0);
+            let mut at = 0usize;
+            for (segment, len) in checkpoint::checkpoint_parts(generation, body.len() as u64) {
+                let len = usize::try_from(len).expect("bounded part");
+                stripes.put(fid.0, segment.0, redundancy, &body[at..at + len])?;
+                at += len;
+            }
+            bytes_total += body.len();
+            refs.push((
+                fid,
+                CheckpointRef {
+                    generation,
+                    len_bytes: body.len() as u64,
+                    crc32c: crc32c::crc32c(&body),
+                    redundancy: RedundancyText(redundancy),
+                    segments_below: next_segment,
+                },
+            ));
+        }
         tracing::info!(
-            bytes = body.len(),
-            segments_below = next_segment_id,
+            bytes = bytes_total,
+            families = refs.len(),
             pause_us,
-            encode_ms,
             total_ms = started.elapsed().as_millis() as u64,
             "checkpoint written"
         );
-        Ok((next_segment_id, covered))
+        Ok(CheckpointWritten {
+            refs,
+            counters,
+            covered,
+        })
     };
     let handle = std::thread::Builder::new()
         .name("weft-checkpoint".into())

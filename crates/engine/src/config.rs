@@ -13,10 +13,6 @@ pub struct EngineConfig {
     pub segment_size_bytes: usize,
     /// Writers wait when this much acknowledged data is waiting for destage.
     pub write_buffer_max_bytes: u64,
-    /// The most the chunk store may hold; `None`: until the file system is full.
-    pub capacity_bytes: Option<u64>,
-    /// Read chunks with O_DIRECT (no page cache).
-    pub direct_io: bool,
     /// Take a checkpoint after this many bytes of segments were sealed.
     pub checkpoint_every_bytes: u64,
     /// Seal an open segment that saw no new block for this long.
@@ -37,8 +33,6 @@ impl EngineConfig {
             data_dir: data_dir.into(),
             segment_size_bytes: 8 << 20,
             write_buffer_max_bytes: 512 << 20,
-            capacity_bytes: None,
-            direct_io: true,
             checkpoint_every_bytes: 4 << 30,
             idle_seal_ms: 1000,
             gc_live_fraction_max: 0.5,
@@ -62,6 +56,24 @@ impl EngineConfig {
                 prefill: false,
             },
             ..EngineConfig::new(data_dir)
+        }
+    }
+}
+
+/// The local d.node of single-process mode: one chunk store in `<data dir>/dnode0/chunks`.
+#[derive(Debug, Clone)]
+pub struct LocalStoreConfig {
+    /// The most the chunk store may hold; `None`: until the file system is full.
+    pub capacity_bytes: Option<u64>,
+    /// Read chunks with O_DIRECT (no page cache).
+    pub direct_io: bool,
+}
+
+impl Default for LocalStoreConfig {
+    fn default() -> LocalStoreConfig {
+        LocalStoreConfig {
+            capacity_bytes: None,
+            direct_io: true,
         }
     }
 }

@@ -3,6 +3,8 @@
 //! append to the open segment, map, release) under it; trims, zeroings and layer operations
 //! in the same order. Full segments go to the sealer ([`crate::seal`]).
 
+use std::collections::HashMap;
+
 use crate::block_map::Mapping;
 use crate::error::IoFailure;
 use crate::journal::{RecordHeader, RecordKind};
@@ -58,11 +60,20 @@ pub(crate) fn buffer_range(st: &mut State, seq: u64, family: FamilyId, header: R
     st.buffer.push_range(pending);
 }
 
-/// Hands out segment ids from a copy of the engine's counter (written back by the caller).
-pub(crate) fn segment_ids(next: &mut u64) -> impl FnMut() -> SegmentId + '_ {
-    move || {
-        let id = SegmentId(*next);
-        *next += 1;
+/// Hands out per-family segment ids from the engine's counters, taken out of the state for
+/// the duration (the caller puts them back). Ids start at 1 and stay below the checkpoint
+/// stripes' range.
+pub(crate) fn segment_ids(
+    next: &mut HashMap<FamilyId, u64>,
+) -> impl FnMut(FamilyId) -> SegmentId + '_ {
+    move |family| {
+        let n = next.entry(family).or_insert(1);
+        let id = SegmentId(*n);
+        *n += 1;
+        assert!(
+            id.0 < crate::checkpoint::CHECKPOINT_SEGMENT_BASE,
+            "segment ids exhausted"
+        );
         id
     }
 }
@@ -111,7 +122,7 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             if st.dropping.is_empty() {
                 return Ok(0);
             }
-            let mut next_segment = st.next_segment_id;
+            let mut next_segment = std::mem::take(&mut st.next_segment);
             let mut to_seal = Vec::new();
             let mut alloc = segment_ids(&mut next_segment);
             let (span, cap) = (
@@ -120,9 +131,9 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             );
             advance_drop(&mut st, span, cap, &mut alloc, &mut to_seal);
             drop(alloc);
-            st.next_segment_id = next_segment;
+            st.next_segment = next_segment;
             for (b, since, hwm) in to_seal {
-                start_sealing(&mut st, b, since, hwm);
+                start_sealing(&shared.stripes, &mut st, b, since, hwm);
             }
             drop(st);
             finish_sealing(shared, SEALING_SEGMENTS_MAX)?;
@@ -201,12 +212,12 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         let cap = shared.config.segment_size_bytes;
         let span = shared.config.drop_slice_blocks;
         let mut ranges = ranges.into_iter().peekable();
-        let mut next_segment = st.next_segment_id;
+        let mut next_segment = std::mem::take(&mut st.next_segment);
         let mut alloc = segment_ids(&mut next_segment);
         let mut last_seq = st.processed_seq;
         let apply_range = |st: &mut State,
                            p: Pending,
-                           alloc: &mut dyn FnMut() -> SegmentId,
+                           alloc: &mut dyn FnMut(FamilyId) -> SegmentId,
                            to_seal: &mut Vec<_>| {
             let seq = p.seq();
             match p {
@@ -296,10 +307,10 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         }
         advance_drop(st, span, cap, &mut alloc, &mut to_seal);
         drop(alloc);
-        st.next_segment_id = next_segment;
+        st.next_segment = next_segment;
         st.processed_seq = st.processed_seq.max(last_seq).max(batch_last_seq);
         for (b, since, hwm) in to_seal {
-            start_sealing(st, b, since, hwm);
+            start_sealing(&shared.stripes, st, b, since, hwm);
         }
     }
     finish_sealing(shared, SEALING_SEGMENTS_MAX)?;
@@ -312,7 +323,7 @@ pub(crate) fn advance_drop(
     st: &mut State,
     span: u64,
     cap: usize,
-    alloc: &mut dyn FnMut() -> SegmentId,
+    alloc: &mut dyn FnMut(FamilyId) -> SegmentId,
     to_seal: &mut Vec<(SegmentBuilder, Option<u64>, u64)>,
 ) {
     let Some(&(family, layer, from_lba)) = st.dropping.front() else {

@@ -65,7 +65,7 @@ pub(crate) fn run(shared: &Shared) {
         let (due, busy, amplification) = {
             let st = shared.state.lock();
             let live: u64 = st.families.values().map(|f| f.table.stored_bytes()).sum();
-            let amplification = shared.store.used_bytes() as f64 / live.max(1) as f64;
+            let amplification = shared.stripes.space().1 as f64 / live.max(1) as f64;
             (
                 st.sealed_bytes_since_checkpoint >= shared.config.checkpoint_every_bytes,
                 did > 0 || !st.buffer.is_empty(),

@@ -14,13 +14,15 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::block_map::Mapping;
-pub use crate::config::EngineConfig;
+pub use crate::config::{EngineConfig, LocalStoreConfig};
 use crate::error::{EngineError, IoFailure};
 use crate::journal::{RecordHeader, RecordKind, JOURNAL_PAYLOAD_MAX_BYTES};
 use crate::read::{resolve, Resolved};
 use crate::state::{map_io, Command, Shared, State};
 use crate::stats::{EngineStats, GcReport, GcStats, ReductionStats};
+use crate::stripe::{Placement, SingleStore};
 use crate::units::{FamilyId, LayerId, VolumeId, BLOCK_SIZE_U64};
+use weft_chunk::{FileDisk, LocalChunkStore};
 
 /// A read that finds its segment gone (moved by GC meanwhile) looks the blocks up again.
 const READ_RETRIES_MAX: usize = 4;
@@ -56,7 +58,28 @@ pub struct VolumeHandle {
 impl Engine {
     /// Open (or create) the datastore in `config.data_dir`, recovering after a crash.
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
-        let shared = Arc::new(crate::recovery::recover(config)?);
+        Engine::open_local(config, LocalStoreConfig::default())
+    }
+
+    /// Single-process mode: the chunks on one local d.node store in `<data dir>/dnode0/chunks`.
+    pub fn open_local(
+        config: EngineConfig,
+        store: LocalStoreConfig,
+    ) -> Result<Engine, EngineError> {
+        let dir = config.data_dir.join("dnode0").join("chunks");
+        let disk = FileDisk::open(&dir, store.direct_io)
+            .map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
+        let chunks = LocalChunkStore::open(Arc::new(disk), store.capacity_bytes)
+            .map_err(|e| IoFailure::Stripe(e.into()))?;
+        Engine::open_with(config, Arc::new(SingleStore(Arc::new(chunks))))
+    }
+
+    /// Open over any placement of chunk stores (local, remote d.nodes, fault-injecting).
+    pub fn open_with(
+        config: EngineConfig,
+        placement: Arc<dyn Placement>,
+    ) -> Result<Engine, EngineError> {
+        let shared = Arc::new(crate::recovery::recover(config, placement)?);
         let thread_shared = shared.clone();
         let sealer = std::thread::Builder::new()
             .name("weft-seal".into())
@@ -220,10 +243,8 @@ impl Engine {
         for _ in 0..READ_RETRIES_MAX {
             match crate::read::read_blocks(&self.shared, id, lba, count, buf) {
                 Ok(()) => return Ok(()),
-                Err(EngineError::Io(IoFailure::Disk { source, what }))
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    last_err = Some(EngineError::Io(IoFailure::Disk { source, what }));
+                Err(EngineError::Io(e)) if e.is_moved() => {
+                    last_err = Some(EngineError::Io(e));
                 }
                 Err(e) => return Err(e),
             }
@@ -346,7 +367,8 @@ impl Engine {
             if st.out_of_space {
                 return Err(EngineError::NoSpace);
             }
-            if let Some(cap) = shared.store.capacity_bytes() {
+            let (capacity, used) = shared.stripes.space();
+            if let Some(cap) = capacity {
                 // Everything not yet in the store will be: buffered data (before reduction,
                 // so this errs on the safe side), open segments, stripes being written; plus
                 // room for GC to move blocks.
@@ -359,7 +381,7 @@ impl Engine {
                     .sum();
                 let sealing: u64 = st.sealing.values().map(|s| s.bytes.len() as u64).sum();
                 let pending = st.buffer.data_bytes() + open + sealing + bytes + reserve;
-                if shared.store.used_bytes() + pending > cap {
+                if used + pending > cap {
                     return Err(EngineError::NoSpace);
                 }
             }
@@ -492,11 +514,16 @@ fn stats(shared: &Shared) -> EngineStats {
         },
         buffer_bytes: st.buffer.data_bytes(),
         buffer_records: st.buffer.len() as u64,
-        capacity_bytes: shared.store.capacity_bytes(),
-        used_bytes: shared.store.used_bytes(),
+        capacity_bytes: shared.stripes.space().0,
+        used_bytes: shared.stripes.space().1,
         sealed_segments: st.sealed.len() as u64,
-        journal_files: shared.journal.file_count() as u64,
-        corrupt_reads: c.corrupt_reads.load(Ordering::Relaxed),
+        journal_files: shared.journal.pieces_in_use() as u64,
+        corrupt_reads: c.corrupt_reads.load(Ordering::Relaxed)
+            + shared
+                .stripes
+                .counters
+                .corrupt_chunks
+                .load(Ordering::Relaxed),
         out_of_space: st.out_of_space,
         volumes: st.images.values().filter(|i| i.writable).count() as u64,
         snapshots: st.images.values().filter(|i| !i.writable).count() as u64,

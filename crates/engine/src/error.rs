@@ -54,6 +54,12 @@ pub enum EngineError {
     Io(IoFailure),
 }
 
+impl From<crate::stripe::StripeError> for EngineError {
+    fn from(e: crate::stripe::StripeError) -> EngineError {
+        IoFailure::Stripe(e).into()
+    }
+}
+
 impl From<IoFailure> for EngineError {
     /// A full disk is the client's ENOSPC, not an I/O error.
     fn from(e: IoFailure) -> EngineError {
@@ -83,6 +89,11 @@ pub enum IoFailure {
     },
     #[error("corrupt metadata in {what}: {detail}")]
     CorruptMetadata { what: String, detail: String },
+    #[error(transparent)]
+    Stripe(#[from] crate::stripe::StripeError),
+    /// A block's segment was moved by GC between lookup and read: look it up again.
+    #[error("segment {segment} of family {family} moved while it was read")]
+    Moved { family: u64, segment: SegmentId },
 }
 
 impl IoFailure {
@@ -95,6 +106,19 @@ impl IoFailure {
 
     /// True when the underlying error is a full disk.
     pub fn is_no_space(&self) -> bool {
-        matches!(self, IoFailure::Disk { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
+        match self {
+            IoFailure::Disk { source, .. } => source.raw_os_error() == Some(libc::ENOSPC),
+            IoFailure::Stripe(s) => s.is_no_space(),
+            _ => false,
+        }
+    }
+
+    /// The data moved (GC) or its stripe is gone: worth looking the block up again.
+    pub fn is_moved(&self) -> bool {
+        match self {
+            IoFailure::Moved { .. } => true,
+            IoFailure::Stripe(s) => s.is_missing(),
+            _ => false,
+        }
     }
 }

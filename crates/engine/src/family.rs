@@ -67,7 +67,7 @@ impl Family {
         reduced: &Reduced,
         raw: &[u8],
         seq: u64,
-        new_segment: &mut dyn FnMut() -> SegmentId,
+        new_segment: &mut dyn FnMut(FamilyId) -> SegmentId,
         segment_capacity_bytes: usize,
     ) {
         self.open_since_seq.get_or_insert(seq);
@@ -172,7 +172,7 @@ impl Family {
         entry: SummaryEntry,
         released: &[BlockId],
         seq: u64,
-        new_segment: &mut dyn FnMut() -> SegmentId,
+        new_segment: &mut dyn FnMut(FamilyId) -> SegmentId,
         segment_capacity_bytes: usize,
     ) {
         self.open_since_seq.get_or_insert(seq);
@@ -185,7 +185,7 @@ impl Family {
         &mut self,
         op: LayerOp,
         seq: u64,
-        new_segment: &mut dyn FnMut() -> SegmentId,
+        new_segment: &mut dyn FnMut(FamilyId) -> SegmentId,
         segment_capacity_bytes: usize,
     ) {
         self.open_since_seq.get_or_insert(seq);
@@ -236,7 +236,7 @@ impl Family {
         from_lba: u64,
         span: u64,
         seq: u64,
-        new_segment: &mut dyn FnMut() -> SegmentId,
+        new_segment: &mut dyn FnMut(FamilyId) -> SegmentId,
         segment_capacity_bytes: usize,
     ) -> Option<u64> {
         let first_page = self.layers.get(&layer).and_then(|m| {
@@ -271,7 +271,7 @@ impl Family {
         block: BlockId,
         stored: &[u8],
         compressed: bool,
-        new_segment: &mut dyn FnMut() -> SegmentId,
+        new_segment: &mut dyn FnMut(FamilyId) -> SegmentId,
         segment_capacity_bytes: usize,
     ) {
         let open = self.open_segment(new_segment, segment_capacity_bytes);
@@ -372,7 +372,7 @@ impl Family {
     fn record(
         &mut self,
         entry: SummaryEntry,
-        new_segment: &mut dyn FnMut() -> SegmentId,
+        new_segment: &mut dyn FnMut(FamilyId) -> SegmentId,
         cap: usize,
     ) {
         self.open_segment(new_segment, cap).record(entry);
@@ -380,12 +380,12 @@ impl Family {
 
     fn open_segment(
         &mut self,
-        new_segment: &mut dyn FnMut() -> SegmentId,
+        new_segment: &mut dyn FnMut(FamilyId) -> SegmentId,
         cap: usize,
     ) -> &mut SegmentBuilder {
         let family = self.id;
         self.open
-            .get_or_insert_with(|| SegmentBuilder::new(new_segment(), family, cap))
+            .get_or_insert_with(|| SegmentBuilder::new(new_segment(family), family, cap))
     }
 }
 

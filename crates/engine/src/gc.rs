@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::checkpointer::take_checkpoint_with;
-use crate::chunk_store::ChunkId;
 use crate::destage::segment_ids;
 use crate::error::IoFailure;
 use crate::seal::{seal_all, start_sealing};
@@ -33,8 +32,8 @@ pub(crate) fn collect_garbage(
         let st = shared.state.lock();
         let mut victims = Vec::new();
         let mut uncovered = false;
-        for (&id, s) in &st.sealed {
-            let Some(f) = st.families.get(&s.family) else {
+        for (&(fid, id), s) in &st.sealed {
+            let Some(f) = st.families.get(&fid) else {
                 continue;
             };
             let usage = f.table.segment_usage(id);
@@ -48,7 +47,7 @@ pub(crate) fn collect_garbage(
             if !garbage {
                 continue;
             }
-            if id.0 < st.checkpoint_below {
+            if id.0 < st.checkpoint_below.get(&fid).copied().unwrap_or(0) {
                 victims.push((fraction, id, s.family, usage.live_bytes));
             } else {
                 uncovered = true;
@@ -81,43 +80,43 @@ pub(crate) fn collect_garbage(
         })
         .collect();
     // One pass over each family's table finds the live blocks of all its victims.
-    let mut live_by_segment: HashMap<SegmentId, Vec<crate::units::BlockId>> = HashMap::new();
+    let mut live_by_segment: HashMap<(FamilyId, SegmentId), Vec<crate::units::BlockId>> =
+        HashMap::new();
     {
         let st = shared.state.lock();
         let families: std::collections::HashSet<FamilyId> = victims.iter().map(|v| v.2).collect();
-        let ids: std::collections::HashSet<SegmentId> = victims.iter().map(|v| v.1).collect();
         for fid in families {
+            let ids: std::collections::HashSet<SegmentId> =
+                victims.iter().filter(|v| v.2 == fid).map(|v| v.1).collect();
             if let Some(f) = st.families.get(&fid) {
                 for (block, segment) in f.table.live_blocks_in_any(&ids) {
-                    live_by_segment.entry(segment).or_default().push(block);
+                    live_by_segment
+                        .entry((fid, segment))
+                        .or_default()
+                        .push(block);
                 }
             }
         }
     }
     let mut done = Vec::new();
     for (_, id, fid, live_bytes) in victims {
-        let stored_bytes = match shared.state.lock().sealed.get(&id) {
-            Some(s) => s.stored_bytes,
+        let (stored_bytes, redundancy) = match shared.state.lock().sealed.get(&(fid, id)) {
+            Some(s) => (s.stored_bytes, s.redundancy),
             None => continue,
         };
         let mut bytes = vec![0u8; usize::try_from(stored_bytes).expect("segment fits in memory")];
         if live_bytes > 0 {
-            shared.store.read(
-                ChunkId {
-                    segment: id,
-                    index: 0,
-                },
-                0,
-                &mut bytes,
-            )?;
+            shared
+                .stripes
+                .read(fid.0, id.0, redundancy, stored_bytes, 0, &mut bytes)?;
         }
         let mut st = shared.state.lock();
         let cap = shared.config.segment_size_bytes;
-        let mut next_segment = st.next_segment_id;
+        let mut next_segment = std::mem::take(&mut st.next_segment);
         let mut to_seal = Vec::new();
         if let Some(f) = st.families.get_mut(&fid) {
             let mut alloc = segment_ids(&mut next_segment);
-            for &block in live_by_segment.get(&id).into_iter().flatten() {
+            for &block in live_by_segment.get(&(fid, id)).into_iter().flatten() {
                 // Blocks freed or moved since the scan are skipped.
                 let Some(entry) = f.table.get(block) else {
                     continue;
@@ -146,27 +145,19 @@ pub(crate) fn collect_garbage(
                 }
             }
         }
-        st.next_segment_id = next_segment;
+        st.next_segment = next_segment;
         let hwm = st.processed_seq;
         for (b, since) in to_seal {
-            start_sealing(&mut st, b, since, hwm);
+            start_sealing(&shared.stripes, &mut st, b, since, hwm);
         }
         drop(st);
-        done.push((id, stored_bytes));
+        done.push((fid, id, redundancy, stored_bytes));
     }
     // The relocated blocks must be durable before their old copies go.
     seal_all(shared)?;
-    for (id, stored_bytes) in done {
-        shared.state.lock().sealed.remove(&id);
-        match shared.store.delete(ChunkId {
-            segment: id,
-            index: 0,
-        }) {
-            Ok(()) => {}
-            Err(IoFailure::Disk { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+    for (fid, id, redundancy, stored_bytes) in done {
+        shared.state.lock().sealed.remove(&(fid, id));
+        shared.stripes.delete(fid.0, id.0, redundancy)?;
         report.segments_reclaimed += 1;
         report.bytes_reclaimed += stored_bytes;
     }

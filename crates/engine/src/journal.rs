@@ -128,10 +128,35 @@ pub struct Appender<'a> {
     inner: parking_lot::MutexGuard<'a, Inner>,
 }
 
-impl Appender<'_> {
-    /// Append one record; returns its seq.
-    pub fn append(&mut self, header: RecordHeader, payload: &[u8]) -> Result<u64, IoFailure> {
+impl crate::write_log::LogAppender for Appender<'_> {
+    fn append(&mut self, header: RecordHeader, payload: &[u8]) -> Result<u64, IoFailure> {
         self.journal.append_locked(&mut self.inner, header, payload)
+    }
+}
+
+impl crate::write_log::WriteLog for Journal {
+    fn with_lock(&self, f: &mut dyn FnMut(&mut dyn crate::write_log::LogAppender)) {
+        let mut appender = Appender {
+            journal: self,
+            inner: self.inner.lock(),
+        };
+        f(&mut appender);
+    }
+
+    fn sync(&self, upto: u64) -> Result<(), IoFailure> {
+        Journal::sync(self, upto)
+    }
+
+    fn written_seq(&self) -> u64 {
+        Journal::written_seq(self)
+    }
+
+    fn release_upto(&self, hwm: u64) -> Result<(), IoFailure> {
+        Journal::release_upto(self, hwm)
+    }
+
+    fn pieces_in_use(&self) -> usize {
+        self.file_count()
     }
 }
 
@@ -318,31 +343,6 @@ impl Journal {
         let mut inner = self.inner.lock();
         let seq = self.append_locked(&mut inner, header, payload)?;
         Ok(on_written(seq))
-    }
-
-    /// Like [`Self::append`], but the header is decided by `resolve` with the journal locked:
-    /// a layer switch (snapshot, refresh) that also takes the journal lock cannot fall between
-    /// choosing the layer and publishing the record. `resolve` may refuse (nothing written).
-    pub fn append_resolved<R, E: From<IoFailure>>(
-        &self,
-        payload: &[u8],
-        resolve: impl FnOnce() -> Result<RecordHeader, E>,
-        on_written: impl FnOnce(u64, RecordHeader) -> R,
-    ) -> Result<R, E> {
-        let mut inner = self.inner.lock();
-        let header = resolve()?;
-        let seq = self.append_locked(&mut inner, header, payload)?;
-        Ok(on_written(seq, header))
-    }
-
-    /// Run `f` with the journal locked: no record is appended meanwhile except through the
-    /// [`Appender`] it gets. Layer switches run here, so they fall between two records.
-    pub fn with_lock<R>(&self, f: impl FnOnce(&mut Appender<'_>) -> R) -> R {
-        let mut appender = Appender {
-            journal: self,
-            inner: self.inner.lock(),
-        };
-        f(&mut appender)
     }
 
     fn append_locked(

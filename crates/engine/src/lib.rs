@@ -4,7 +4,7 @@
 //! Write path: [`journal`] (durable write buffer) → [`write_buffer`] (read-your-writes, FIFO to
 //! destage) → [`reduce`] (zero elimination, fingerprint, lz4) → [`family`] (dedup index, block
 //! table, block maps, open segment) → [`segment`] (self-describing log unit) →
-//! [`chunk_store`] (stripes of k+m chunks; k=1, m=0 on one d.node).
+//! [`stripe`] (stripes of k+m chunks on the chunk stores of d.nodes, `weft_chunk`).
 //! Read path: write buffer → block map → block table → chunk byte range, checksum verified,
 //! decompressed. Recovery: [`checkpoint`] + replay of sealed segments + replay of the journal.
 //!
@@ -15,7 +15,6 @@ pub mod block_map;
 pub mod block_table;
 pub mod catalog;
 pub mod checkpoint;
-pub mod chunk_store;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -26,8 +25,10 @@ pub mod metastore;
 pub mod reduce;
 pub mod segment;
 pub mod space;
+pub mod stripe;
 pub mod units;
 pub mod write_buffer;
+pub mod write_log;
 
 mod checkpointer;
 mod destage;
@@ -40,7 +41,7 @@ mod state;
 mod stats;
 
 pub use catalog::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
-pub use engine::{Engine, EngineConfig};
+pub use engine::{Engine, EngineConfig, LocalStoreConfig};
 pub use error::{EngineError, IoFailure};
 pub use space::{FamilyReduction, SpaceUsage};
 pub use stats::{EngineStats, GcReport, GcStats, ReductionStats};

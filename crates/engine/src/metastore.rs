@@ -12,7 +12,7 @@ use crate::layers::LayerOp;
 use crate::units::{FamilyId, LayerId, VolumeId};
 
 /// The format this build writes; older data dirs are refused with a clear message.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 const METASTORE_FILE: &str = "cluster.json";
 
@@ -77,6 +77,12 @@ pub struct ClusterState {
     pub next_volume_id: u64,
     pub next_family_id: u64,
     pub next_layer_id: u64,
+    /// Each family's latest durable checkpoint (on the d.nodes), by family id.
+    #[serde(default)]
+    pub checkpoints: std::collections::BTreeMap<u64, crate::checkpoint::CheckpointRef>,
+    /// Lifetime counters (write amplification, GC totals) as of the last checkpoint.
+    #[serde(default)]
+    pub counters: crate::checkpoint::LifetimeCounters,
 }
 
 /// The embedded store: a file and its current contents.
@@ -101,7 +107,7 @@ impl MetaStore {
                     return Err(IoFailure::CorruptMetadata {
                         what: path.display().to_string(),
                         detail: format!(
-                            "data dir format {} was written by another weft version; this one reads format {FORMAT_VERSION} (journal records name layers since snapshots came): start with a new --data-dir",
+                            "data dir format {} was written by another weft version; this one reads format {FORMAT_VERSION} (format 3: chunks carry headers and per-page checksums, segment ids and checkpoints are per family and live on the d.nodes): start with a new --data-dir",
                             state.format_version
                         ),
                     });

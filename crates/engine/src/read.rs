@@ -2,15 +2,15 @@
 //! buffered or in-memory segment data under the state lock, then read the rest from chunks
 //! with the lock released (runs of adjacent blocks coalesced), CRC-checked and decompressed.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::block_map::Mapping;
 use crate::block_table::BlockLocation;
-use crate::chunk_store::ChunkId;
 use crate::error::{EngineError, IoFailure};
 use crate::reduce::{self};
 use crate::state::Shared;
-use crate::units::{LayerId, VolumeId, BLOCK_SIZE_BYTES};
+use crate::units::{LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES};
 
 /// Where one block of an image reads from.
 pub(crate) enum Resolved<'a> {
@@ -47,6 +47,8 @@ enum Source {
     Disk {
         index: usize,
         location: BlockLocation,
+        redundancy: weft_ec::Redundancy,
+        stripe_len_bytes: u64,
     },
 }
 
@@ -59,6 +61,8 @@ pub(crate) fn read_blocks(
     buf: &mut [u8],
 ) -> Result<(), EngineError> {
     let mut disk = Vec::new();
+    let mut stripes: HashMap<SegmentId, (weft_ec::Redundancy, u64)> = HashMap::new();
+    let family_id;
     {
         let st = shared.state.lock();
         let image = st.image(volume)?;
@@ -79,7 +83,10 @@ pub(crate) fn read_blocks(
                     }
                     Mapping::Block(b) => {
                         let location = family.location(b).expect("mapped blocks are live");
-                        let in_memory = match (&family.open, st.sealing.get(&location.segment)) {
+                        let in_memory = match (
+                            &family.open,
+                            st.sealing.get(&(image.family, location.segment)),
+                        ) {
                             (Some(open), _) if open.id == location.segment => {
                                 Some(open.bytes(location.offset_bytes, location.stored_len_bytes))
                             }
@@ -96,15 +103,38 @@ pub(crate) fn read_blocks(
                                 restore_block(shared, stored, location, out)?;
                                 Source::Ready
                             }
-                            None => Source::Disk { index: i, location },
+                            None => {
+                                let Some(sealed) = st.sealed.get(&(image.family, location.segment))
+                                else {
+                                    // GC moved it between the map lookup and here.
+                                    return Err(EngineError::Io(IoFailure::Moved {
+                                        family: image.family.0,
+                                        segment: location.segment,
+                                    }));
+                                };
+                                Source::Disk {
+                                    index: i,
+                                    location,
+                                    redundancy: sealed.redundancy,
+                                    stripe_len_bytes: sealed.stored_bytes,
+                                }
+                            }
                         }
                     }
                 },
             };
-            if let Source::Disk { index, location } = source {
+            if let Source::Disk {
+                index,
+                location,
+                redundancy,
+                stripe_len_bytes,
+            } = source
+            {
                 disk.push((index, location));
+                stripes.insert(location.segment, (redundancy, stripe_len_bytes));
             }
         }
+        family_id = image.family.0;
     }
     // Coalesce runs of blocks stored back to back in one segment into one chunk read.
     let mut i = 0;
@@ -123,14 +153,18 @@ pub(crate) fn read_blocks(
         }
         let start = u64::from(first.offset_bytes);
         scratch.resize(usize::try_from(end - start).expect("bounded run"), 0);
-        shared.store.read(
-            ChunkId {
-                segment: first.segment,
-                index: 0,
-            },
-            start,
-            &mut scratch,
-        )?;
+        let (redundancy, stripe_len) = stripes[&first.segment];
+        shared
+            .stripes
+            .read(
+                family_id,
+                first.segment.0,
+                redundancy,
+                stripe_len,
+                start,
+                &mut scratch,
+            )
+            .map_err(|e| EngineError::Io(IoFailure::Stripe(e)))?;
         for &(index, loc) in &disk[i..j] {
             let at = usize::try_from(u64::from(loc.offset_bytes) - start).expect("inside run");
             let stored = &scratch[at..at + usize::from(loc.stored_len_bytes)];

@@ -4,15 +4,14 @@
 //! cluster state's pending layer operations (a no-op for those already applied). What comes
 //! out is the state the engine had when it stopped, minus nothing that was acknowledged.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::checkpoint::{self, SealedSegment};
-use crate::chunk_store::{ChunkId, ChunkStore, LocalChunkStore};
+use crate::checkpoint::{self, SealedSegment, CHECKPOINT_SEGMENT_BASE};
 use crate::config::EngineConfig;
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
@@ -21,109 +20,42 @@ use crate::layers::LayerOp;
 use crate::metastore::{ClusterState, MetaStore};
 use crate::segment::{self, SummaryEntry, SEGMENT_HEADER_BYTES};
 use crate::state::{Counters, Shared, State};
+use crate::stripe::{Placement, StripeListing, StripeStore};
 use crate::units::{FamilyId, LayerId, SegmentId, BLOCK_SIZE_BYTES};
 
-pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
+pub(crate) fn recover(
+    config: EngineConfig,
+    placement: Arc<dyn Placement>,
+) -> Result<Shared, EngineError> {
     let started = Instant::now();
     let dir = &config.data_dir;
     let lock = lock_data_dir(dir)?;
     let meta_dir = dir.join("meta");
     let meta = MetaStore::open(&meta_dir)?;
-    let store = Arc::new(LocalChunkStore::open(
-        &dir.join("dnode0").join("chunks"),
-        config.direct_io,
-        config.capacity_bytes,
-    )?);
+    let stripes = Arc::new(StripeStore::new(placement));
 
-    let image = checkpoint::load(&meta_dir)?.unwrap_or_default();
-    let counters = Counters::restore(image.counters);
-    let mut families: HashMap<_, _> = image.families.into_iter().map(|f| (f.id, f)).collect();
-    let mut st = State {
-        next_segment_id: image.next_segment_id,
-        checkpoint_below: image.next_segment_id,
-        ..State::default()
-    };
+    let counters = Counters::restore(meta.state.counters);
+    let mut st = State::default();
     let layer_family = layer_families(&meta.state);
     let alive: HashSet<FamilyId> = layer_family.values().copied().collect();
-    for fid in alive {
-        let family = families.remove(&fid).unwrap_or_else(|| Family::new(fid));
-        st.families.insert(fid, family);
+    let mut replayed = 0u64;
+    for &fid in &alive {
+        replayed += recover_family(&stripes, &meta.state, fid, &mut st)?;
+    }
+    // Chunks of families no volume or snapshot knows any more (deleted while a c.node was
+    // down, or their deletion was cut short).
+    for family in stripes.families()? {
+        if !alive.contains(&FamilyId(family)) {
+            tracing::warn!(family, "deleting the stripes of a deleted family");
+            for (segment, s) in stripes.list(family)? {
+                if let Err(e) = stripes.delete(family, segment, s.redundancy) {
+                    tracing::warn!(family, segment, error = %e, "could not delete a stripe");
+                }
+            }
+        }
     }
     for image in crate::state::images_of(&meta.state) {
         st.insert_image(image);
-    }
-    st.sealed = image
-        .sealed
-        .into_iter()
-        .filter(|(_, s)| st.families.contains_key(&s.family))
-        .collect();
-
-    // Replay segments sealed after the checkpoint; drop torn, orphaned and deleted ones.
-    // Segments GC deleted after the checkpoint are gone: their blocks were relocated by
-    // segments replayed below.
-    let chunks = store.list()?;
-    let present: std::collections::HashSet<_> = chunks.iter().map(|c| c.segment).collect();
-    st.sealed.retain(|id, _| present.contains(id));
-    let mut replayed = 0u64;
-    for chunk in chunks {
-        let id = chunk.segment;
-        if id.0 < image.next_segment_id {
-            if !st.sealed.contains_key(&id) {
-                discard(
-                    &*store,
-                    chunk,
-                    "not in the checkpoint (deleted volume or finished GC)",
-                );
-            }
-            continue;
-        }
-        let Some((header, entries)) = read_summary(&*store, id)? else {
-            discard(
-                &*store,
-                chunk,
-                "torn: its writes are replayed from the journal",
-            );
-            continue;
-        };
-        let Some(family) = st.families.get_mut(&header.family) else {
-            discard(&*store, chunk, "belongs to a deleted volume");
-            continue;
-        };
-        family.replay(id, &entries);
-        family.journal_hwm = family.journal_hwm.max(header.journal_hwm);
-        let stored_bytes = std::fs::metadata(
-            dir.join("dnode0")
-                .join("chunks")
-                .join(format!("{:016x}.0.chunk", id.0)),
-        )
-        .map_or(0, |m| m.len());
-        let data_bytes =
-            u64::from(header.data_end_bytes) - crate::segment::SEGMENT_HEADER_BYTES as u64;
-        st.sealed.insert(
-            id,
-            SealedSegment {
-                family: header.family,
-                data_bytes,
-                stored_bytes,
-            },
-        );
-        st.next_segment_id = st.next_segment_id.max(id.0 + 1);
-        replayed += 1;
-    }
-    let mut missing = 0;
-    for f in st.families.values_mut() {
-        f.table.rebuild_free_ids();
-        missing += f
-            .table
-            .live_entries()
-            .filter(|(_, e)| !st.sealed.contains_key(&e.location.segment))
-            .count();
-    }
-    if missing > 0 {
-        tracing::error!(
-            blocks = missing,
-            "blocks point at missing segments: reads of them fail with EIO"
-        );
     }
 
     build_graphs(&meta.state, &mut st);
@@ -201,8 +133,8 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         config,
         meta: Mutex::new(meta),
         range_gate: Mutex::new(()),
-        journal,
-        store,
+        journal: Box::new(journal),
+        stripes,
         state: Mutex::new(st),
         work: Condvar::new(),
         space: Condvar::new(),
@@ -216,6 +148,121 @@ pub(crate) fn recover(config: EngineConfig) -> Result<Shared, EngineError> {
         counters,
         _data_dir_lock: lock,
     })
+}
+
+/// Recover one family: its checkpoint (from the stripes the cluster state points at), then
+/// its segments sealed after it, in id order. Torn stripes (fewer than k chunks, or a summary
+/// that fails its checksum) are deleted: their writes are still in the journal. Returns how
+/// many segments were replayed.
+fn recover_family(
+    stripes: &StripeStore,
+    state: &ClusterState,
+    fid: FamilyId,
+    st: &mut State,
+) -> Result<u64, EngineError> {
+    let corrupt = |detail: String| IoFailure::CorruptMetadata {
+        what: format!("checkpoint of family {}", fid.0),
+        detail,
+    };
+    let (mut family, mut sealed, below) = match state.checkpoints.get(&fid.0) {
+        Some(r) => {
+            let mut image = Vec::with_capacity(usize::try_from(r.len_bytes).unwrap_or(0));
+            for (segment, len) in r.parts() {
+                let mut part = vec![0u8; usize::try_from(len).expect("bounded part")];
+                stripes
+                    .read(fid.0, segment.0, r.redundancy.0, len, 0, &mut part)
+                    .map_err(IoFailure::Stripe)?;
+                image.extend_from_slice(&part);
+            }
+            if crc32c::crc32c(&image) != r.crc32c {
+                return Err(corrupt("checksum mismatch".into()).into());
+            }
+            let c = checkpoint::decode(&image).map_err(corrupt)?;
+            (c.family, c.sealed, c.next_segment_id)
+        }
+        None => (Family::new(fid), BTreeMap::new(), 1),
+    };
+    let listed = stripes.list(fid.0).map_err(IoFailure::Stripe)?;
+    let current_generation = state.checkpoints.get(&fid.0).map(|r| r.generation);
+    let mut replayed = 0;
+    let mut next_segment = below;
+    let mut missing_sealed = Vec::new();
+    for &id in sealed.keys() {
+        if !listed.get(&id.0).is_some_and(StripeListing::readable) {
+            missing_sealed.push(id);
+        }
+    }
+    for (&segment, s) in &listed {
+        let discard = |why: &str| {
+            tracing::warn!(family = fid.0, segment, why, "discarding stripe");
+            if let Err(e) = stripes.delete(fid.0, segment, s.redundancy) {
+                tracing::warn!(family = fid.0, segment, error = %e, "could not delete stripe");
+            }
+        };
+        if segment >= CHECKPOINT_SEGMENT_BASE {
+            let generation = (segment - CHECKPOINT_SEGMENT_BASE) >> 20;
+            if Some(generation) != current_generation {
+                discard("checkpoint stripe of another generation");
+            }
+            continue;
+        }
+        if segment < below {
+            if !sealed.contains_key(&SegmentId(segment)) {
+                discard("not in the checkpoint (finished GC)");
+            }
+            continue;
+        }
+        if !s.readable() {
+            discard("torn: fewer than k chunks; its writes are replayed from the journal");
+            continue;
+        }
+        let Some((header, entries)) = read_summary(stripes, fid, segment, s)? else {
+            discard("torn: its writes are replayed from the journal");
+            continue;
+        };
+        if header.family != fid {
+            discard("its header names another family");
+            continue;
+        }
+        family.replay(SegmentId(segment), &entries);
+        family.journal_hwm = family.journal_hwm.max(header.journal_hwm);
+        let data_bytes =
+            u64::from(header.data_end_bytes) - crate::segment::SEGMENT_HEADER_BYTES as u64;
+        sealed.insert(
+            SegmentId(segment),
+            SealedSegment {
+                family: fid,
+                redundancy: s.redundancy,
+                data_bytes,
+                stored_bytes: s.stripe_len_bytes,
+            },
+        );
+        next_segment = next_segment.max(segment + 1);
+        replayed += 1;
+    }
+    for id in missing_sealed {
+        sealed.remove(&id);
+    }
+    family.table.rebuild_free_ids();
+    let missing = family
+        .table
+        .live_entries()
+        .filter(|(_, e)| !sealed.contains_key(&e.location.segment))
+        .count();
+    if missing > 0 {
+        tracing::error!(
+            family = fid.0,
+            blocks = missing,
+            "blocks point at missing stripes: reads of them fail with EIO"
+        );
+    }
+    for (id, s) in sealed {
+        st.sealed.insert((fid, id), s);
+    }
+    st.next_segment.insert(fid, next_segment);
+    st.checkpoint_below.insert(fid, below);
+    st.families.insert(fid, family);
+    Ok(replayed)
 }
 
 /// Only one engine may use a data dir: a second process would write the same segment ids and
@@ -301,34 +348,32 @@ fn queue_layer_op(st: &mut State, seq: u64, family: FamilyId, op: LayerOp) {
     st.buffer.push_layer_op(seq, family, op);
 }
 
-fn discard(store: &dyn ChunkStore, chunk: ChunkId, why: &str) {
-    tracing::warn!(segment = chunk.segment.0, why, "discarding segment");
-    if let Err(e) = store.delete(chunk) {
-        tracing::warn!(segment = chunk.segment.0, error = %e, "could not delete segment");
-    }
-}
-
-/// Read a sealed segment's header and summary (recovery).
-pub(crate) fn read_summary(
-    store: &dyn crate::chunk_store::ChunkStore,
-    id: SegmentId,
+/// Read a sealed segment's header and summary; `None` when they fail their checks (torn).
+fn read_summary(
+    stripes: &StripeStore,
+    fid: FamilyId,
+    segment: u64,
+    s: &StripeListing,
 ) -> Result<Option<(segment::SegmentHeader, Vec<SummaryEntry>)>, IoFailure> {
-    let chunk = ChunkId {
-        segment: id,
-        index: 0,
+    let read = |offset: u64, buf: &mut [u8]| {
+        stripes.read(
+            fid.0,
+            segment,
+            s.redundancy,
+            s.stripe_len_bytes,
+            offset,
+            buf,
+        )
     };
     let mut head = vec![0u8; SEGMENT_HEADER_BYTES];
-    if store.read(chunk, 0, &mut head).is_err() {
+    if read(0, &mut head).is_err() {
         return Ok(None);
     }
     let Ok(header) = segment::parse_header(&head) else {
         return Ok(None);
     };
     let mut summary = vec![0u8; header.summary_len_bytes as usize];
-    if store
-        .read(chunk, u64::from(header.data_end_bytes), &mut summary)
-        .is_err()
-    {
+    if read(u64::from(header.data_end_bytes), &mut summary).is_err() {
         return Ok(None);
     }
     match segment::parse_summary(&header, &summary) {

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::checkpoint::SealedSegment;
-use crate::chunk_store::ChunkId;
 use crate::error::IoFailure;
 use crate::segment::{SegmentBuilder, StripeLayout};
 use crate::state::{release_journal, SealingSegment, Shared, State};
+use crate::stripe::StripeStore;
 use crate::units::{FamilyId, SegmentId};
+use weft_ec::Redundancy;
 
 /// How long the engine's threads sleep when there is nothing to do.
 pub(crate) const IDLE_WAIT: Duration = Duration::from_millis(20);
@@ -24,6 +25,7 @@ pub(crate) const SEAL_RETRY_INTERVAL: Duration = Duration::from_millis(500);
 /// keep it until the stripe is durable. `hwm`: every record of the family up to it is
 /// reflected in this segment or earlier ones.
 pub(crate) fn start_sealing(
+    stripes: &StripeStore,
     st: &mut State,
     builder: SegmentBuilder,
     since_seq: Option<u64>,
@@ -32,11 +34,18 @@ pub(crate) fn start_sealing(
     let id = builder.id;
     let family = builder.family;
     let data_bytes = builder.data_bytes() as u64;
-    let bytes = Arc::new(builder.seal(hwm, StripeLayout::SINGLE));
+    let redundancy = stripes.placement().redundancy(family.0);
+    let layout = StripeLayout {
+        codec_id: redundancy.codec_id().to_u8(),
+        data_chunks: redundancy.data_chunks(),
+        parity_chunks: redundancy.parity_chunks(),
+    };
+    let bytes = Arc::new(builder.seal(hwm, layout));
     st.sealing.insert(
-        id,
+        (family, id),
         SealingSegment {
             bytes,
+            redundancy,
             family,
             since_seq,
             journal_hwm: hwm,
@@ -100,16 +109,18 @@ pub(crate) fn run_sealer(shared: &Shared) {
             st.sealing
                 .iter()
                 .next()
-                .map(|(&id, s)| (id, s.bytes.clone()))
+                .map(|(&id, s)| (id, s.bytes.clone(), s.redundancy))
         };
-        let Some((id, bytes)) = next else { continue };
-        match write_stripe(shared, id, &bytes) {
+        let Some((id, bytes, redundancy)) = next else {
+            continue;
+        };
+        match write_stripe(shared, id, redundancy, &bytes) {
             Ok(()) => {
                 shared.sealed.notify_all();
                 release_journal(shared);
             }
             Err(e) => {
-                tracing::error!(segment = id.0, error = %e, "stripe write failed; retrying; writes get ENOSPC/EIO meanwhile");
+                tracing::error!(family = id.0 .0, segment = id.1 .0, error = %e, "stripe write failed; retrying; writes get ENOSPC/EIO meanwhile");
                 {
                     let mut st = shared.state.lock();
                     st.out_of_space |= e.is_no_space();
@@ -128,12 +139,14 @@ pub(crate) fn run_sealer(shared: &Shared) {
 }
 
 /// Write one segment's stripe and move it from sealing to sealed.
-pub(crate) fn write_stripe(shared: &Shared, id: SegmentId, bytes: &[u8]) -> Result<(), IoFailure> {
-    let chunk = ChunkId {
-        segment: id,
-        index: 0,
-    };
-    shared.store.put(chunk, bytes)?;
+pub(crate) fn write_stripe(
+    shared: &Shared,
+    id: (FamilyId, SegmentId),
+    redundancy: Redundancy,
+    bytes: &[u8],
+) -> Result<(), IoFailure> {
+    let (family, segment) = (id.0 .0, id.1 .0);
+    shared.stripes.put(family, segment, redundancy, bytes)?;
     shared
         .counters
         .chunk_written_bytes
@@ -151,6 +164,7 @@ pub(crate) fn write_stripe(shared: &Shared, id: SegmentId, bytes: &[u8]) -> Resu
                 f.journal_hwm = f.journal_hwm.max(s.journal_hwm);
                 let sealed = SealedSegment {
                     family: s.family,
+                    redundancy: s.redundancy,
                     data_bytes: s.data_bytes,
                     stored_bytes: bytes.len() as u64,
                 };
@@ -162,7 +176,7 @@ pub(crate) fn write_stripe(shared: &Shared, id: SegmentId, bytes: &[u8]) -> Resu
         }
     };
     if orphan {
-        shared.store.delete(chunk)?;
+        shared.stripes.delete(family, segment, redundancy)?;
     }
     Ok(())
 }
@@ -180,7 +194,7 @@ pub(crate) fn seal_all(shared: &Shared) -> Result<(), IoFailure> {
         for fid in open {
             if let Some((b, since)) = st.families.get_mut(&fid).and_then(|f| f.take_open()) {
                 let hwm = st.processed_seq;
-                start_sealing(&mut st, b, since, hwm);
+                start_sealing(&shared.stripes, &mut st, b, since, hwm);
             }
         }
     }

@@ -276,7 +276,7 @@ mod tests {
 
     fn write(f: &mut Family, layer: u64, lba: u64, fingerprint: u128) {
         let mut next = 100;
-        let mut alloc = || {
+        let mut alloc = |_| {
             next += 1;
             SegmentId(next)
         };

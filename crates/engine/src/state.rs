@@ -10,15 +10,15 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex};
 
 use crate::checkpoint::SealedSegment;
-use crate::chunk_store::ChunkStore;
 use crate::config::EngineConfig;
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
-use crate::journal::Journal;
 use crate::metastore::{ClusterState, MetaStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
 use crate::stats::GcReport;
+use crate::stripe::StripeStore;
 use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
 use crate::write_buffer::WriteBuffer;
+use crate::write_log::WriteLog;
 
 /// An open-able image (a volume, or a snapshot exported read-only) as the engine state holds
 /// it, under a key that lives as long as the image keeps its contents: refresh and rollback
@@ -40,6 +40,7 @@ pub(crate) struct Image {
 #[derive(Debug)]
 pub(crate) struct SealingSegment {
     pub bytes: Arc<Vec<u8>>,
+    pub redundancy: weft_ec::Redundancy,
     pub family: FamilyId,
     pub since_seq: Option<u64>,
     pub journal_hwm: u64,
@@ -67,13 +68,17 @@ pub(crate) struct State {
     /// the cluster state's pending list.
     pub covered_layer_ops: Vec<PendingLayerOp>,
     pub buffer: WriteBuffer,
-    pub sealing: BTreeMap<SegmentId, SealingSegment>,
-    pub sealed: BTreeMap<SegmentId, SealedSegment>,
-    pub next_segment_id: u64,
+    /// Keyed by family and segment: segment ids are per family, and the sealer writes each
+    /// family's segments in id order.
+    pub sealing: BTreeMap<(FamilyId, SegmentId), SealingSegment>,
+    pub sealed: BTreeMap<(FamilyId, SegmentId), SealedSegment>,
+    /// The next segment id of each family.
+    pub next_segment: HashMap<FamilyId, u64>,
     /// Seq of the last record the destager took from the FIFO.
     pub processed_seq: u64,
-    /// Segments with id below this are reflected in the checkpoint (GC may delete them).
-    pub checkpoint_below: u64,
+    /// Per family: segments with id below this are reflected in its durable checkpoint (GC
+    /// may delete them).
+    pub checkpoint_below: HashMap<FamilyId, u64>,
     pub sealed_bytes_since_checkpoint: u64,
     /// A stripe write failed for lack of space: writers get ENOSPC until one succeeds.
     pub out_of_space: bool,
@@ -166,8 +171,14 @@ pub(crate) fn images_of(state: &ClusterState) -> Vec<Image> {
     volumes.chain(snapshots).collect()
 }
 
-/// What a durable checkpoint covers.
-pub(crate) type CheckpointCovers = (u64, Vec<PendingLayerOp>);
+/// A checkpoint whose stripes are durable, not yet referenced by the cluster state.
+#[derive(Debug)]
+pub(crate) struct CheckpointWritten {
+    pub refs: Vec<(FamilyId, crate::checkpoint::CheckpointRef)>,
+    pub counters: crate::checkpoint::LifetimeCounters,
+    /// The layer operations it reflects.
+    pub covered: Vec<PendingLayerOp>,
+}
 
 /// Requests to the destager thread from API calls.
 #[derive(Debug)]
@@ -220,8 +231,8 @@ pub(crate) struct Shared {
     pub config: EngineConfig,
     pub meta: Mutex<MetaStore>,
     pub range_gate: Mutex<()>,
-    pub journal: Journal,
-    pub store: Arc<dyn ChunkStore>,
+    pub journal: Box<dyn WriteLog>,
+    pub stripes: Arc<StripeStore>,
     pub state: Mutex<State>,
     /// Wakes the destager (new records, commands, shutdown).
     pub work: Condvar,
@@ -235,7 +246,7 @@ pub(crate) struct Shared {
     pub stop_sealer: AtomicBool,
     /// A checkpoint file being written in the background; yields the segment id it covers
     /// and the layer operations it reflects.
-    pub checkpoint_writer: Mutex<Option<JoinHandle<Result<CheckpointCovers, IoFailure>>>>,
+    pub checkpoint_writer: Mutex<Option<JoinHandle<Result<CheckpointWritten, IoFailure>>>>,
     pub commands: Mutex<Vec<Command>>,
     pub shutdown: AtomicBool,
     /// Stop the destager at once, as a killed process would (tests).

@@ -260,12 +260,24 @@ fn corrupt_chunk_is_an_io_error_never_data() {
     engine.sync().unwrap();
     engine.shutdown();
     drop(engine);
+    // Flip a byte of the first stored block of every log segment's chunk (not the
+    // checkpoint's: ids from 2^62 up): chunk header 4 KiB, then the segment header 4 KiB.
     let chunks = dir.path().join("dnode0").join("chunks");
-    for entry in std::fs::read_dir(&chunks).unwrap() {
-        let path = entry.unwrap().path();
-        let mut bytes = std::fs::read(&path).unwrap();
-        bytes[4096 + 100] ^= 0xff;
-        std::fs::write(&path, bytes).unwrap();
+    for family in std::fs::read_dir(&chunks).unwrap() {
+        let family = family.unwrap().path();
+        if !family.is_dir() {
+            continue;
+        }
+        for entry in std::fs::read_dir(&family).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if u64::from_str_radix(&name[..16], 16).unwrap() >= 1 << 62 {
+                continue;
+            }
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes[8192 + 100] ^= 0xff;
+            std::fs::write(&path, bytes).unwrap();
+        }
     }
     let engine = open(dir.path());
     let mut buf = vec![0u8; BLOCK_SIZE_BYTES];
@@ -277,11 +289,11 @@ fn corrupt_chunk_is_an_io_error_never_data() {
 #[test]
 fn full_datastore_refuses_writes_and_keeps_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig {
+    let store = weft_engine::LocalStoreConfig {
         capacity_bytes: Some(1 << 20),
-        ..EngineConfig::for_tests(dir.path())
+        ..Default::default()
     };
-    let engine = Engine::open(config).unwrap();
+    let engine = Engine::open_local(EngineConfig::for_tests(dir.path()), store).unwrap();
     engine
         .create_volume("v", 4096 * BLOCK_SIZE_BYTES as u64)
         .unwrap();

@@ -25,6 +25,8 @@ pub const SERVE_FILE: &str = "serve.json";
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub engine: EngineConfig,
+    /// The local d.node of single-process mode.
+    pub local_store: weft_engine::LocalStoreConfig,
     pub nbd_listen: SocketAddr,
     pub api_listen: SocketAddr,
     pub default_volume: String,
@@ -41,7 +43,8 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         data_dir: data_dir.clone(),
         ..config.engine.clone()
     };
-    let engine = tokio::task::spawn_blocking(move || Engine::open(engine_config))
+    let local_store = config.local_store.clone();
+    let engine = tokio::task::spawn_blocking(move || Engine::open_local(engine_config, local_store))
         .await?
         .with_context(|| format!("opening the datastore in {}", data_dir.display()))?;
     let engine = Arc::new(engine);

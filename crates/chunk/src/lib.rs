@@ -1,0 +1,24 @@
+//! The chunk contract: what a d.node stores and how a c.node asks for it.
+//!
+//! - [`key`]: chunk keys and metadata (family, segment, index in the stripe, epoch, codec).
+//! - [`format`]: the on-disk chunk layout: a header naming the chunk and a CRC32C per 4 KiB
+//!   page, seeded by the page's key and position, so torn, corrupt and misdirected pages are
+//!   all detected on read. No I/O.
+//! - [`error`]: typed failures (missing, no space, fenced, unavailable, corrupt, I/O) that a
+//!   network store carries over the wire unchanged.
+//! - [`store`]: the [`ChunkStore`] trait (the d.node interface) and [`LocalChunkStore`], the
+//!   d.node's store of chunk files on one disk.
+//! - [`disk`]: the seam under the local store: [`FileDisk`] (real files) and [`SimDisk`] (in
+//!   memory, with power cuts that lose or tear unsynced writes, and corrupt or misdirected
+//!   reads) for crash and fault tests.
+
+pub mod disk;
+pub mod error;
+pub mod format;
+pub mod key;
+pub mod store;
+
+pub use disk::{Disk, FileDisk, SimDisk};
+pub use error::ChunkError;
+pub use key::{ChunkInfo, ChunkKey, ChunkMeta, Epoch};
+pub use store::{ChunkStore, LocalChunkStore, ScrubReport, StoreStat};

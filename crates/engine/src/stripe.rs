@@ -1,0 +1,498 @@
+//! The c.node's stripe store: a segment's bytes become one stripe of k data + m parity chunks
+//! on the chunk stores its placement names, and come back as byte ranges, reconstructed from
+//! any k chunks when some are missing, corrupt or on a d.node that is down.
+//!
+//! - `put` encodes and writes every chunk in parallel; the stripe is durable once
+//!   `min_durable_chunks` (min(k+1, k+m)) of them are, so one more loss right after the write
+//!   cannot lose it. Chunks that failed are left for repair.
+//! - `read` maps a byte range of the stripe's data to the data chunk(s) holding it (one
+//!   d.node for a small read). When a chunk cannot serve it, the same page-aligned window is
+//!   read from k other chunks and the missing one rebuilt position-wise (Reed-Solomon and
+//!   copies are linear per byte position), so a degraded 4 KiB read costs k small reads, not
+//!   whole chunks.
+//! - `delete`, `list` (per family, from every store) and the write epoch per family.
+//!
+//! Knows nothing of volumes or segments' contents; see [`crate::seal`] and [`crate::read`]
+//! for its callers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use weft_chunk::{ChunkError, ChunkKey, ChunkMeta, ChunkStore, Epoch, StoreStat};
+use weft_ec::{Redundancy, StripeGeometry};
+
+/// Degraded reads rebuild windows aligned to this (the chunk page and EC alignment).
+const WINDOW_ALIGN_BYTES: u64 = 4096;
+
+/// Where a family's stripes go.
+pub trait Placement: Send + Sync + std::fmt::Debug {
+    /// The redundancy new stripes of `family` get.
+    fn redundancy(&self, family: u64) -> Redundancy;
+    /// The stores of the stripe of (`family`, `segment`) with `redundancy`, in chunk order (k
+    /// data chunks, then m parity chunks); `None` where no store is assigned.
+    fn stores(
+        &self,
+        family: u64,
+        segment: u64,
+        redundancy: Redundancy,
+    ) -> Vec<Option<Arc<dyn ChunkStore>>>;
+    /// Every store, for listings and space.
+    fn all_stores(&self) -> Vec<Arc<dyn ChunkStore>>;
+}
+
+/// Everything on one chunk store, unprotected: single-process mode's one local d.node.
+#[derive(Debug)]
+pub struct SingleStore(pub Arc<dyn ChunkStore>);
+
+impl Placement for SingleStore {
+    fn redundancy(&self, _family: u64) -> Redundancy {
+        Redundancy::None
+    }
+
+    fn stores(&self, _f: u64, _s: u64, redundancy: Redundancy) -> Vec<Option<Arc<dyn ChunkStore>>> {
+        vec![Some(self.0.clone()); usize::from(redundancy.total_chunks())]
+    }
+
+    fn all_stores(&self) -> Vec<Arc<dyn ChunkStore>> {
+        vec![self.0.clone()]
+    }
+}
+
+/// A stripe as the stores list it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StripeListing {
+    pub segment: u64,
+    pub stripe_len_bytes: u64,
+    pub redundancy: Redundancy,
+    /// Chunks found (distinct indexes).
+    pub chunks: u8,
+}
+
+impl StripeListing {
+    /// Enough chunks survive to read the stripe.
+    pub fn readable(&self) -> bool {
+        self.chunks >= self.redundancy.data_chunks()
+    }
+}
+
+/// Why a stripe operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StripeError {
+    #[error("stripe {family:x}/{segment:x}: only {durable} of {needed} chunks durable: {detail}")]
+    NotDurable {
+        family: u64,
+        segment: u64,
+        durable: u8,
+        needed: u8,
+        no_space: bool,
+        detail: String,
+    },
+    #[error("stripe {family:x}/{segment:x} unreadable: {detail}")]
+    Unreadable {
+        family: u64,
+        segment: u64,
+        /// Every chunk is gone (a deleted stripe), not only some.
+        missing: bool,
+        detail: String,
+    },
+    #[error("stripe {family:x}/{segment:x}: {detail}")]
+    Invalid {
+        family: u64,
+        segment: u64,
+        detail: String,
+    },
+    #[error(transparent)]
+    Chunk(#[from] ChunkError),
+}
+
+impl StripeError {
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            StripeError::NotDurable { no_space, .. } => *no_space,
+            StripeError::Chunk(c) => c.is_no_space(),
+            _ => false,
+        }
+    }
+
+    /// The stripe no longer exists (GC deleted it): the caller looks its blocks up again.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, StripeError::Unreadable { missing: true, .. })
+    }
+}
+
+/// Counters of the stripe store.
+#[derive(Debug, Default)]
+pub struct StripeCounters {
+    /// Reads that had to reconstruct from other chunks.
+    pub degraded_reads: AtomicU64,
+    /// Chunk reads that failed their checksums.
+    pub corrupt_chunks: AtomicU64,
+    /// Chunks that could not be written (the stripe was durable without them).
+    pub chunks_left_for_repair: AtomicU64,
+}
+
+/// The stripe store of a c.node.
+#[derive(Debug)]
+pub struct StripeStore {
+    placement: Arc<dyn Placement>,
+    epochs: Mutex<HashMap<u64, Epoch>>,
+    pub counters: StripeCounters,
+}
+
+impl StripeStore {
+    pub fn new(placement: Arc<dyn Placement>) -> StripeStore {
+        StripeStore {
+            placement,
+            epochs: Mutex::new(HashMap::new()),
+            counters: StripeCounters::default(),
+        }
+    }
+
+    pub fn placement(&self) -> &Arc<dyn Placement> {
+        &self.placement
+    }
+
+    /// The epoch this c.node writes `family`'s chunks with.
+    pub fn set_epoch(&self, family: u64, epoch: Epoch) {
+        self.epochs.lock().insert(family, epoch);
+    }
+
+    fn epoch(&self, family: u64) -> Epoch {
+        self.epochs.lock().get(&family).copied().unwrap_or(0)
+    }
+
+    /// Write `bytes` as the stripe of (`family`, `segment`) protected by `redundancy`; durable
+    /// when this returns.
+    pub fn put(
+        &self,
+        family: u64,
+        segment: u64,
+        redundancy: Redundancy,
+        bytes: &[u8],
+    ) -> Result<(), StripeError> {
+        let invalid = |detail: String| StripeError::Invalid {
+            family,
+            segment,
+            detail,
+        };
+        let geometry = StripeGeometry::for_len(redundancy, bytes.len() as u64)
+            .map_err(|e| invalid(e.to_string()))?;
+        let chunks = weft_ec::encode(&geometry, bytes).map_err(|e| invalid(e.to_string()))?;
+        let stores = self.placement.stores(family, segment, redundancy);
+        let epoch = self.epoch(family);
+        let meta = |index: u8| ChunkMeta {
+            key: ChunkKey::new(family, segment, index),
+            epoch,
+            codec_id: redundancy.codec_id().to_u8(),
+            data_chunks: redundancy.data_chunks(),
+            parity_chunks: redundancy.parity_chunks(),
+            stripe_len_bytes: bytes.len() as u64,
+        };
+        let put_one = |index: usize| -> Result<(), ChunkError> {
+            let Some(store) = stores.get(index).cloned().flatten() else {
+                return Err(ChunkError::Unavailable {
+                    node: format!("chunk {index}"),
+                    detail: "no d.node assigned".into(),
+                });
+            };
+            let m = meta(u8::try_from(index).expect("at most 24 chunks"));
+            match store.put(&m, &chunks[index]) {
+                Err(ChunkError::Exists { key }) => {
+                    // A retry after a failure that wrote it after all, or a leftover of a
+                    // stripe that was never acknowledged: keep it only if it is this one.
+                    match store.info(&key) {
+                        Ok(info) if info.meta == m => Ok(()),
+                        _ => {
+                            store.delete(&key, epoch)?;
+                            store.put(&m, &chunks[index])
+                        }
+                    }
+                }
+                other => other,
+            }
+        };
+        let results: Vec<Result<(), ChunkError>> = if chunks.len() == 1 {
+            vec![put_one(0)]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..chunks.len())
+                    .map(|i| s.spawn(move || put_one(i)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("chunk puts do not panic"))
+                    .collect()
+            })
+        };
+        let durable = results.iter().filter(|r| r.is_ok()).count() as u8;
+        let needed = redundancy.min_durable_chunks();
+        let failures: Vec<String> = results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.as_ref().err().map(|e| format!("chunk {i}: {e}")))
+            .collect();
+        if durable < needed {
+            let no_space = results
+                .iter()
+                .any(|r| r.as_ref().is_err_and(ChunkError::is_no_space));
+            return Err(StripeError::NotDurable {
+                family,
+                segment,
+                durable,
+                needed,
+                no_space,
+                detail: failures.join("; "),
+            });
+        }
+        if !failures.is_empty() {
+            self.counters
+                .chunks_left_for_repair
+                .fetch_add(failures.len() as u64, Ordering::Relaxed);
+            tracing::warn!(family, segment, failures = %failures.join("; "), "stripe durable with chunks missing; left for repair");
+        }
+        Ok(())
+    }
+
+    /// Read `buf.len()` bytes of the stripe's data at `offset_bytes`; `stripe_len_bytes` and
+    /// `redundancy` are what it was written with.
+    pub fn read(
+        &self,
+        family: u64,
+        segment: u64,
+        redundancy: Redundancy,
+        stripe_len_bytes: u64,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<(), StripeError> {
+        let geometry = StripeGeometry::for_len(redundancy, stripe_len_bytes).map_err(|e| {
+            StripeError::Invalid {
+                family,
+                segment,
+                detail: e.to_string(),
+            }
+        })?;
+        let ranges = geometry
+            .locate(offset_bytes, buf.len() as u64)
+            .map_err(|e| StripeError::Invalid {
+                family,
+                segment,
+                detail: e.to_string(),
+            })?;
+        let stores = self.placement.stores(family, segment, redundancy);
+        let mut at = 0usize;
+        for r in ranges {
+            let len = usize::try_from(r.len_bytes).expect("bounded by the buffer");
+            let out = &mut buf[at..at + len];
+            at += len;
+            let direct = match stores.get(usize::from(r.index)).cloned().flatten() {
+                Some(store) => store.read(
+                    &ChunkKey::new(family, segment, r.index),
+                    r.offset_bytes,
+                    out,
+                ),
+                None => Err(ChunkError::Unavailable {
+                    node: format!("chunk {}", r.index),
+                    detail: "no d.node assigned".into(),
+                }),
+            };
+            match direct {
+                Ok(()) => {}
+                Err(e) if e.is_recoverable_from_stripe() && redundancy.total_chunks() > 1 => {
+                    if matches!(e, ChunkError::Corrupt { .. }) {
+                        self.counters.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
+                    self.read_degraded(
+                        family,
+                        segment,
+                        &geometry,
+                        &stores,
+                        r.index,
+                        r.offset_bytes,
+                        out,
+                        &e,
+                    )?;
+                }
+                Err(e) => {
+                    if matches!(e, ChunkError::Corrupt { .. }) {
+                        self.counters.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Err(StripeError::Unreadable {
+                        family,
+                        segment,
+                        missing: e.is_missing(),
+                        detail: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuild `out` (bytes of chunk `index` at `offset`) from the same window of the others.
+    #[allow(clippy::too_many_arguments)]
+    fn read_degraded(
+        &self,
+        family: u64,
+        segment: u64,
+        geometry: &StripeGeometry,
+        stores: &[Option<Arc<dyn ChunkStore>>],
+        index: u8,
+        offset_bytes: u64,
+        out: &mut [u8],
+        first_error: &ChunkError,
+    ) -> Result<(), StripeError> {
+        let redundancy = geometry.redundancy();
+        let start = offset_bytes / WINDOW_ALIGN_BYTES * WINDOW_ALIGN_BYTES;
+        let end =
+            (offset_bytes + out.len() as u64).div_ceil(WINDOW_ALIGN_BYTES) * WINDOW_ALIGN_BYTES;
+        let end = end.min(geometry.chunk_len_bytes());
+        let window = end - start;
+        let total = usize::from(redundancy.total_chunks());
+        let k = usize::from(redundancy.data_chunks());
+        let mut chunks: Vec<Option<Vec<u8>>> = vec![None; total];
+        let mut errors = vec![format!("chunk {index}: {first_error}")];
+        let mut all_missing = first_error.is_missing();
+        let mut have = 0;
+        for i in (0..total).filter(|&i| i != usize::from(index)) {
+            if have == k {
+                break;
+            }
+            let Some(store) = stores.get(i).cloned().flatten() else {
+                errors.push(format!("chunk {i}: no d.node"));
+                all_missing = false;
+                continue;
+            };
+            let mut w = vec![0u8; usize::try_from(window).expect("bounded window")];
+            let key = ChunkKey::new(family, segment, u8::try_from(i).expect("few chunks"));
+            match store.read(&key, start, &mut w) {
+                Ok(()) => {
+                    chunks[i] = Some(w);
+                    have += 1;
+                }
+                Err(e) => {
+                    all_missing &= e.is_missing();
+                    errors.push(format!("chunk {i}: {e}"));
+                }
+            }
+        }
+        let unreadable = |detail: String, missing: bool| StripeError::Unreadable {
+            family,
+            segment,
+            missing,
+            detail,
+        };
+        if have < k {
+            return Err(unreadable(errors.join("; "), all_missing && have == 0));
+        }
+        let window_geometry = StripeGeometry::new(redundancy, window)
+            .map_err(|e| unreadable(e.to_string(), false))?;
+        let rebuilt = weft_ec::reconstruct_data(&window_geometry, &chunks, index)
+            .map_err(|e| unreadable(e.to_string(), false))?;
+        let skip = usize::try_from(offset_bytes - start).expect("inside the window");
+        out.copy_from_slice(&rebuilt[skip..skip + out.len()]);
+        Ok(())
+    }
+
+    /// Delete every chunk of a stripe (missing ones are fine).
+    pub fn delete(
+        &self,
+        family: u64,
+        segment: u64,
+        redundancy: Redundancy,
+    ) -> Result<(), StripeError> {
+        let epoch = self.epoch(family);
+        let mut last = None;
+        for (i, store) in self
+            .placement
+            .stores(family, segment, redundancy)
+            .into_iter()
+            .enumerate()
+        {
+            let Some(store) = store else { continue };
+            let key = ChunkKey::new(family, segment, u8::try_from(i).expect("few chunks"));
+            match store.delete(&key, epoch) {
+                Ok(()) | Err(ChunkError::Missing { .. }) => {}
+                Err(e) => last = Some(e),
+            }
+        }
+        match last {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Every stripe of a family found on any store, by segment id.
+    pub fn list(&self, family: u64) -> Result<BTreeMap<u64, StripeListing>, StripeError> {
+        let mut out: BTreeMap<u64, (StripeListing, u32)> = BTreeMap::new();
+        for store in self.placement.all_stores() {
+            let chunks = match store.list(family) {
+                Ok(c) => c,
+                Err(e @ ChunkError::Unavailable { .. }) => {
+                    tracing::warn!(store = store.name(), error = %e, "store unavailable for listing");
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            for c in chunks {
+                let Ok(redundancy) = Redundancy::from_parts(
+                    c.meta.codec_id,
+                    c.meta.data_chunks,
+                    c.meta.parity_chunks,
+                ) else {
+                    continue;
+                };
+                let entry = out.entry(c.meta.key.segment).or_insert((
+                    StripeListing {
+                        segment: c.meta.key.segment,
+                        stripe_len_bytes: c.meta.stripe_len_bytes,
+                        redundancy,
+                        chunks: 0,
+                    },
+                    0,
+                ));
+                let bit = 1u32 << c.meta.key.index.min(31);
+                if entry.1 & bit == 0 {
+                    entry.1 |= bit;
+                    entry.0.chunks += 1;
+                }
+            }
+        }
+        Ok(out.into_iter().map(|(k, (l, _))| (k, l)).collect())
+    }
+
+    /// Families with any chunk on any store.
+    pub fn families(&self) -> Result<Vec<u64>, StripeError> {
+        let mut out = Vec::new();
+        for store in self.placement.all_stores() {
+            match store.families() {
+                Ok(f) => out.extend(f),
+                Err(e @ ChunkError::Unavailable { .. }) => {
+                    tracing::warn!(store = store.name(), error = %e, "store unavailable for listing");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Space over every store: (capacity if every store is limited, used).
+    pub fn space(&self) -> (Option<u64>, u64) {
+        let mut capacity = Some(0u64);
+        let mut used = 0;
+        for store in self.placement.all_stores() {
+            let stat = store.stat().unwrap_or(StoreStat::default());
+            used += stat.used_bytes;
+            capacity = match (capacity, stat.capacity_bytes) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+        }
+        (capacity, used)
+    }
+}
