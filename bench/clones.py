@@ -247,7 +247,7 @@ def main() -> int:
                             "flat": qd1_read(w, "flat", a.runtime, a.ramp)}
 
         log(f"creating {a.clones_to_create} clones")
-        meta = w.data / "meta" / "cluster.json"
+        meta = w.data / "meta" / "meta.json"
         before = (meta.stat().st_size, w.api("GET", "/stats")["metadata_memory_bytes"])
         times = []
         for i in range(a.clones_to_create):

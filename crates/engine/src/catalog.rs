@@ -20,7 +20,7 @@ use crate::error::EngineError;
 use crate::family::Family;
 use crate::journal::{RecordHeader, RecordKind};
 use crate::layers::{LayerOp, CHAIN_LAYERS_MAX};
-use crate::metastore::{ClusterState, MetaStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
+use crate::metastore::{ClusterState, ClusterStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
 use crate::state::{Image, State};
 use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
 
@@ -180,7 +180,11 @@ impl Engine {
         self.volume_info_locked(&meta, name)
     }
 
-    fn volume_info_locked(&self, meta: &MetaStore, name: &str) -> Result<VolumeInfo, EngineError> {
+    fn volume_info_locked(
+        &self,
+        meta: &ClusterStore,
+        name: &str,
+    ) -> Result<VolumeInfo, EngineError> {
         let record = find_volume(&meta.state, name)?;
         Ok(volume_info(
             &meta.state,
@@ -298,7 +302,7 @@ impl Engine {
 
     fn snapshot_info_locked(
         &self,
-        meta: &MetaStore,
+        meta: &ClusterStore,
         name: &str,
     ) -> Result<SnapshotInfo, EngineError> {
         let s = find_snapshot(&meta.state, name)?;
@@ -460,7 +464,7 @@ impl Engine {
     /// engine state with the journal locked. Returns how long the journal was held, in µs.
     fn apply(
         &self,
-        meta: &mut MetaStore,
+        meta: &mut ClusterStore,
         mut next: ClusterState,
         switch: Switch,
     ) -> Result<u64, EngineError> {

@@ -71,15 +71,28 @@ impl Engine {
             .map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
         let chunks = LocalChunkStore::open(Arc::new(disk), store.capacity_bytes)
             .map_err(|e| IoFailure::Stripe(e.into()))?;
-        Engine::open_with(config, Arc::new(SingleStore(Arc::new(chunks))))
+        let meta_dir = config.data_dir.join("meta");
+        let kv = weft_meta::EmbeddedMetaStore::open(&meta_dir).map_err(|e| {
+            IoFailure::CorruptMetadata {
+                what: meta_dir.display().to_string(),
+                detail: e.to_string(),
+            }
+        })?;
+        Engine::open_with(
+            config,
+            Arc::new(SingleStore(Arc::new(chunks))),
+            Arc::new(kv),
+        )
     }
 
-    /// Open over any placement of chunk stores (local, remote d.nodes, fault-injecting).
+    /// Open over any placement of chunk stores (local, remote d.nodes, fault-injecting) and
+    /// any metadata store (embedded, etcd).
     pub fn open_with(
         config: EngineConfig,
         placement: Arc<dyn Placement>,
+        kv: Arc<dyn weft_meta::MetaStore>,
     ) -> Result<Engine, EngineError> {
-        let shared = Arc::new(crate::recovery::recover(config, placement)?);
+        let shared = Arc::new(crate::recovery::recover(config, placement, kv)?);
         let thread_shared = shared.clone();
         let sealer = std::thread::Builder::new()
             .name("weft-seal".into())

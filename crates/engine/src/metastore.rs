@@ -1,11 +1,14 @@
-//! The embedded MetaStore of single-process mode: the small, rarely changing cluster state
-//! (volumes, snapshots, their families and layer graph, layer operations not yet known to be
-//! durable in a checkpoint, id counters), as one JSON document replaced atomically (write,
-//! fsync, rename, fsync dir). The data path never waits on it.
+//! The cluster state a c.node keeps in the metadata store (`weft_meta::MetaStore`: the
+//! embedded store in single-process mode, etcd in a cluster): volumes, snapshots, their
+//! families and layer graph, layer operations not yet covered by a checkpoint, each family's
+//! checkpoint reference, id counters. One JSON document under [`CLUSTER_STATE_KEY`], replaced
+//! by compare-and-swap on its revision, so a second writer (a c.node that lost ownership) is
+//! refused rather than overwriting it. The data path never waits on it.
 
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use weft_meta::{MetaStore, Revision};
 
 use crate::error::IoFailure;
 use crate::layers::LayerOp;
@@ -13,8 +16,6 @@ use crate::units::{FamilyId, LayerId, VolumeId};
 
 /// The format this build writes; older data dirs are refused with a clear message.
 pub const FORMAT_VERSION: u32 = 3;
-
-const METASTORE_FILE: &str = "cluster.json";
 
 /// One volume as the cluster state knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,70 +86,69 @@ pub struct ClusterState {
     pub counters: crate::checkpoint::LifetimeCounters,
 }
 
-/// The embedded store: a file and its current contents.
+/// Where the cluster state lives in the metadata store.
+pub const CLUSTER_STATE_KEY: &str = "weft/cluster/state";
+
+/// The cluster state as last committed, and the revision it was committed at.
 #[derive(Debug)]
-pub struct MetaStore {
-    dir: PathBuf,
+pub struct ClusterStore {
+    kv: Arc<dyn MetaStore>,
+    revision: Revision,
     pub state: ClusterState,
 }
 
-impl MetaStore {
-    pub fn open(dir: &Path) -> Result<MetaStore, IoFailure> {
-        std::fs::create_dir_all(dir).map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
-        let path = dir.join(METASTORE_FILE);
-        let state = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let state: ClusterState =
-                    serde_json::from_slice(&bytes).map_err(|e| IoFailure::CorruptMetadata {
-                        what: path.display().to_string(),
-                        detail: e.to_string(),
-                    })?;
-                if state.format_version != FORMAT_VERSION {
-                    return Err(IoFailure::CorruptMetadata {
-                        what: path.display().to_string(),
-                        detail: format!(
-                            "data dir format {} was written by another weft version; this one reads format {FORMAT_VERSION} (format 3: chunks carry headers and per-page checksums, segment ids and checkpoints are per family and live on the d.nodes): start with a new --data-dir",
-                            state.format_version
-                        ),
-                    });
-                }
-                state
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ClusterState {
-                format_version: FORMAT_VERSION,
-                ..ClusterState::default()
-            },
-            Err(e) => return Err(IoFailure::disk(path.display().to_string(), e)),
+impl ClusterStore {
+    /// Load the cluster state (an empty one if none was ever committed).
+    pub fn open(kv: Arc<dyn MetaStore>) -> Result<ClusterStore, IoFailure> {
+        let corrupt = |detail: String| IoFailure::CorruptMetadata {
+            what: CLUSTER_STATE_KEY.into(),
+            detail,
         };
-        Ok(MetaStore {
-            dir: dir.to_path_buf(),
+        let (state, revision) = match kv
+            .get(CLUSTER_STATE_KEY)
+            .map_err(|e| corrupt(e.to_string()))?
+        {
+            Some(v) => {
+                let state: ClusterState =
+                    serde_json::from_slice(&v.value).map_err(|e| corrupt(e.to_string()))?;
+                if state.format_version != FORMAT_VERSION {
+                    return Err(corrupt(format!(
+                        "data dir format {} was written by another weft version; this one reads format {FORMAT_VERSION} (format 3: chunks carry headers and per-page checksums, segment ids and checkpoints are per family and live on the d.nodes): start with a new --data-dir",
+                        state.format_version
+                    )));
+                }
+                (state, v.mod_revision)
+            }
+            None => (
+                ClusterState {
+                    format_version: FORMAT_VERSION,
+                    ..ClusterState::default()
+                },
+                0,
+            ),
+        };
+        Ok(ClusterStore {
+            kv,
+            revision,
             state,
         })
     }
 
-    /// Replace the stored state with `next`; on failure nothing changes.
+    /// Replace the stored state with `next`; on failure nothing changes. Fails when someone
+    /// else changed it since it was loaded.
     pub fn commit(&mut self, next: ClusterState) -> Result<(), IoFailure> {
         let bytes = serde_json::to_vec_pretty(&next).expect("cluster state always serialises");
-        write_atomically(&self.dir, METASTORE_FILE, &bytes)?;
+        let revision = self
+            .kv
+            .compare_and_put(CLUSTER_STATE_KEY, self.revision, &bytes, None)
+            .map_err(|e| IoFailure::CorruptMetadata {
+                what: CLUSTER_STATE_KEY.into(),
+                detail: format!("commit refused: {e}"),
+            })?;
+        self.revision = revision;
         self.state = next;
         Ok(())
     }
-}
-
-/// Write `name` in `dir` so that a crash leaves either the old or the new contents.
-pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), IoFailure> {
-    use std::io::Write;
-    let tmp = dir.join(format!("{name}.tmp"));
-    let path = dir.join(name);
-    let err = |p: &Path, e| IoFailure::disk(p.display().to_string(), e);
-    let mut f = std::fs::File::create(&tmp).map_err(|e| err(&tmp, e))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| err(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| err(&path, e))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| err(dir, e))
 }
 
 #[cfg(test)]
@@ -158,7 +158,10 @@ mod tests {
     #[test]
     fn state_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let mut m = MetaStore::open(dir.path()).unwrap();
+        let kv = || -> Arc<dyn MetaStore> {
+            Arc::new(weft_meta::EmbeddedMetaStore::open(dir.path()).unwrap())
+        };
+        let mut m = ClusterStore::open(kv()).unwrap();
         assert_eq!(m.state.format_version, FORMAT_VERSION);
         let mut next = m.state.clone();
         next.volumes.push(VolumeRecord {
@@ -173,6 +176,7 @@ mod tests {
         });
         next.next_volume_id = 2;
         m.commit(next.clone()).unwrap();
-        assert_eq!(MetaStore::open(dir.path()).unwrap().state, next);
+        drop(m);
+        assert_eq!(ClusterStore::open(kv()).unwrap().state, next);
     }
 }

@@ -17,7 +17,7 @@ use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
 use crate::journal::{Journal, RecordKind};
 use crate::layers::LayerOp;
-use crate::metastore::{ClusterState, MetaStore};
+use crate::metastore::{ClusterState, ClusterStore};
 use crate::segment::{self, SummaryEntry, SEGMENT_HEADER_BYTES};
 use crate::state::{Counters, Shared, State};
 use crate::stripe::{Placement, StripeListing, StripeStore};
@@ -26,12 +26,12 @@ use crate::units::{FamilyId, LayerId, SegmentId, BLOCK_SIZE_BYTES};
 pub(crate) fn recover(
     config: EngineConfig,
     placement: Arc<dyn Placement>,
+    kv: Arc<dyn weft_meta::MetaStore>,
 ) -> Result<Shared, EngineError> {
     let started = Instant::now();
     let dir = &config.data_dir;
     let lock = lock_data_dir(dir)?;
-    let meta_dir = dir.join("meta");
-    let meta = MetaStore::open(&meta_dir)?;
+    let meta = ClusterStore::open(kv)?;
     let stripes = Arc::new(StripeStore::new(placement));
 
     let counters = Counters::restore(meta.state.counters);

@@ -13,7 +13,7 @@ use crate::checkpoint::SealedSegment;
 use crate::config::EngineConfig;
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
-use crate::metastore::{ClusterState, MetaStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
+use crate::metastore::{ClusterState, ClusterStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
 use crate::stats::GcReport;
 use crate::stripe::StripeStore;
 use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
@@ -229,7 +229,7 @@ impl Counters {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub config: EngineConfig,
-    pub meta: Mutex<MetaStore>,
+    pub meta: Mutex<ClusterStore>,
     pub range_gate: Mutex<()>,
     pub journal: Box<dyn WriteLog>,
     pub stripes: Arc<StripeStore>,
