@@ -22,6 +22,7 @@ use crate::state::{map_io, Command, Shared, State};
 use crate::stats::{EngineStats, GcReport, GcStats, ReductionStats};
 use crate::stripe::{Placement, SingleStore};
 use crate::units::{FamilyId, LayerId, VolumeId, BLOCK_SIZE_U64};
+use crate::write_log::WriteLogSource;
 use weft_chunk::{FileDisk, LocalChunkStore};
 
 /// A read that finds its segment gone (moved by GC meanwhile) looks the blocks up again.
@@ -35,6 +36,17 @@ pub struct Extent {
     pub length_bytes: u64,
     pub hole: bool,
     pub zero: bool,
+}
+
+/// What an engine stores its data, cluster state and write log in.
+#[derive(Debug, Clone)]
+pub struct Backends {
+    /// Where stripes go (the chunk stores of d.nodes).
+    pub placement: Arc<dyn Placement>,
+    /// The cluster state's store (embedded, etcd).
+    pub metastore: Arc<dyn weft_meta::MetaStore>,
+    /// The write log; `None`: the journal in `<data dir>/journal`.
+    pub write_log: Option<Arc<dyn WriteLogSource>>,
 }
 
 /// The volume engine of a c.node.
@@ -78,21 +90,18 @@ impl Engine {
                 detail: e.to_string(),
             }
         })?;
-        Engine::open_with(
-            config,
-            Arc::new(SingleStore(Arc::new(chunks))),
-            Arc::new(kv),
-        )
+        let backends = Backends {
+            placement: Arc::new(SingleStore(Arc::new(chunks))),
+            metastore: Arc::new(kv),
+            write_log: None,
+        };
+        Engine::open_with(config, backends)
     }
 
-    /// Open over any placement of chunk stores (local, remote d.nodes, fault-injecting) and
-    /// any metadata store (embedded, etcd).
-    pub fn open_with(
-        config: EngineConfig,
-        placement: Arc<dyn Placement>,
-        kv: Arc<dyn weft_meta::MetaStore>,
-    ) -> Result<Engine, EngineError> {
-        let shared = Arc::new(crate::recovery::recover(config, placement, kv)?);
+    /// Open over any backends: placement of chunk stores (local, remote d.nodes,
+    /// fault-injecting), metadata store (embedded, etcd) and write log.
+    pub fn open_with(config: EngineConfig, backends: Backends) -> Result<Engine, EngineError> {
+        let shared = Arc::new(crate::recovery::recover(config, backends)?);
         let thread_shared = shared.clone();
         let sealer = std::thread::Builder::new()
             .name("weft-seal".into())

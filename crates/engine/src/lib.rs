@@ -41,7 +41,7 @@ mod state;
 mod stats;
 
 pub use catalog::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
-pub use engine::{Engine, EngineConfig, LocalStoreConfig};
+pub use engine::{Backends, Engine, EngineConfig, LocalStoreConfig};
 pub use error::{EngineError, IoFailure};
 pub use space::{FamilyReduction, SpaceUsage};
 pub use stats::{EngineStats, GcReport, GcStats, ReductionStats};

@@ -13,21 +13,24 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::checkpoint::{self, SealedSegment, CHECKPOINT_SEGMENT_BASE};
 use crate::config::EngineConfig;
+use crate::engine::Backends;
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
-use crate::journal::{Journal, RecordKind};
+use crate::journal::RecordKind;
 use crate::layers::LayerOp;
 use crate::metastore::{ClusterState, ClusterStore};
 use crate::segment::{self, SummaryEntry, SEGMENT_HEADER_BYTES};
 use crate::state::{Counters, Shared, State};
-use crate::stripe::{Placement, StripeListing, StripeStore};
+use crate::stripe::{StripeListing, StripeStore};
 use crate::units::{FamilyId, LayerId, SegmentId, BLOCK_SIZE_BYTES};
+use crate::write_log::JournalSource;
 
-pub(crate) fn recover(
-    config: EngineConfig,
-    placement: Arc<dyn Placement>,
-    kv: Arc<dyn weft_meta::MetaStore>,
-) -> Result<Shared, EngineError> {
+pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared, EngineError> {
+    let Backends {
+        placement,
+        metastore: kv,
+        write_log,
+    } = backends;
     let started = Instant::now();
     let dir = &config.data_dir;
     let lock = lock_data_dir(dir)?;
@@ -67,7 +70,13 @@ pub(crate) fn recover(
         .map(|f| f.journal_hwm + 1)
         .max()
         .unwrap_or(1);
-    let (journal, records) = Journal::open(&dir.join("journal"), min_next_seq, config.journal)?;
+    let write_log = write_log.unwrap_or_else(|| {
+        Arc::new(JournalSource {
+            dir: dir.join("journal"),
+            options: config.journal,
+        })
+    });
+    let (journal, records) = write_log.open(min_next_seq)?;
     let mut replayed_records = 0u64;
     let mut first_pending = None;
     for r in records {
@@ -133,7 +142,7 @@ pub(crate) fn recover(
         config,
         meta: Mutex::new(meta),
         range_gate: Mutex::new(()),
-        journal: Box::new(journal),
+        journal,
         stripes,
         state: Mutex::new(st),
         work: Condvar::new(),
