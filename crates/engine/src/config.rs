@@ -25,6 +25,10 @@ pub struct EngineConfig {
     /// slices of this many LBAs, one per destage step, so a big drop never holds I/O.
     pub drop_slice_blocks: u64,
     pub journal: JournalOptions,
+    /// How often the repairer scans for chunks to rebuild (only with redundancy).
+    pub repair_interval_ms: u64,
+    /// Rebuild at most this many bytes per second (changeable at run time).
+    pub repair_rate_bytes_per_s: u64,
 }
 
 impl EngineConfig {
@@ -39,6 +43,8 @@ impl EngineConfig {
             gc_interval_ms: 2000,
             drop_slice_blocks: 32 << 10,
             journal: JournalOptions::default(),
+            repair_interval_ms: 10_000,
+            repair_rate_bytes_per_s: 256 << 20,
         }
     }
 
@@ -51,6 +57,7 @@ impl EngineConfig {
             idle_seal_ms: 50,
             gc_interval_ms: 100,
             drop_slice_blocks: 16,
+            repair_interval_ms: 200,
             journal: JournalOptions {
                 file_bytes: 256 << 10,
                 prefill: false,

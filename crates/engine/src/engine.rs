@@ -55,6 +55,7 @@ pub struct Engine {
     pub(crate) shared: Arc<Shared>,
     destager: Mutex<Option<JoinHandle<()>>>,
     sealer: Mutex<Option<JoinHandle<()>>>,
+    repairer: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// An open volume or snapshot, for a front end. `id` is the key I/O calls take.
@@ -112,10 +113,24 @@ impl Engine {
             .name("weft-destage".into())
             .spawn(move || crate::destager::run(&thread_shared))
             .map_err(|e| IoFailure::disk("destager thread", e))?;
+        shared.repair.status.lock().rate_limit_bytes_per_s = shared.config.repair_rate_bytes_per_s;
+        // Only stripes with redundancy can be repaired.
+        let repairer = if shared.stripes.placement().redundancy(0).total_chunks() > 1 {
+            let thread_shared = shared.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("weft-repair".into())
+                    .spawn(move || crate::repair::run_repairer(&thread_shared))
+                    .map_err(|e| IoFailure::disk("repair thread", e))?,
+            )
+        } else {
+            None
+        };
         let engine = Engine {
             shared,
             destager: Mutex::new(Some(destager)),
             sealer: Mutex::new(Some(sealer)),
+            repairer: Mutex::new(repairer),
         };
         if !engine.shared.state.lock().merging_into.is_empty() {
             // Replayed trims queued behind a merge change their maps only when destaged:
@@ -146,6 +161,46 @@ impl Engine {
         if let Some(handle) = self.sealer.lock().take() {
             let _ = handle.join();
         }
+        if let Some(handle) = self.repairer.lock().take() {
+            let _ = handle.join();
+        }
+    }
+
+    // ---- redundancy ----------------------------------------------------------------------
+
+    /// What the repairer has done and is doing.
+    pub fn repair_status(&self) -> crate::repair::RepairStatus {
+        self.shared.repair.status.lock().clone()
+    }
+
+    /// Change the rebuild rate limit.
+    pub fn set_repair_rate(&self, bytes_per_s: u64) {
+        self.shared.repair.status.lock().rate_limit_bytes_per_s = bytes_per_s.max(1);
+    }
+
+    /// Start a repair scan now.
+    pub fn repair_now(&self) {
+        self.shared.repair.kick.store(true, Ordering::Release);
+    }
+
+    /// The stripe store (epochs, counters).
+    pub fn stripes(&self) -> &crate::stripe::StripeStore {
+        &self.shared.stripes
+    }
+
+    /// The families the cluster state knows (for fencing them all).
+    pub fn family_ids(&self) -> Vec<u64> {
+        let meta = self.shared.meta.lock();
+        let mut out: Vec<u64> = meta
+            .state
+            .volumes
+            .iter()
+            .map(|v| v.family.0)
+            .chain(meta.state.snapshots.iter().map(|s| s.family.0))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
     /// Stop as if the process had been killed: nothing more is destaged, sealed or
@@ -524,7 +579,11 @@ fn stats(shared: &Shared) -> EngineStats {
     let c = &shared.counters;
     let host = c.host_written_bytes.load(Ordering::Relaxed);
     let chunk = c.chunk_written_bytes.load(Ordering::Relaxed);
+    let sc = &shared.stripes.counters;
     EngineStats {
+        degraded_reads: sc.degraded_reads.load(Ordering::Relaxed),
+        chunks_left_for_repair: sc.chunks_left_for_repair.load(Ordering::Relaxed),
+        repair: shared.repair.status.lock().clone(),
         write_amplification: (host > 0).then(|| chunk as f64 / host as f64),
         host_written_bytes: host,
         chunk_written_bytes: chunk,

@@ -36,6 +36,7 @@ mod destager;
 mod gc;
 mod read;
 mod recovery;
+pub mod repair;
 mod seal;
 mod state;
 mod stats;

@@ -155,6 +155,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         shutdown: AtomicBool::new(false),
         abandon: AtomicBool::new(false),
         counters,
+        repair: crate::repair::RepairControl::default(),
         _data_dir_lock: lock,
     })
 }

@@ -42,6 +42,11 @@ pub struct GcReport {
 /// Engine-wide figures for the API and metrics.
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineStats {
+    /// Reads that had to reconstruct a chunk from the rest of its stripe.
+    pub degraded_reads: u64,
+    /// Chunks that could not be written when their stripe was (left for the repairer).
+    pub chunks_left_for_repair: u64,
+    pub repair: crate::repair::RepairStatus,
     pub reduction: ReductionStats,
     /// Bytes written to chunks (segments, GC moves, summaries) per byte written by hosts.
     pub write_amplification: Option<f64>,

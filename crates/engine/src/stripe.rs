@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use weft_chunk::{ChunkError, ChunkKey, ChunkMeta, ChunkStore, Epoch, StoreStat};
+use weft_chunk::{ChunkError, ChunkKey, ChunkMeta, ChunkStore, Epoch};
 use weft_ec::{Redundancy, StripeGeometry};
 
 /// Degraded reads rebuild windows aligned to this (the chunk page and EC alignment).
@@ -40,6 +40,22 @@ pub trait Placement: Send + Sync + std::fmt::Debug {
     ) -> Vec<Option<Arc<dyn ChunkStore>>>;
     /// Every store, for listings and space.
     fn all_stores(&self) -> Vec<Arc<dyn ChunkStore>>;
+
+    /// Space over every store: (capacity if every store is limited, used). Called on every
+    /// write's admission, so it must be cheap (a network placement answers from its view).
+    fn space(&self) -> (Option<u64>, u64) {
+        let mut capacity = Some(0u64);
+        let mut used = 0;
+        for store in self.all_stores() {
+            let stat = store.stat().unwrap_or_default();
+            used += stat.used_bytes;
+            capacity = match (capacity, stat.capacity_bytes) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+        }
+        (capacity, used)
+    }
 }
 
 /// Everything on one chunk store, unprotected: single-process mode's one local d.node.
@@ -139,6 +155,10 @@ pub struct StripeCounters {
 pub struct StripeStore {
     placement: Arc<dyn Placement>,
     epochs: Mutex<HashMap<u64, Epoch>>,
+    /// The epoch of families without their own: this c.node's.
+    default_epoch: AtomicU64,
+    /// Chunks a read found corrupt, for the repairer: (family, segment, index).
+    suspects: Mutex<std::collections::BTreeSet<(u64, u64, u8)>>,
     pub counters: StripeCounters,
 }
 
@@ -147,6 +167,8 @@ impl StripeStore {
         StripeStore {
             placement,
             epochs: Mutex::new(HashMap::new()),
+            default_epoch: AtomicU64::new(0),
+            suspects: Mutex::new(std::collections::BTreeSet::new()),
             counters: StripeCounters::default(),
         }
     }
@@ -160,8 +182,107 @@ impl StripeStore {
         self.epochs.lock().insert(family, epoch);
     }
 
+    /// The epoch for families without their own (a c.node's ownership generation).
+    pub fn set_default_epoch(&self, epoch: Epoch) {
+        self.default_epoch.store(epoch, Ordering::Release);
+    }
+
     fn epoch(&self, family: u64) -> Epoch {
-        self.epochs.lock().get(&family).copied().unwrap_or(0)
+        self.epochs
+            .lock()
+            .get(&family)
+            .copied()
+            .unwrap_or_else(|| self.default_epoch.load(Ordering::Acquire))
+    }
+
+    /// Take the chunks reads found corrupt since the last call.
+    pub fn take_suspects(&self) -> Vec<(u64, u64, u8)> {
+        std::mem::take(&mut *self.suspects.lock())
+            .into_iter()
+            .collect()
+    }
+
+    fn suspect(&self, key: &ChunkKey) {
+        self.counters.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
+        self.suspects
+            .lock()
+            .insert((key.family, key.segment, key.index));
+    }
+
+    /// Rebuild chunk `index` of a stripe from the others and write it to its store
+    /// (replacing a corrupt copy). Returns the bytes written.
+    pub fn rebuild_chunk(
+        &self,
+        family: u64,
+        segment: u64,
+        redundancy: Redundancy,
+        stripe_len_bytes: u64,
+        index: u8,
+    ) -> Result<u64, StripeError> {
+        let invalid = |detail: String| StripeError::Invalid {
+            family,
+            segment,
+            detail,
+        };
+        let geometry = StripeGeometry::for_len(redundancy, stripe_len_bytes)
+            .map_err(|e| invalid(e.to_string()))?;
+        let stores = self.placement.stores(family, segment, redundancy);
+        let Some(target) = stores.get(usize::from(index)).cloned().flatten() else {
+            return Err(invalid(format!("no d.node for chunk {index}")));
+        };
+        let chunk_len = usize::try_from(geometry.chunk_len_bytes()).expect("bounded chunk");
+        let total = usize::from(redundancy.total_chunks());
+        let k = usize::from(redundancy.data_chunks());
+        let mut chunks: Vec<Option<Vec<u8>>> = vec![None; total];
+        let mut have = 0;
+        let mut errors = Vec::new();
+        for i in (0..total).filter(|&i| i != usize::from(index)) {
+            if have == k {
+                break;
+            }
+            let Some(store) = stores.get(i).cloned().flatten() else {
+                continue;
+            };
+            let key = ChunkKey::new(family, segment, u8::try_from(i).expect("few chunks"));
+            let mut buf = vec![0u8; chunk_len];
+            match store.read(&key, 0, &mut buf) {
+                Ok(()) => {
+                    chunks[i] = Some(buf);
+                    have += 1;
+                }
+                Err(e) => {
+                    if matches!(e, ChunkError::Corrupt { .. }) {
+                        self.suspect(&key);
+                    }
+                    errors.push(format!("chunk {i}: {e}"));
+                }
+            }
+        }
+        if have < k {
+            return Err(StripeError::Unreadable {
+                family,
+                segment,
+                missing: false,
+                detail: errors.join("; "),
+            });
+        }
+        weft_ec::reconstruct(&geometry, &mut chunks).map_err(|e| invalid(e.to_string()))?;
+        let data = chunks[usize::from(index)].take().expect("reconstructed");
+        let epoch = self.epoch(family);
+        let meta = ChunkMeta {
+            key: ChunkKey::new(family, segment, index),
+            epoch,
+            codec_id: redundancy.codec_id().to_u8(),
+            data_chunks: redundancy.data_chunks(),
+            parity_chunks: redundancy.parity_chunks(),
+            stripe_len_bytes,
+        };
+        match target.delete(&meta.key, epoch) {
+            Ok(()) | Err(ChunkError::Missing { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        target.put(&meta, &data)?;
+        Ok(data.len() as u64)
     }
 
     /// Write `bytes` as the stripe of (`family`, `segment`) protected by `redundancy`; durable
@@ -302,7 +423,7 @@ impl StripeStore {
                 Ok(()) => {}
                 Err(e) if e.is_recoverable_from_stripe() && redundancy.total_chunks() > 1 => {
                     if matches!(e, ChunkError::Corrupt { .. }) {
-                        self.counters.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
+                        self.suspect(&ChunkKey::new(family, segment, r.index));
                     }
                     self.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
                     self.read_degraded(
@@ -374,6 +495,9 @@ impl StripeStore {
                     have += 1;
                 }
                 Err(e) => {
+                    if matches!(e, ChunkError::Corrupt { .. }) {
+                        self.suspect(&key);
+                    }
                     all_missing &= e.is_missing();
                     errors.push(format!("chunk {i}: {e}"));
                 }
@@ -483,16 +607,6 @@ impl StripeStore {
 
     /// Space over every store: (capacity if every store is limited, used).
     pub fn space(&self) -> (Option<u64>, u64) {
-        let mut capacity = Some(0u64);
-        let mut used = 0;
-        for store in self.placement.all_stores() {
-            let stat = store.stat().unwrap_or(StoreStat::default());
-            used += stat.used_bytes;
-            capacity = match (capacity, stat.capacity_bytes) {
-                (Some(a), Some(b)) => Some(a + b),
-                _ => None,
-            };
-        }
-        (capacity, used)
+        self.placement.space()
     }
 }
