@@ -185,15 +185,15 @@ fn four_plus_two_survives_two_lost_stores_repairs_corruption_and_refills_a_wiped
     assert!(engine.stats().degraded_reads > 0);
 
     // Three down: errors, never wrong bytes.
-    for i in 0..3 {
-        stores[i].down.store(true, Ordering::Release);
+    for s in &stores[..3] {
+        s.down.store(true, Ordering::Release);
     }
     assert!(
         read_all(&engine).is_err(),
         "three of 4+2 lost must fail the read"
     );
-    for i in 0..3 {
-        stores[i].down.store(false, Ordering::Release);
+    for s in &stores[..3] {
+        s.down.store(false, Ordering::Release);
     }
     assert_eq!(read_all(&engine).unwrap(), first);
 
