@@ -83,7 +83,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "api": format!("http://{api_addr}"),
         "pid": std::process::id(),
     });
-    weft_engine::metastore::write_atomically(
+    write_atomically(
         &data_dir,
         SERVE_FILE,
         serde_json::to_vec_pretty(&serve_json)?.as_slice(),
@@ -161,4 +161,23 @@ pub fn load_or_create_token(data_dir: &Path) -> anyhow::Result<String> {
     f.write_all(token.as_bytes())?;
     f.sync_all()?;
     Ok(token)
+}
+
+/// Write `name` in `dir` so that a crash leaves either the old or the new contents.
+pub(crate) fn write_atomically(
+    dir: &std::path::Path,
+    name: &str,
+    bytes: &[u8],
+) -> anyhow::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let path = dir.join(name);
+    let mut f = std::fs::File::create(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing {}", dir.display()))
 }
