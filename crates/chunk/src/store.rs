@@ -7,8 +7,9 @@
 //! epoch only rises ([`ChunkStore::fence`]), and older writers are refused. The store knows
 //! nothing of volumes.
 //!
-//! Layout on the disk: `<family hex>/<segment hex>.<index>.chunk`, and `fences.json` (the
-//! epoch of each fenced family), replaced atomically.
+//! Layout on the disk: `<family hex>/<segment hex>.<index>.chunk` (`.chunk.corrupt` once a
+//! scrub found it corrupt: kept for inspection, never served), and `fences.json` (the epoch
+//! of each fenced family), replaced atomically.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,6 +76,9 @@ pub struct LocalChunkStore {
     fences: Mutex<HashMap<u64, Epoch>>,
     /// Serialises puts and deletes of one store (the capacity check and the index).
     write_lock: Mutex<()>,
+    /// Scrub takes corrupt chunks out of service (a d.node of a cluster, where the chunk is
+    /// rebuilt from its stripe); off, they stay (their good pages still serve reads).
+    quarantine_corrupt: bool,
 }
 
 fn chunk_path(key: &ChunkKey) -> String {
@@ -113,6 +117,7 @@ impl LocalChunkStore {
             index: Mutex::new(BTreeMap::new()),
             fences: Mutex::new(HashMap::new()),
             write_lock: Mutex::new(()),
+            quarantine_corrupt: false,
         };
         store.load_fences()?;
         let mut index = BTreeMap::new();
@@ -200,6 +205,32 @@ impl LocalChunkStore {
             .read_at(&path, 0, &mut region)
             .map_err(|e| self.err(&path, e))?;
         format::parse_header(&region, Some(key)).map_err(corrupt)
+    }
+
+    /// Let scrub quarantine corrupt chunks (see the field).
+    pub fn quarantine_corrupt(mut self, yes: bool) -> LocalChunkStore {
+        self.quarantine_corrupt = yes;
+        self
+    }
+
+    /// The epoch a family is fenced at (0: never fenced).
+    pub fn fence_epoch(&self, family: u64) -> Epoch {
+        self.fences.lock().get(&family).copied().unwrap_or(0)
+    }
+
+    /// Take a corrupt chunk out of service: renamed to `.corrupt` (kept for inspection, not
+    /// listed or served), so it reads as missing and c.nodes rebuild it from its stripe.
+    fn quarantine(&self, key: &ChunkKey) {
+        let _w = self.write_lock.lock();
+        let path = chunk_path(key);
+        if let Err(e) = self.disk.rename(&path, &format!("{path}.corrupt")) {
+            tracing::warn!(chunk = %key, error = %e, "could not quarantine a corrupt chunk");
+            return;
+        }
+        if let Some((_, len)) = self.index.lock().remove(key) {
+            self.used_bytes.fetch_sub(len, Ordering::Relaxed);
+        }
+        self.bad_chunks.fetch_add(1, Ordering::Relaxed);
     }
 
     fn check_epoch(&self, family: u64, epoch: Epoch) -> Result<(), ChunkError> {
@@ -409,7 +440,10 @@ impl ChunkStore for LocalChunkStore {
                 Ok(()) => {}
                 Err(ChunkError::Missing { .. }) => {} // deleted meanwhile
                 Err(ChunkError::Corrupt { .. }) => {
-                    tracing::warn!(chunk = %key, "scrub: chunk fails its checksums");
+                    tracing::warn!(chunk = %key, quarantine = self.quarantine_corrupt, "scrub: chunk fails its checksums");
+                    if self.quarantine_corrupt {
+                        self.quarantine(&key);
+                    }
                     report.corrupt.push(key);
                 }
                 Err(e) => return Err(e),
@@ -496,7 +530,9 @@ mod tests {
     #[test]
     fn corrupt_and_misdirected_pages_are_never_served_and_scrub_finds_rot() {
         let disk = SimDisk::new();
-        let store = LocalChunkStore::open(Arc::new(disk.clone()), None).unwrap();
+        let store = LocalChunkStore::open(Arc::new(disk.clone()), None)
+            .unwrap()
+            .quarantine_corrupt(true);
         store.put(&meta(1, 1, 0), &data()).unwrap();
         store.put(&meta(1, 2, 0), &data()).unwrap();
         let key = ChunkKey::new(1, 1, 0);
@@ -524,6 +560,11 @@ mod tests {
         let report = store.scrub(None).unwrap();
         assert_eq!(report.checked, 2);
         assert_eq!(report.corrupt, vec![key]);
+        // Quarantined: missing now (rebuilt by c.nodes), counted, not listed.
+        assert!(store.read(&key, 0, &mut buf).unwrap_err().is_missing());
+        assert_eq!(store.stat().unwrap().bad_chunks, 1);
+        assert_eq!(store.list(1).unwrap().len(), 1);
+        assert!(disk.paths().iter().any(|p| p.ends_with(".chunk.corrupt")));
     }
 
     #[test]

@@ -12,19 +12,57 @@ use crate::print::{self, human};
 /// A request the CLI makes.
 #[derive(Debug)]
 pub enum Request {
-    Create { name: String, size_bytes: u64 },
-    List { json: bool },
-    Info { name: String, json: bool },
-    Resize { name: String, size_bytes: u64 },
-    Delete { name: String, with_snapshots: bool },
-    Refresh { volume: String, snapshot: String },
-    Rollback { volume: String, snapshot: String },
-    SnapshotCreate { volume: String, name: String },
-    SnapshotList { volume: Option<String>, json: bool },
-    SnapshotInfo { name: String, json: bool },
-    SnapshotDelete { name: String, keep_hidden: bool },
-    CloneCreate { snapshot: String, name: String },
-    Stats { json: bool },
+    Create {
+        name: String,
+        size_bytes: u64,
+        pool: Option<String>,
+    },
+    List {
+        json: bool,
+    },
+    Info {
+        name: String,
+        json: bool,
+    },
+    Resize {
+        name: String,
+        size_bytes: u64,
+    },
+    Delete {
+        name: String,
+        with_snapshots: bool,
+    },
+    Refresh {
+        volume: String,
+        snapshot: String,
+    },
+    Rollback {
+        volume: String,
+        snapshot: String,
+    },
+    SnapshotCreate {
+        volume: String,
+        name: String,
+    },
+    SnapshotList {
+        volume: Option<String>,
+        json: bool,
+    },
+    SnapshotInfo {
+        name: String,
+        json: bool,
+    },
+    SnapshotDelete {
+        name: String,
+        keep_hidden: bool,
+    },
+    CloneCreate {
+        snapshot: String,
+        name: String,
+    },
+    Stats {
+        json: bool,
+    },
     Sync,
     Gc,
     Checkpoint,
@@ -88,7 +126,7 @@ impl ApiClient {
         Ok(ApiClient { base, token, agent })
     }
 
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
         let url = format!("{}/api/v1{path}", self.base);
         let auth = format!("Bearer {}", self.token);
         let response = match (method, body) {
@@ -149,8 +187,15 @@ fn print_json(v: &Value) -> anyhow::Result<()> {
 
 pub fn run(client: &ApiClient, request: Request) -> anyhow::Result<()> {
     match request {
-        Request::Create { name, size_bytes } => {
-            let body = json!({ "name": name, "size_bytes": size_bytes });
+        Request::Create {
+            name,
+            size_bytes,
+            pool,
+        } => {
+            let mut body = json!({ "name": name, "size_bytes": size_bytes });
+            if let Some(pool) = pool {
+                body["pool"] = pool.into();
+            }
             let v = client.call("POST", "/volumes", Some(body))?;
             println!(
                 "created {} ({}): {}",

@@ -3,6 +3,7 @@
 //! generator.
 
 mod client;
+mod cluster_cmd;
 mod print;
 mod size;
 
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use weft_engine::EngineConfig;
-use weft_server::serve::ServeConfig;
+use weft_server::serve::{Backend, ClusterConfig, ServeConfig};
 
 use crate::client::ApiClient;
 use crate::size::parse_size;
@@ -52,6 +53,16 @@ struct GlobalArgs {
 enum Command {
     /// Run the single-process datastore (c.node + local d.node) and serve volumes over NBD.
     Serve(ServeArgs),
+    /// Run a c.node of a cluster: NBD and the API over the d.nodes registered in etcd.
+    Cnode(CnodeArgs),
+    /// Run a d.node (--cluster, --listen, --data), or list|info|out|in through the API.
+    Dnode(cluster_cmd::DnodeCommand),
+    /// Manage pools (redundancy: none, copies or erasure coding).
+    #[command(subcommand)]
+    Pool(cluster_cmd::PoolCommand),
+    /// Cluster status and rebuild.
+    #[command(subcommand)]
+    Cluster(cluster_cmd::ClusterCommand),
     /// Manage volumes.
     #[command(subcommand)]
     Volume(VolumeCommand),
@@ -77,7 +88,28 @@ enum Command {
 }
 
 #[derive(Debug, Args)]
+struct CnodeArgs {
+    #[command(flatten)]
+    cluster: cluster_cmd::CnodeClusterArgs,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Debug, Args)]
 struct ServeArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Limit the bytes the local chunk store may use (default: the file system's free space).
+    #[arg(long, value_parser = parse_size)]
+    capacity: Option<u64>,
+    /// Read chunks through the page cache instead of O_DIRECT.
+    #[arg(long)]
+    buffered_reads: bool,
+}
+
+/// Settings of the c.node engine and its listeners.
+#[derive(Debug, Args)]
+struct EngineArgs {
     /// NBD listen address.
     #[arg(long, default_value = "127.0.0.1:10809")]
     nbd_listen: SocketAddr,
@@ -96,18 +128,12 @@ struct ServeArgs {
     /// Writers wait when this much acknowledged data awaits destage.
     #[arg(long, default_value = "512M", value_parser = parse_size)]
     write_buffer_size: u64,
-    /// Limit the bytes the local chunk store may use (default: the file system's free space).
-    #[arg(long, value_parser = parse_size)]
-    capacity: Option<u64>,
     /// Take a checkpoint after this many bytes of sealed segments.
     #[arg(long, default_value = "4G", value_parser = parse_size)]
     checkpoint_every: u64,
     /// Size of each (zero-filled, preallocated) journal file.
     #[arg(long, default_value = "64M", value_parser = parse_size)]
     journal_file_size: u64,
-    /// Read chunks through the page cache instead of O_DIRECT.
-    #[arg(long)]
-    buffered_reads: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,6 +143,9 @@ enum VolumeCommand {
         name: String,
         #[arg(long, value_parser = parse_size)]
         size: u64,
+        /// Pool of a cluster (default: the c.node's pool).
+        #[arg(long)]
+        pool: Option<String>,
     },
     /// List volumes.
     List {
@@ -197,6 +226,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(&cli.global, args),
+        Command::Cnode(args) => cnode(&cli.global, args),
+        Command::Dnode(cluster_cmd::DnodeCommand {
+            action: None,
+            run: Some(args),
+        }) => {
+            init_logging();
+            cluster_cmd::run_dnode(args)
+        }
         Command::Bench(args) => {
             return ExitCode::from(clamp_exit(weft_bench::main_exit_code(args)))
         }
@@ -212,7 +249,18 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            client::run(&client, command_to_request(command))
+            match command {
+                Command::Dnode(cluster_cmd::DnodeCommand {
+                    action: Some(action),
+                    ..
+                }) => cluster_cmd::dnode_admin(&client, action),
+                Command::Dnode(_) => Err(anyhow::anyhow!(
+                    "weft dnode: give --cluster, --listen and --data to run one, or list|info|out|in"
+                )),
+                Command::Pool(c) => cluster_cmd::pool(&client, c),
+                Command::Cluster(c) => cluster_cmd::cluster(&client, c),
+                command => client::run(&client, command_to_request(command)),
+            }
         }
     };
     match result {
@@ -231,9 +279,10 @@ fn clamp_exit(code: i32) -> u8 {
 fn command_to_request(command: Command) -> client::Request {
     use client::Request as R;
     match command {
-        Command::Volume(VolumeCommand::Create { name, size }) => R::Create {
+        Command::Volume(VolumeCommand::Create { name, size, pool }) => R::Create {
             name,
             size_bytes: size,
+            pool,
         },
         Command::Volume(VolumeCommand::List { json }) => R::List { json },
         Command::Volume(VolumeCommand::Info { name, json }) => R::Info { name, json },
@@ -273,11 +322,16 @@ fn command_to_request(command: Command) -> client::Request {
         Command::Sync => R::Sync,
         Command::Gc => R::Gc,
         Command::Checkpoint => R::Checkpoint,
-        Command::Serve(_) | Command::Bench(_) => unreachable!("handled before"),
+        Command::Serve(_)
+        | Command::Cnode(_)
+        | Command::Dnode(_)
+        | Command::Pool(_)
+        | Command::Cluster(_)
+        | Command::Bench(_) => unreachable!("handled before"),
     }
 }
 
-fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
+fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
@@ -285,29 +339,68 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+}
+
+fn engine_config(global: &GlobalArgs, args: &EngineArgs) -> anyhow::Result<EngineConfig> {
+    anyhow::ensure!(
+        (64 << 10..=1 << 30).contains(&args.segment_size),
+        "--segment-size must be between 64K and 1G"
+    );
     let mut engine = EngineConfig::new(global.data_dir.clone());
     engine.segment_size_bytes = usize::try_from(args.segment_size)?;
     engine.write_buffer_max_bytes = args.write_buffer_size;
     engine.checkpoint_every_bytes = args.checkpoint_every;
     engine.journal.file_bytes = args.journal_file_size;
-    anyhow::ensure!(
-        (64 << 10..=1 << 30).contains(&args.segment_size),
-        "--segment-size must be between 64K and 1G"
-    );
-    let config = ServeConfig {
-        engine,
-        local_store: weft_engine::LocalStoreConfig {
-            capacity_bytes: args.capacity,
-            direct_io: !args.buffered_reads,
-        },
-        nbd_listen: args.nbd_listen,
-        api_listen: args.api_listen,
-        default_volume: args.default_volume,
-        default_volume_size_bytes: args.default_volume_size,
-    };
+    Ok(engine)
+}
+
+fn run_server(config: ServeConfig) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("weft-io")
         .build()?;
     runtime.block_on(weft_server::serve::run(config))
+}
+
+fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
+    init_logging();
+    let config = ServeConfig {
+        engine: engine_config(global, &args.engine)?,
+        backend: Backend::Local(weft_engine::LocalStoreConfig {
+            capacity_bytes: args.capacity,
+            direct_io: !args.buffered_reads,
+        }),
+        nbd_listen: args.engine.nbd_listen,
+        api_listen: args.engine.api_listen,
+        default_volume: args.engine.default_volume,
+        default_volume_size_bytes: args.engine.default_volume_size,
+    };
+    run_server(config)
+}
+
+fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
+    init_logging();
+    let c = args.cluster;
+    let mut engine = engine_config(global, &args.engine)?;
+    engine.repair_rate_bytes_per_s = c.rebuild_rate;
+    let config = ServeConfig {
+        engine,
+        backend: Backend::Cluster(ClusterConfig {
+            url: c.cluster,
+            cluster_id: c.cluster_id,
+            options: weft_server::cluster::ClusterOptions {
+                pool: c.pool,
+                redundancy: c.redundancy,
+                pg_count: c.pg_count,
+                out_grace: c.out_grace,
+                refresh_interval: std::time::Duration::from_millis(500),
+            },
+            wait_for_dnodes: c.wait_for_dnodes,
+        }),
+        nbd_listen: args.engine.nbd_listen,
+        api_listen: args.engine.api_listen,
+        default_volume: args.engine.default_volume,
+        default_volume_size_bytes: args.engine.default_volume_size,
+    };
+    run_server(config)
 }

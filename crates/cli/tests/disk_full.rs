@@ -70,13 +70,29 @@ fn enospc_when_full_reads_still_work_and_gc_frees_space() {
         srv.server_output()
     );
 
-    // Once full, a new unique write gets ENOSPC (28) from our own client too...
+    // fio may have been refused while its writes were still buffered (admission counts them
+    // against the free space); once they are destaged there can be room again. Keep writing
+    // new unique data until the store is really full: our own client must then get ENOSPC.
     let mut c = srv.nbd_client("vol0");
-    let fresh = random_bytes(&mut rng, (4 * MIB) as usize);
-    match c.write(32 * MIB, &fresh).and_then(|_| c.flush()) {
-        Err(NbdError::Server(28)) => {}
-        other => panic!("a write to a full store should fail with ENOSPC (28), got {other:?}"),
+    let mut refused = false;
+    for i in 0..32u64 {
+        let fresh = random_bytes(&mut rng, (4 * MIB) as usize);
+        match c
+            .write((32 + 4 * (i % 48)) * MIB, &fresh)
+            .and_then(|_| c.flush())
+        {
+            Err(NbdError::Server(28)) => {
+                refused = true;
+                break;
+            }
+            Ok(_) => {}
+            other => panic!("a write to a nearly full store failed oddly: {other:?}"),
+        }
     }
+    assert!(
+        refused,
+        "128 MiB of unique writes into a 64 MiB store were never refused with ENOSPC"
+    );
     // ...while reads keep working.
     assert!(
         c.read(0, keep.len() as u32).unwrap() == keep,
@@ -114,6 +130,7 @@ fn enospc_when_full_reads_still_work_and_gc_frees_space() {
     let after = srv.stats();
     eprintln!("stats after delete + gc: {after:#}");
     let mut c = srv.nbd_client("vol0");
+    let fresh = random_bytes(&mut rng, (4 * MIB) as usize);
     c.write(32 * MIB, &fresh).unwrap_or_else(|e| {
         panic!("write after delete + gc should succeed: {e}\nstats: {after:#}")
     });

@@ -56,16 +56,39 @@ impl Engine {
     // ---- volumes -------------------------------------------------------------------------
 
     pub fn create_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
+        self.create_volume_in(name, size_bytes, None)
+    }
+
+    /// Create a volume in a pool (`None`: the placement's default). Its snapshots and clones
+    /// stay in the same pool: a family's stripes all have one redundancy.
+    pub fn create_volume_in(
+        &self,
+        name: &str,
+        size_bytes: u64,
+        pool: Option<&str>,
+    ) -> Result<VolumeInfo, EngineError> {
         check_name(name)?;
         check_size(size_bytes)?;
         let mut meta = self.shared.meta.lock();
         check_free(&meta.state, name)?;
         let mut next = meta.state.clone();
+        let family = FamilyId(next.next_family_id.max(1));
+        if let Some(pool) = pool {
+            self.shared
+                .stripes
+                .placement()
+                .bind_family(family.0, pool)
+                .map_err(|reason| EngineError::InvalidPool {
+                    pool: pool.to_string(),
+                    reason,
+                })?;
+            next.family_pools.insert(family.0, pool.to_string());
+        }
         let record = VolumeRecord {
             id: alloc_image_id(&mut next),
             name: name.to_string(),
             size_bytes,
-            family: FamilyId(next.next_family_id.max(1)),
+            family,
             layer: alloc_layer(&mut next),
             base: None,
             origin: None,
@@ -472,6 +495,9 @@ impl Engine {
         let old_checkpoint = switch
             .delete_family
             .and_then(|fid| next.checkpoints.remove(&fid.0));
+        if let Some(fid) = switch.delete_family {
+            next.family_pools.remove(&fid.0);
+        }
         meta.commit(next)?;
         let shared = &self.shared;
         let mut doomed: Vec<(SegmentId, weft_ec::Redundancy)> = Vec::new();

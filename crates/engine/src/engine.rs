@@ -47,6 +47,9 @@ pub struct Backends {
     pub metastore: Arc<dyn weft_meta::MetaStore>,
     /// The write log; `None`: the journal in `<data dir>/journal`.
     pub write_log: Option<Arc<dyn WriteLogSource>>,
+    /// This c.node's epoch, stamped into every chunk write (d.nodes refuse older ones once a
+    /// family is fenced at a newer one). 0 in single-process mode.
+    pub epoch: u64,
 }
 
 /// The volume engine of a c.node.
@@ -95,6 +98,7 @@ impl Engine {
             placement: Arc::new(SingleStore(Arc::new(chunks))),
             metastore: Arc::new(kv),
             write_log: None,
+            epoch: 0,
         };
         Engine::open_with(config, backends)
     }

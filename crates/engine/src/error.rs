@@ -35,6 +35,8 @@ pub enum EngineError {
     LayerBusy,
     #[error("invalid volume name {name:?}: use 1-64 characters from [A-Za-z0-9._-], not starting with '.' or '-'")]
     InvalidName { name: String },
+    #[error("pool {pool:?}: {reason}")]
+    InvalidPool { pool: String, reason: String },
     #[error("invalid size: {reason}")]
     InvalidSize { reason: String },
     #[error("request outside the volume or not 4 KiB aligned: offset {offset_bytes}, length {length_bytes}")]

@@ -81,6 +81,9 @@ pub struct ClusterState {
     /// Each family's latest durable checkpoint (on the d.nodes), by family id.
     #[serde(default)]
     pub checkpoints: std::collections::BTreeMap<u64, crate::checkpoint::CheckpointRef>,
+    /// The pool of each family created in a named pool (others use the placement's default).
+    #[serde(default)]
+    pub family_pools: std::collections::BTreeMap<u64, String>,
     /// Lifetime counters (write amplification, GC totals) as of the last checkpoint.
     #[serde(default)]
     pub counters: crate::checkpoint::LifetimeCounters,

@@ -30,17 +30,28 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         placement,
         metastore: kv,
         write_log,
+        epoch,
     } = backends;
     let started = Instant::now();
     let dir = &config.data_dir;
     let lock = lock_data_dir(dir)?;
     let meta = ClusterStore::open(kv)?;
     let stripes = Arc::new(StripeStore::new(placement));
+    stripes.set_default_epoch(epoch);
 
     let counters = Counters::restore(meta.state.counters);
     let mut st = State::default();
     let layer_family = layer_families(&meta.state);
     let alive: HashSet<FamilyId> = layer_family.values().copied().collect();
+    for (&family, pool) in &meta.state.family_pools {
+        stripes
+            .placement()
+            .bind_family(family, pool)
+            .map_err(|reason| EngineError::InvalidPool {
+                pool: pool.clone(),
+                reason,
+            })?;
+    }
     let mut replayed = 0u64;
     for &fid in &alive {
         replayed += recover_family(&stripes, &meta.state, fid, &mut st)?;

@@ -41,6 +41,14 @@ pub trait Placement: Send + Sync + std::fmt::Debug {
     /// Every store, for listings and space.
     fn all_stores(&self) -> Vec<Arc<dyn ChunkStore>>;
 
+    /// Put `family`'s stripes in `pool` from now on (a new family, or one recovered at start).
+    /// Fails when the placement has no such pool.
+    fn bind_family(&self, _family: u64, pool: &str) -> Result<(), String> {
+        Err(format!(
+            "this datastore has no pools (asked for {pool:?}); pools are a cluster feature"
+        ))
+    }
+
     /// Space over every store: (capacity if every store is limited, used). Called on every
     /// write's admission, so it must be cheap (a network placement answers from its view).
     fn space(&self) -> (Option<u64>, u64) {

@@ -160,6 +160,7 @@ fn four_plus_two_survives_two_lost_stores_repairs_corruption_and_refills_a_wiped
         placement,
         metastore: meta.clone(),
         write_log: None,
+        epoch: 0,
     };
     let engine = Engine::open_with(EngineConfig::for_tests(dir.path()), backends).unwrap();
     engine
@@ -278,6 +279,7 @@ fn four_plus_two_survives_two_lost_stores_repairs_corruption_and_refills_a_wiped
         placement: Arc::new(SixStores(stores.clone())),
         metastore: meta,
         write_log: None,
+        epoch: 0,
     };
     let engine = Engine::open_with(EngineConfig::for_tests(dir.path()), backends).unwrap();
     assert_eq!(

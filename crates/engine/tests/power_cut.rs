@@ -51,6 +51,7 @@ impl World {
             placement: Arc::new(SingleStore(Arc::new(store))),
             metastore: self.meta.clone(),
             write_log: Some(Arc::new(self.log.clone())),
+            epoch: 0,
         };
         Engine::open_with(EngineConfig::for_tests(self.dir.path()), backends).expect("engine opens")
     }

@@ -18,10 +18,16 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use weft_engine::{Engine, EngineError, SnapshotInfo, VolumeInfo};
 
+use crate::cluster::ClusterPlacement;
+
+mod cluster;
+
 /// What handlers share.
 #[derive(Debug, Clone)]
 pub struct ApiState {
     pub engine: Arc<Engine>,
+    /// The cluster this c.node serves (`None`: single-process mode).
+    pub cluster: Option<Arc<ClusterPlacement>>,
     pub token: Arc<str>,
     /// `host:port` of the NBD listener, for volume URIs.
     pub nbd_address: Arc<str>,
@@ -32,6 +38,9 @@ pub struct ApiState {
 struct CreateVolume {
     name: String,
     size_bytes: u64,
+    /// A pool of the cluster (default: the c.node's pool).
+    #[serde(default)]
+    pool: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,7 +85,7 @@ struct ListSnapshotsQuery {
 
 /// An API error: status and message.
 #[derive(Debug)]
-pub struct ApiError(StatusCode, String);
+pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -100,6 +109,7 @@ impl From<EngineError> for ApiError {
             | EngineError::ChainTooDeep { .. } => StatusCode::CONFLICT,
             EngineError::InvalidName { .. }
             | EngineError::InvalidSize { .. }
+            | EngineError::InvalidPool { .. }
             | EngineError::OutOfRange { .. } => StatusCode::BAD_REQUEST,
             EngineError::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -129,6 +139,20 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/sync", post(sync))
         .route("/api/v1/gc", post(gc))
         .route("/api/v1/checkpoint", post(checkpoint))
+        .route("/api/v1/cluster", get(cluster::status))
+        .route(
+            "/api/v1/cluster/repair",
+            post(cluster::repair_now).put(cluster::set_repair_rate),
+        )
+        .route("/api/v1/dnodes", get(cluster::dnodes))
+        .route("/api/v1/dnodes/{id}", get(cluster::dnode_info))
+        .route("/api/v1/dnodes/{id}/out", post(cluster::dnode_out))
+        .route("/api/v1/dnodes/{id}/in", post(cluster::dnode_in))
+        .route(
+            "/api/v1/pools",
+            get(cluster::pools).post(cluster::create_pool),
+        )
+        .route("/api/v1/pools/{name}", get(cluster::pool_info))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .with_state(state)
 }
@@ -188,7 +212,7 @@ async fn list_volumes(State(state): State<ApiState>) -> Result<Json<serde_json::
 }
 
 /// A JSON body, or 400 with the parser's reason (axum's own rejection would be 422).
-struct JsonBody<T>(T);
+pub(crate) struct JsonBody<T>(pub(crate) T);
 
 /// Query parameters, or 400 with the parser's reason as a JSON error like every other.
 struct QueryArgs<T>(T);
@@ -225,7 +249,10 @@ async fn create_volume(
     JsonBody(body): JsonBody<CreateVolume>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     let engine = state.engine.clone();
-    let info = blocking(move || engine.create_volume(&body.name, body.size_bytes)).await?;
+    let info = blocking(move || {
+        engine.create_volume_in(&body.name, body.size_bytes, body.pool.as_deref())
+    })
+    .await?;
     tracing::info!(volume = %info.name, size_bytes = info.size_bytes, "volume created");
     Ok((StatusCode::CREATED, Json(volume_json(&state, &info))))
 }

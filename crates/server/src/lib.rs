@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod backend;
+pub mod cluster;
 pub mod engine_backend;
 pub mod nbd_listener;
 pub mod serve;

@@ -1,17 +1,30 @@
-//! `weft serve`: one c.node and its local d.node in one process, with the embedded MetaStore.
-//! Opens (or creates) the data dir, creates the default volume on first start, binds the NBD
-//! and API listeners, says how to connect, and runs until SIGINT/SIGTERM.
+//! `weft serve` and `weft cnode`: a c.node serving NBD and the management API.
+//!
+//! - single-process mode (`serve`): the c.node and its local d.node in one process, with the
+//!   embedded metadata store;
+//! - cluster mode (`cnode`): the cluster state in etcd, the chunks on the d.nodes registered
+//!   there, erasure-coded by pool. At start the c.node takes a new epoch (one above the last
+//!   c.node's), fences every family at that epoch on every d.node (so an older c.node still
+//!   running can no longer write or delete chunks), then recovers from the d.nodes.
+//!
+//! Opens (or creates) the data dir (journal, API token, lock), creates the default volume on
+//! first start, binds the NBD and API listeners, says how to connect, and runs until
+//! SIGINT/SIGTERM.
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use weft_engine::{Engine, EngineConfig};
+use weft_dnode_client::{ClientOptions, RemoteChunkStore};
+use weft_engine::{Backends, Engine, EngineConfig};
+
+use crate::cluster::{ClusterOptions, ClusterPlacement};
 
 use crate::api::{self, ApiState};
 use crate::engine_backend::EngineBackend;
@@ -21,12 +34,35 @@ pub const TOKEN_FILE: &str = "api-token";
 /// Where a running server says where it listens, for the CLI and tests.
 pub const SERVE_FILE: &str = "serve.json";
 
-/// Everything `weft serve` needs, validated.
+/// Where the chunks and the cluster state live.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// Single-process mode: a local d.node in the data dir, the embedded metadata store.
+    Local(weft_engine::LocalStoreConfig),
+    /// A c.node of a cluster.
+    Cluster(ClusterConfig),
+}
+
+/// How a c.node joins its cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// `etcd://host:port[,host:port...]`
+    pub url: String,
+    /// d.nodes of another cluster id are refused at the handshake.
+    pub cluster_id: String,
+    pub options: ClusterOptions,
+    /// At start, wait this long for enough d.nodes (k+m) to register.
+    pub wait_for_dnodes: Duration,
+}
+
+/// The key of the c.node epoch counter.
+pub const EPOCH_KEY: &str = "weft/cnode/epoch";
+
+/// Everything `weft serve` and `weft cnode` need, validated.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub engine: EngineConfig,
-    /// The local d.node of single-process mode.
-    pub local_store: weft_engine::LocalStoreConfig,
+    pub backend: Backend,
     pub nbd_listen: SocketAddr,
     pub api_listen: SocketAddr,
     pub default_volume: String,
@@ -43,10 +79,9 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         data_dir: data_dir.clone(),
         ..config.engine.clone()
     };
-    let local_store = config.local_store.clone();
-    let engine = tokio::task::spawn_blocking(move || Engine::open_local(engine_config, local_store))
-        .await?
-        .with_context(|| format!("opening the datastore in {}", data_dir.display()))?;
+    let backend = config.backend.clone();
+    let (engine, cluster) =
+        tokio::task::spawn_blocking(move || open_engine(engine_config, backend)).await??;
     let engine = Arc::new(engine);
     if engine.list_volumes().is_empty() {
         engine
@@ -67,6 +102,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let backend = Arc::new(EngineBackend::new(engine.clone()));
     let nbd_task = tokio::spawn(crate::nbd_listener::run(nbd, backend, shutdown.clone()));
     let state = ApiState {
+        cluster: cluster.clone(),
         engine: engine.clone(),
         token: token.into(),
         nbd_address: nbd_addr.to_string().into(),
@@ -119,7 +155,76 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let _ = api_task.await;
     let _ = std::fs::remove_file(data_dir.join(SERVE_FILE));
     tokio::task::spawn_blocking(move || engine.shutdown()).await?;
+    if let Some(c) = cluster {
+        c.stop();
+    }
     Ok(())
+}
+
+/// Open the engine on its backend; in cluster mode also the placement.
+fn open_engine(
+    config: EngineConfig,
+    backend: Backend,
+) -> anyhow::Result<(Engine, Option<Arc<ClusterPlacement>>)> {
+    let data_dir = config.data_dir.clone();
+    let c = match backend {
+        Backend::Local(store) => {
+            let engine = Engine::open_local(config, store)
+                .with_context(|| format!("opening the datastore in {}", data_dir.display()))?;
+            return Ok((engine, None));
+        }
+        Backend::Cluster(c) => c,
+    };
+    let kv = weft_meta::connect_etcd(&c.url).with_context(|| format!("connecting to {}", c.url))?;
+    let (epoch, _) = weft_meta::update_json(&*kv, EPOCH_KEY, |old: Option<u64>| {
+        Ok::<_, weft_meta::MetaError>(old.unwrap_or(0) + 1)
+    })
+    .context("taking a c.node epoch")?;
+    let cluster_id = c.cluster_id.clone();
+    let connect: Box<crate::cluster::placement::Connector> = Box::new(move |id, addr| {
+        Arc::new(RemoteChunkStore::new(
+            id.to_string(),
+            addr,
+            cluster_id.clone(),
+            ClientOptions::default(),
+        ))
+    });
+    let placement = ClusterPlacement::start(kv.clone(), c.options, connect, c.wait_for_dnodes)
+        .context("joining the cluster")?;
+    // Fence every family at the new epoch before anything is written or deleted.
+    let state = weft_engine::metastore::ClusterStore::open(kv.clone())?;
+    let families: std::collections::BTreeSet<u64> = state
+        .state
+        .volumes
+        .iter()
+        .map(|v| v.family.0)
+        .chain(state.state.snapshots.iter().map(|s| s.family.0))
+        .collect();
+    for store in weft_engine::stripe::Placement::all_stores(&*placement) {
+        for &family in &families {
+            if let Err(e) = store.fence(family, epoch) {
+                tracing::warn!(store = store.name(), family, error = %e, "could not fence a family on a d.node");
+            }
+        }
+    }
+    tracing::info!(
+        epoch,
+        families = families.len(),
+        "c.node epoch taken; families fenced"
+    );
+    let backends = Backends {
+        placement: placement.clone(),
+        metastore: kv,
+        write_log: None,
+        epoch,
+    };
+    let engine = Engine::open_with(config, backends).with_context(|| {
+        format!(
+            "recovering from the cluster (journal in {})",
+            data_dir.display()
+        )
+    })?;
+    Ok((engine, Some(placement)))
 }
 
 async fn wait_for_signal() {
@@ -171,8 +276,8 @@ pub(crate) fn write_atomically(
 ) -> anyhow::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let path = dir.join(name);
-    let mut f = std::fs::File::create(&tmp)
-        .with_context(|| format!("creating {}", tmp.display()))?;
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     f.write_all(bytes)
         .and_then(|()| f.sync_all())
         .with_context(|| format!("writing {}", tmp.display()))?;

@@ -1,0 +1,410 @@
+//! The cluster commands: `weft cnode` (a c.node over etcd and d.nodes), `weft dnode` (run a
+//! d.node, or `list|info|out|in` through the API), `weft pool create|list|info` and
+//! `weft cluster status|repair`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use weft_ec::Redundancy;
+
+use crate::client::ApiClient;
+use crate::print::human;
+use crate::size::parse_size;
+
+/// Default cluster id: d.nodes and c.nodes of one cluster must agree on it.
+pub const CLUSTER_ID_DEFAULT: &str = "weft";
+
+/// How a c.node joins its cluster.
+#[derive(Debug, Args)]
+pub struct CnodeClusterArgs {
+    /// The metadata store: etcd://host:port[,host:port...]
+    #[arg(long, env = "WEFT_CLUSTER")]
+    pub cluster: String,
+    /// Cluster id; d.nodes of another cluster are refused.
+    #[arg(long, default_value = CLUSTER_ID_DEFAULT)]
+    pub cluster_id: String,
+    /// Pool for volumes created without --pool (created with --redundancy if missing).
+    #[arg(long, default_value = "default")]
+    pub pool: String,
+    /// Redundancy of the pool when it is created: none, xN (copies) or k+m (erasure coding).
+    #[arg(long, default_value = "4+2", value_parser = parse_redundancy)]
+    pub redundancy: Redundancy,
+    /// Placement groups of the pool when it is created.
+    #[arg(long, default_value_t = 64)]
+    pub pg_count: u32,
+    /// A d.node down this long is marked out and its chunks are rebuilt on others.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub out_grace: Duration,
+    /// At start, wait this long for k+m d.nodes to register.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub wait_for_dnodes: Duration,
+    /// Rebuild at most this many bytes per second.
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    pub rebuild_rate: u64,
+}
+
+/// `weft dnode`: run a d.node, or manage d.nodes through the API.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct DnodeCommand {
+    #[command(subcommand)]
+    pub action: Option<DnodeAction>,
+    #[command(flatten)]
+    pub run: Option<DnodeRunArgs>,
+}
+
+#[derive(Debug, Args)]
+pub struct DnodeRunArgs {
+    /// The metadata store: etcd://host:port[,host:port...]
+    #[arg(long, env = "WEFT_CLUSTER", required = false)]
+    pub cluster: String,
+    /// Where c.nodes connect (chunk protocol).
+    #[arg(long, default_value = "127.0.0.1:10811")]
+    pub listen: SocketAddr,
+    /// The address c.nodes are told (default: --listen).
+    #[arg(long)]
+    pub advertise: Option<SocketAddr>,
+    /// A data directory per disk (repeat for several).
+    #[arg(long = "data", required = true)]
+    pub data: Vec<PathBuf>,
+    /// Failure domain (rack, room, host): a stripe's chunks go to distinct zones if it can.
+    #[arg(long, default_value = "")]
+    pub zone: String,
+    /// Cluster id; c.nodes of another cluster are refused.
+    #[arg(long, default_value = CLUSTER_ID_DEFAULT)]
+    pub cluster_id: String,
+    /// Most bytes of chunks per data dir (default: the file system's free space).
+    #[arg(long, value_parser = parse_size)]
+    pub capacity: Option<u64>,
+    /// Registration lease: a d.node silent this long is down.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub lease_ttl: Duration,
+    /// Verify every chunk's checksums this often (corrupt chunks are dropped and rebuilt).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub scrub_interval: Duration,
+    /// Read chunks through the page cache instead of O_DIRECT.
+    #[arg(long)]
+    pub buffered_reads: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DnodeAction {
+    /// List d.nodes with their state (up, down, out) and space.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one d.node.
+    Info {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Mark a d.node out: its chunks are rebuilt on others (drain before removing it).
+    Out { id: String },
+    /// Take a d.node back in.
+    In { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PoolCommand {
+    /// Create a pool.
+    Create {
+        name: String,
+        /// Erasure coding k+m (e.g. 4+2; k up to 21, m up to 3).
+        #[arg(long, value_parser = parse_redundancy, conflicts_with_all = ["replicas", "none"])]
+        ec: Option<Redundancy>,
+        /// Copies (2..4).
+        #[arg(long, conflicts_with = "none")]
+        replicas: Option<u8>,
+        /// No redundancy (one chunk per stripe).
+        #[arg(long)]
+        none: bool,
+        #[arg(long, default_value_t = 64)]
+        pg_count: u32,
+    },
+    /// List pools with the health of their placement groups.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one pool.
+    Info {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// d.nodes, pools, placement-group health, rebuild progress.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set the rebuild rate (e.g. 100M per second), or start a repair scan now.
+    Repair {
+        #[arg(long, value_parser = parse_size)]
+        rate: Option<u64>,
+    },
+}
+
+pub fn parse_redundancy(text: &str) -> Result<Redundancy, String> {
+    Redundancy::parse(text).map_err(|e| e.to_string())
+}
+
+/// `90s`, `5m`, `2h`, `1d`, or milliseconds with `ms`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let bad = || format!("{text:?} is not a duration (examples: 500ms, 30s, 5m, 2h)");
+    let (number, unit_ms) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1000)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60_000)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3_600_000)
+    } else if let Some(n) = t.strip_suffix('d') {
+        (n, 86_400_000)
+    } else {
+        return Err(bad());
+    };
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    Ok(Duration::from_millis(
+        n.checked_mul(unit_ms).ok_or_else(bad)?,
+    ))
+}
+
+/// Run a d.node until SIGINT/SIGTERM.
+pub fn run_dnode(args: DnodeRunArgs) -> anyhow::Result<()> {
+    let meta = weft_meta::connect_etcd(&args.cluster)
+        .with_context(|| format!("connecting to {}", args.cluster))?;
+    let mut config = weft_dnode::DnodeConfig::new(args.cluster_id, args.listen, args.data);
+    config.advertise = args.advertise;
+    config.zone = args.zone;
+    config.capacity_bytes = args.capacity;
+    config.direct_io = !args.buffered_reads;
+    config.lease_ttl = args.lease_ttl;
+    config.scrub_interval = Some(args.scrub_interval);
+    let dnode = weft_dnode::Dnode::start(config, meta).context("starting the d.node")?;
+    println!(
+        "dnode {} listening on {}",
+        dnode.node_id(),
+        dnode.local_addr()
+    );
+    println!("ready");
+    wait_for_signal()?;
+    tracing::info!("shutting down");
+    dnode.shutdown();
+    Ok(())
+}
+
+fn wait_for_signal() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        Ok::<_, std::io::Error>(())
+    })?;
+    Ok(())
+}
+
+fn print_json(v: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn node_line(n: &Value) -> String {
+    let down = n["down_for_s"]
+        .as_u64()
+        .map_or(String::new(), |s| format!(" (for {s}s)"));
+    format!(
+        "{:<14} {:<5}{:<12} {:<22} {:<10} {:>10} / {:<10} {:>5} PG positions",
+        n["id"].as_str().unwrap_or("?"),
+        n["state"].as_str().unwrap_or("?"),
+        down,
+        n["addr"].as_str().unwrap_or(""),
+        n["zone"].as_str().unwrap_or(""),
+        human(n["used_bytes"].as_u64().unwrap_or(0)),
+        human(n["capacity_bytes"].as_u64().unwrap_or(0)),
+        n["pg_positions"].as_u64().unwrap_or(0),
+    )
+}
+
+fn pool_line(p: &Value) -> String {
+    format!(
+        "{:<12} {:<6} {:>4} PGs: {} healthy, {} degraded, {} incomplete (map epoch {})",
+        p["name"].as_str().unwrap_or("?"),
+        p["redundancy"].as_str().unwrap_or("?"),
+        p["pg_count"],
+        p["pgs_healthy"],
+        p["pgs_degraded"],
+        p["pgs_incomplete"],
+        p["pgmap_epoch"],
+    )
+}
+
+/// A 30-character progress bar.
+fn bar(done: u64, total: u64) -> String {
+    let width = 30u64;
+    let filled = (done.min(total) * width)
+        .checked_div(total)
+        .unwrap_or(width);
+    format!(
+        "[{}{}]",
+        "#".repeat(filled as usize),
+        ".".repeat((width - filled) as usize)
+    )
+}
+
+pub fn dnode_admin(client: &ApiClient, action: DnodeAction) -> anyhow::Result<()> {
+    match action {
+        DnodeAction::List { json } => {
+            let v = client.call("GET", "/dnodes", None)?;
+            if json {
+                return print_json(&v);
+            }
+            for n in v.as_array().into_iter().flatten() {
+                println!("{}", node_line(n));
+            }
+        }
+        DnodeAction::Info { id, json } => {
+            let v = client.call("GET", &format!("/dnodes/{id}"), None)?;
+            if json {
+                return print_json(&v);
+            }
+            println!("{}", node_line(&v));
+        }
+        DnodeAction::Out { id } => {
+            client.call("POST", &format!("/dnodes/{id}/out"), None)?;
+            println!(
+                "{id} is out: its chunks are being rebuilt on other d.nodes (weft cluster status)"
+            );
+        }
+        DnodeAction::In { id } => {
+            client.call("POST", &format!("/dnodes/{id}/in"), None)?;
+            println!("{id} is in");
+        }
+    }
+    Ok(())
+}
+
+pub fn pool(client: &ApiClient, command: PoolCommand) -> anyhow::Result<()> {
+    match command {
+        PoolCommand::Create {
+            name,
+            ec,
+            replicas,
+            none,
+            pg_count,
+        } => {
+            let redundancy = match (ec, replicas, none) {
+                (Some(r), _, _) => r,
+                (None, Some(n), _) => {
+                    Redundancy::replicated(n).map_err(|e| anyhow::anyhow!("{e}"))?
+                }
+                (None, None, true) => Redundancy::None,
+                (None, None, false) => anyhow::bail!("say --ec K+M, --replicas N or --none"),
+            };
+            let body =
+                json!({ "name": name, "redundancy": redundancy.to_string(), "pg_count": pg_count });
+            client.call("POST", "/pools", Some(body))?;
+            println!("created pool {name} ({redundancy}, {pg_count} placement groups)");
+        }
+        PoolCommand::List { json } => {
+            let v = client.call("GET", "/pools", None)?;
+            if json {
+                return print_json(&v);
+            }
+            for p in v.as_array().into_iter().flatten() {
+                println!("{}", pool_line(p));
+            }
+        }
+        PoolCommand::Info { name, json } => {
+            let v = client.call("GET", &format!("/pools/{name}"), None)?;
+            if json {
+                return print_json(&v);
+            }
+            println!("{}", pool_line(&v));
+        }
+    }
+    Ok(())
+}
+
+pub fn cluster(client: &ApiClient, command: ClusterCommand) -> anyhow::Result<()> {
+    match command {
+        ClusterCommand::Status { json } => {
+            let v = client.call("GET", "/cluster", None)?;
+            if json {
+                return print_json(&v);
+            }
+            println!(
+                "mode: {}{}",
+                v["mode"].as_str().unwrap_or("?"),
+                match v["healthy"].as_bool() {
+                    Some(true) => ", healthy",
+                    Some(false) => ", NOT healthy",
+                    None => "",
+                }
+            );
+            println!("d.nodes:");
+            for n in v["nodes"].as_array().into_iter().flatten() {
+                println!("  {}", node_line(n));
+            }
+            println!("pools:");
+            for p in v["pools"].as_array().into_iter().flatten() {
+                println!("  {}", pool_line(p));
+            }
+            let r = &v["repair"];
+            let (done, total) = (
+                r["chunks_rebuilt"].as_u64().unwrap_or(0),
+                r["chunks_to_rebuild"].as_u64().unwrap_or(0),
+            );
+            if r["running"].as_bool() == Some(true) {
+                println!(
+                    "rebuild: {} {done}/{total} chunks, {}/s (limit {}/s), ETA {}s",
+                    bar(done, total),
+                    human(r["rate_bytes_per_s"].as_u64().unwrap_or(0)),
+                    human(r["rate_limit_bytes_per_s"].as_u64().unwrap_or(0)),
+                    r["eta_s"].as_u64().map_or("?".into(), |s| s.to_string()),
+                );
+            } else {
+                println!(
+                    "rebuild: idle; {} chunks ({}) rebuilt since start, {} failed in the last scan, limit {}/s",
+                    r["chunks_rebuilt_total"],
+                    human(r["bytes_rebuilt_total"].as_u64().unwrap_or(0)),
+                    r["chunks_failed"],
+                    human(r["rate_limit_bytes_per_s"].as_u64().unwrap_or(0)),
+                );
+            }
+            println!("degraded reads since start: {}", v["degraded_reads"]);
+        }
+        ClusterCommand::Repair { rate } => match rate {
+            Some(rate) => {
+                client.call(
+                    "PUT",
+                    "/cluster/repair",
+                    Some(json!({ "rate_bytes_per_s": rate })),
+                )?;
+                println!("rebuild rate limit set to {}/s", human(rate));
+            }
+            None => {
+                client.call("POST", "/cluster/repair", None)?;
+                println!("repair scan started (weft cluster status)");
+            }
+        },
+    }
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! What the cluster keeps in the metadata store, and under which keys. JSON values, so an
+//! operator can read them with `etcdctl get --prefix weft/`.
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `weft/dnodes/<id>` | [`DnodeRecord`], attached to the d.node's lease: gone = down |
+//! | `weft/dnode-admin/<id>` | [`DnodeAdmin`]: marked out (or back in) by an operator |
+//! | `weft/pools/<name>` | [`PoolRecord`] |
+//! | `weft/pgmaps/<pool>` | [`PgMap`]: each placement group's ordered d.nodes, with an epoch |
+//! | `weft/cluster/state` | the engine's cluster state (volumes, snapshots, checkpoints) |
+
+use serde::{Deserialize, Serialize};
+
+pub const DNODES_PREFIX: &str = "weft/dnodes/";
+pub const DNODE_ADMIN_PREFIX: &str = "weft/dnode-admin/";
+pub const POOLS_PREFIX: &str = "weft/pools/";
+pub const PGMAPS_PREFIX: &str = "weft/pgmaps/";
+
+/// A d.node as it registers itself (only the fields the c.node uses; others are ignored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnodeRecord {
+    pub id: String,
+    pub addr: String,
+    #[serde(default)]
+    pub zone: String,
+    #[serde(default)]
+    pub disks: Vec<DiskRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskRecord {
+    #[serde(default)]
+    pub path: String,
+    #[serde(default)]
+    pub capacity_bytes: u64,
+    #[serde(default)]
+    pub used_bytes: u64,
+    #[serde(default)]
+    pub chunks: u64,
+}
+
+impl DnodeRecord {
+    pub fn capacity_bytes(&self) -> u64 {
+        self.disks.iter().map(|d| d.capacity_bytes).sum()
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.disks.iter().map(|d| d.used_bytes).sum()
+    }
+}
+
+/// An operator's decision about a d.node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnodeAdmin {
+    /// Out: its placement-group positions move to other d.nodes and its chunks are rebuilt.
+    pub out: bool,
+}
+
+/// A pool: a redundancy and a number of placement groups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    pub name: String,
+    /// `none`, `x3`, `4+2`, ...
+    pub redundancy: String,
+    pub pg_count: u32,
+}
+
+/// Each placement group's d.nodes, in chunk order (`None`: no d.node available for that
+/// position). The epoch rises with every change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PgMap {
+    pub epoch: u64,
+    pub pgs: Vec<Vec<Option<String>>>,
+}
+
+/// The key of a d.node's registration.
+pub fn dnode_key(id: &str) -> String {
+    format!("{DNODES_PREFIX}{id}")
+}
+
+pub fn dnode_admin_key(id: &str) -> String {
+    format!("{DNODE_ADMIN_PREFIX}{id}")
+}
+
+pub fn pool_key(name: &str) -> String {
+    format!("{POOLS_PREFIX}{name}")
+}
+
+pub fn pgmap_key(pool: &str) -> String {
+    format!("{PGMAPS_PREFIX}{pool}")
+}
