@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs the client tools the end-to-end tests drive (when run as root on
-# Debian and one is missing), then runs every test of the workspace.
+# Debian and one is missing), then runs every test of the workspace. The cluster tests start
+# real etcd, d.node and c.node processes on loopback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,7 +9,7 @@ cd "$(dirname "$0")/.."
 declare -A needed=(
   [fio]=fio [nbdinfo]=libnbd-bin [nbdfuse]=libnbd-bin [nbdkit]=nbdkit
   [qemu-img]=qemu-utils [qemu-io]=qemu-utils [fusermount3]=fuse3
-  [mkfs.ext4]=e2fsprogs [chromium]=chromium
+  [mkfs.ext4]=e2fsprogs [chromium]=chromium [etcd]=etcd-server
 )
 missing=()
 for tool in "${!needed[@]}"; do

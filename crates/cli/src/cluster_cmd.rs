@@ -152,6 +152,11 @@ pub enum ClusterCommand {
         #[arg(long, value_parser = parse_size)]
         rate: Option<u64>,
     },
+    /// Verify every chunk on every d.node now; corrupt chunks are rebuilt from their stripes.
+    Scrub {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn parse_redundancy(text: &str) -> Result<Redundancy, String> {
@@ -390,6 +395,21 @@ pub fn cluster(client: &ApiClient, command: ClusterCommand) -> anyhow::Result<()
                 );
             }
             println!("degraded reads since start: {}", v["degraded_reads"]);
+        }
+        ClusterCommand::Scrub { json } => {
+            let v = client.call("POST", "/cluster/scrub", None)?;
+            if json {
+                return print_json(&v);
+            }
+            let corrupt = v["corrupt"].as_array().map_or(0, Vec::len);
+            println!(
+                "scrubbed {} chunks: {corrupt} corrupt (being rebuilt){}",
+                v["checked"],
+                match v["failed_stores"].as_array() {
+                    Some(f) if !f.is_empty() => format!("; not scrubbed: {f:?}"),
+                    _ => String::new(),
+                }
+            );
         }
         ClusterCommand::Repair { rate } => match rate {
             Some(rate) => {

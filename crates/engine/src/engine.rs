@@ -182,6 +182,29 @@ impl Engine {
         self.shared.repair.status.lock().rate_limit_bytes_per_s = bytes_per_s.max(1);
     }
 
+    /// Scrub every reachable store (each verifies every chunk's checksums; a d.node of a
+    /// cluster quarantines corrupt chunks), then start a repair scan so they are rebuilt.
+    /// Returns (chunks checked, corrupt chunks found, stores that could not be scrubbed).
+    pub fn scrub(&self) -> (u64, Vec<weft_chunk::ChunkKey>, Vec<String>) {
+        let mut checked = 0;
+        let mut corrupt = Vec::new();
+        let mut failed = Vec::new();
+        for store in self.shared.stripes.placement().all_stores() {
+            match store.scrub(None) {
+                Ok(r) => {
+                    checked += r.checked;
+                    corrupt.extend(r.corrupt);
+                }
+                Err(e) => failed.push(format!("{}: {e}", store.name())),
+            }
+        }
+        for key in &corrupt {
+            tracing::warn!(chunk = %key, "scrub found a corrupt chunk; rebuilding it from its stripe");
+        }
+        self.repair_now();
+        (checked, corrupt, failed)
+    }
+
     /// Start a repair scan now.
     pub fn repair_now(&self) {
         self.shared.repair.kick.store(true, Ordering::Release);

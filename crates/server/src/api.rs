@@ -144,6 +144,7 @@ pub fn router(state: ApiState) -> Router {
             "/api/v1/cluster/repair",
             post(cluster::repair_now).put(cluster::set_repair_rate),
         )
+        .route("/api/v1/cluster/scrub", post(cluster::scrub))
         .route("/api/v1/dnodes", get(cluster::dnodes))
         .route("/api/v1/dnodes/{id}", get(cluster::dnode_info))
         .route("/api/v1/dnodes/{id}/out", post(cluster::dnode_out))

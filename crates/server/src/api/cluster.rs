@@ -1,7 +1,8 @@
 //! Cluster endpoints of the management API: `GET /cluster` (d.nodes, pools and their PG
 //! health, repair progress), `GET /dnodes`, `GET /dnodes/{id}`, `POST /dnodes/{id}/out`,
 //! `POST /dnodes/{id}/in`, `GET|POST /pools`, `GET /pools/{name}`, `PUT /cluster/repair`
-//! (`{"rate_bytes_per_s": N}`) and `POST /cluster/repair` (scan now). In single-process mode
+//! (`{"rate_bytes_per_s": N}`), `POST /cluster/repair` (scan now) and `POST /cluster/scrub`
+//! (verify every chunk on every d.node now; corrupt ones are rebuilt). In single-process mode
 //! `/cluster` reports the local d.node and the rest answer 409 (no cluster).
 
 use axum::extract::{Path, State};
@@ -192,4 +193,15 @@ pub(super) async fn set_repair_rate(
 pub(super) async fn repair_now(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
     state.engine.repair_now();
     Ok(Json(json!({ "scan": "started" })))
+}
+
+pub(super) async fn scrub(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
+    let engine = state.engine.clone();
+    let (checked, corrupt, failed) = tokio::task::spawn_blocking(move || engine.scrub())
+        .await
+        .map_err(internal)?;
+    let corrupt: Vec<String> = corrupt.iter().map(ToString::to_string).collect();
+    Ok(Json(
+        json!({ "checked": checked, "corrupt": corrupt, "failed_stores": failed }),
+    ))
 }
