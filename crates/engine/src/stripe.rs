@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use weft_chunk::{ChunkError, ChunkKey, ChunkMeta, ChunkStore, Epoch};
@@ -145,6 +146,104 @@ impl StripeError {
     pub fn is_missing(&self) -> bool {
         matches!(self, StripeError::Unreadable { missing: true, .. })
     }
+}
+
+/// Once a stripe is durable, chunk writes still running get this long, at least, to finish
+/// before the stripe is acknowledged without them (they go on in the background; the repairer
+/// rewrites any that fail): a slow or hung d.node must not hold up every stripe.
+const STRAGGLER_GRACE_MIN: Duration = Duration::from_millis(50);
+
+/// Write every chunk of a stripe to its store, in parallel; return when they are all done,
+/// or when `needed` succeeded and the rest had a fair chance (twice the time the first
+/// `needed` took, at least [`STRAGGLER_GRACE_MIN`]). Chunks still running are reported as
+/// `Unavailable` (in flight) and left to finish on their own.
+fn put_chunks(
+    stores: &[Option<Arc<dyn ChunkStore>>],
+    chunks: Vec<Vec<u8>>,
+    meta: impl Fn(u8) -> ChunkMeta,
+    epoch: Epoch,
+    needed: usize,
+) -> Vec<Result<(), ChunkError>> {
+    let put_one = move |store: &dyn ChunkStore, m: &ChunkMeta, data: &[u8]| match store.put(m, data)
+    {
+        Err(ChunkError::Exists { key }) => {
+            // A retry after a failure that wrote it after all, or a leftover of a stripe
+            // that was never acknowledged: keep it only if it is this one.
+            match store.info(&key) {
+                Ok(info) if info.meta == *m => Ok(()),
+                _ => {
+                    store.delete(&key, epoch)?;
+                    store.put(m, data)
+                }
+            }
+        }
+        other => other,
+    };
+    let unassigned = |index: usize| ChunkError::Unavailable {
+        node: format!("chunk {index}"),
+        detail: "no d.node assigned".into(),
+    };
+    let total = chunks.len();
+    if total == 1 {
+        return vec![match stores.first().cloned().flatten() {
+            Some(store) => put_one(&*store, &meta(0), &chunks[0]),
+            None => Err(unassigned(0)),
+        }];
+    }
+    let mut results: Vec<Option<Result<(), ChunkError>>> = (0..total).map(|_| None).collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (index, data) in chunks.into_iter().enumerate() {
+        let Some(store) = stores.get(index).cloned().flatten() else {
+            results[index] = Some(Err(unassigned(index)));
+            continue;
+        };
+        let m = meta(u8::try_from(index).expect("at most 24 chunks"));
+        let tx = tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("weft-chunk-put".into())
+            .spawn(move || {
+                let _ = tx.send((index, put_one(&*store, &m, &data)));
+            });
+        if let Err(e) = spawned {
+            results[index] = Some(Err(ChunkError::io("chunk put thread", e)));
+        }
+    }
+    drop(tx);
+    let started = Instant::now();
+    let mut deadline: Option<Instant> = None;
+    loop {
+        let pending = results.iter().filter(|r| r.is_none()).count();
+        if pending == 0 {
+            break;
+        }
+        let ok = results.iter().filter(|r| matches!(r, Some(Ok(())))).count();
+        if ok >= needed && deadline.is_none() {
+            deadline = Some(Instant::now() + (2 * started.elapsed()).max(STRAGGLER_GRACE_MIN));
+        }
+        let got = match deadline {
+            Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
+                Ok(r) => r,
+                Err(_) => break,
+            },
+            None => match rx.recv() {
+                Ok(r) => r,
+                Err(_) => break,
+            },
+        };
+        results[got.0] = Some(got.1);
+    }
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.unwrap_or_else(|| {
+                Err(ChunkError::Unavailable {
+                    node: format!("chunk {i}"),
+                    detail: "still being written when the stripe was acknowledged".into(),
+                })
+            })
+        })
+        .collect()
 }
 
 /// Counters of the stripe store.
@@ -320,44 +419,9 @@ impl StripeStore {
             parity_chunks: redundancy.parity_chunks(),
             stripe_len_bytes: bytes.len() as u64,
         };
-        let put_one = |index: usize| -> Result<(), ChunkError> {
-            let Some(store) = stores.get(index).cloned().flatten() else {
-                return Err(ChunkError::Unavailable {
-                    node: format!("chunk {index}"),
-                    detail: "no d.node assigned".into(),
-                });
-            };
-            let m = meta(u8::try_from(index).expect("at most 24 chunks"));
-            match store.put(&m, &chunks[index]) {
-                Err(ChunkError::Exists { key }) => {
-                    // A retry after a failure that wrote it after all, or a leftover of a
-                    // stripe that was never acknowledged: keep it only if it is this one.
-                    match store.info(&key) {
-                        Ok(info) if info.meta == m => Ok(()),
-                        _ => {
-                            store.delete(&key, epoch)?;
-                            store.put(&m, &chunks[index])
-                        }
-                    }
-                }
-                other => other,
-            }
-        };
-        let results: Vec<Result<(), ChunkError>> = if chunks.len() == 1 {
-            vec![put_one(0)]
-        } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = (0..chunks.len())
-                    .map(|i| s.spawn(move || put_one(i)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("chunk puts do not panic"))
-                    .collect()
-            })
-        };
-        let durable = results.iter().filter(|r| r.is_ok()).count() as u8;
         let needed = redundancy.min_durable_chunks();
+        let results = put_chunks(&stores, chunks, meta, epoch, usize::from(needed));
+        let durable = results.iter().filter(|r| r.is_ok()).count() as u8;
         let failures: Vec<String> = results
             .iter()
             .enumerate()

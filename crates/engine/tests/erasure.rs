@@ -28,6 +28,8 @@ struct Switchable {
     inner: RwLock<Arc<LocalChunkStore>>,
     disk: RwLock<SimDisk>,
     down: AtomicBool,
+    /// Every put takes this long (a slow or hung d.node).
+    put_delay_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Switchable {
@@ -40,6 +42,7 @@ impl Switchable {
             )),
             disk: RwLock::new(disk),
             down: AtomicBool::new(false),
+            put_delay_ms: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -67,6 +70,10 @@ impl ChunkStore for Switchable {
         self.name.clone()
     }
     fn put(&self, meta: &ChunkMeta, data: &[u8]) -> Result<(), ChunkError> {
+        let delay = self.put_delay_ms.load(Ordering::Acquire);
+        if delay > 0 {
+            std::thread::sleep(Duration::from_millis(delay));
+        }
         self.check()?.put(meta, data)
     }
     fn read(&self, key: &ChunkKey, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ChunkError> {
@@ -287,4 +294,38 @@ fn four_plus_two_survives_two_lost_stores_repairs_corruption_and_refills_a_wiped
         second,
         "after a restart with a store down"
     );
+}
+
+#[test]
+fn a_hung_store_does_not_hold_up_stripe_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores: Vec<Arc<Switchable>> = (0..6)
+        .map(|i| Arc::new(Switchable::new(format!("dn-{i}"))))
+        .collect();
+    let backends = Backends {
+        placement: Arc::new(SixStores(stores.clone())),
+        metastore: Arc::new(EmbeddedMetaStore::in_memory()),
+        write_log: None,
+        epoch: 0,
+    };
+    let engine = Engine::open_with(EngineConfig::for_tests(dir.path()), backends).unwrap();
+    engine
+        .create_volume("v", BLOCKS * BLOCK_SIZE_BYTES as u64)
+        .unwrap();
+    let id = engine.open_volume("v").unwrap().id;
+    // One d.node answers every put only after 5 s: stripes are durable on the other five.
+    stores[5].put_delay_ms.store(5000, Ordering::Release);
+    let bytes = data(3);
+    engine.write(id, 0, &bytes, false).unwrap();
+    let started = Instant::now();
+    engine.sync().unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "sync waited for the hung d.node: {took:?}"
+    );
+    assert_eq!(read_all(&engine).unwrap(), bytes);
+    assert!(engine.stats().chunks_left_for_repair > 0);
+    stores[5].put_delay_ms.store(0, Ordering::Release);
+    engine.shutdown();
 }
