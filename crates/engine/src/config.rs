@@ -2,8 +2,11 @@
 //! to the d.node's chunk store, not here.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::journal::JournalOptions;
+use crate::stripe::Placement;
+use crate::write_log::WriteLogSource;
 
 /// Tunables of one engine; see the `weft serve` flags for defaults and units.
 #[derive(Debug, Clone)]
@@ -83,4 +86,18 @@ impl Default for LocalStoreConfig {
             direct_io: true,
         }
     }
+}
+
+/// What an engine stores its data, cluster state and write log in.
+#[derive(Debug, Clone)]
+pub struct Backends {
+    /// Where stripes go (the chunk stores of d.nodes).
+    pub placement: Arc<dyn Placement>,
+    /// The cluster state's store (embedded, etcd).
+    pub metastore: Arc<dyn weft_meta::MetaStore>,
+    /// The write log; `None`: the journal in `<data dir>/journal`.
+    pub write_log: Option<Arc<dyn WriteLogSource>>,
+    /// This c.node's epoch, stamped into every chunk write (d.nodes refuse older ones once a
+    /// family is fenced at a newer one). 0 in single-process mode.
+    pub epoch: u64,
 }

@@ -14,15 +14,14 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::block_map::Mapping;
-pub use crate::config::{EngineConfig, LocalStoreConfig};
+pub use crate::config::{Backends, EngineConfig, LocalStoreConfig};
 use crate::error::{EngineError, IoFailure};
 use crate::journal::{RecordHeader, RecordKind, JOURNAL_PAYLOAD_MAX_BYTES};
 use crate::read::{resolve, Resolved};
 use crate::state::{map_io, Command, Shared, State};
 use crate::stats::{EngineStats, GcReport, GcStats, ReductionStats};
-use crate::stripe::{Placement, SingleStore};
+use crate::stripe::SingleStore;
 use crate::units::{FamilyId, LayerId, VolumeId, BLOCK_SIZE_U64};
-use crate::write_log::WriteLogSource;
 use weft_chunk::{FileDisk, LocalChunkStore};
 
 /// A read that finds its segment gone (moved by GC meanwhile) looks the blocks up again.
@@ -36,20 +35,6 @@ pub struct Extent {
     pub length_bytes: u64,
     pub hole: bool,
     pub zero: bool,
-}
-
-/// What an engine stores its data, cluster state and write log in.
-#[derive(Debug, Clone)]
-pub struct Backends {
-    /// Where stripes go (the chunk stores of d.nodes).
-    pub placement: Arc<dyn Placement>,
-    /// The cluster state's store (embedded, etcd).
-    pub metastore: Arc<dyn weft_meta::MetaStore>,
-    /// The write log; `None`: the journal in `<data dir>/journal`.
-    pub write_log: Option<Arc<dyn WriteLogSource>>,
-    /// This c.node's epoch, stamped into every chunk write (d.nodes refuse older ones once a
-    /// family is fenced at a newer one). 0 in single-process mode.
-    pub epoch: u64,
 }
 
 /// The volume engine of a c.node.

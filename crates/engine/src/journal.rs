@@ -67,60 +67,7 @@ const RECYCLED_SUFFIX: &str = ".recycled";
 /// full default write buffer (512 MiB in 64 MiB files) so a steady write load never zero-fills.
 const RECYCLED_FILES_MAX: usize = 12;
 
-/// What a record does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordKind {
-    /// `count` blocks of data from `lba`; the payload holds them.
-    Write,
-    /// Unmap `count` blocks from `lba`.
-    Trim,
-    /// Make `count` blocks from `lba` read as zeroes, staying allocated.
-    Zero,
-    /// Drop the layer: release every block it references (refresh, rollback, delete).
-    DropLayer,
-    /// Merge the layer into the layer whose id is in the `lba` field (snapshot delete).
-    MergeLayer,
-}
-
-impl RecordKind {
-    fn code(self) -> u8 {
-        match self {
-            RecordKind::Write => 1,
-            RecordKind::Trim => 2,
-            RecordKind::Zero => 3,
-            RecordKind::DropLayer => 4,
-            RecordKind::MergeLayer => 5,
-        }
-    }
-
-    fn from_code(code: u8) -> Option<RecordKind> {
-        match code {
-            1 => Some(RecordKind::Write),
-            2 => Some(RecordKind::Trim),
-            3 => Some(RecordKind::Zero),
-            4 => Some(RecordKind::DropLayer),
-            5 => Some(RecordKind::MergeLayer),
-            _ => None,
-        }
-    }
-}
-
-/// A replayed record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JournalRecord {
-    pub seq: u64,
-    pub header: RecordHeader,
-    pub payload: Vec<u8>,
-}
-
-/// What a record does and where: everything but its seq and payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordHeader {
-    pub kind: RecordKind,
-    pub layer: LayerId,
-    pub lba: u64,
-    pub count: u64,
-}
+pub use crate::write_log::{JournalRecord, RecordHeader, RecordKind};
 
 /// Appends records while holding the journal lock (see [`Journal::with_lock`]).
 pub struct Appender<'a> {
@@ -621,6 +568,23 @@ fn parse_record(b: &[u8]) -> Option<(JournalRecord, usize)> {
         payload: b[RECORD_HEADER_BYTES..end].to_vec(),
     };
     Some((record, end))
+}
+
+/// The local journal in a directory.
+#[derive(Debug, Clone)]
+pub struct JournalSource {
+    pub dir: std::path::PathBuf,
+    pub options: JournalOptions,
+}
+
+impl crate::write_log::WriteLogSource for JournalSource {
+    fn open(
+        &self,
+        min_next_seq: u64,
+    ) -> Result<(Box<dyn crate::write_log::WriteLog>, Vec<JournalRecord>), IoFailure> {
+        let (journal, records) = Journal::open(&self.dir, min_next_seq, self.options)?;
+        Ok((Box::new(journal), records))
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ mod gc;
 mod read;
 mod recovery;
 pub mod repair;
+mod repair_status;
 mod seal;
 mod state;
 mod stats;

@@ -12,10 +12,11 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 
 use crate::checkpoint::{self, SealedSegment, CHECKPOINT_SEGMENT_BASE};
+use crate::config::Backends;
 use crate::config::EngineConfig;
-use crate::engine::Backends;
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
+use crate::journal::JournalSource;
 use crate::journal::RecordKind;
 use crate::layers::LayerOp;
 use crate::metastore::{ClusterState, ClusterStore};
@@ -23,7 +24,6 @@ use crate::segment::{self, SummaryEntry, SEGMENT_HEADER_BYTES};
 use crate::state::{Counters, Shared, State};
 use crate::stripe::{StripeListing, StripeStore};
 use crate::units::{FamilyId, LayerId, SegmentId, BLOCK_SIZE_BYTES};
-use crate::write_log::JournalSource;
 
 pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared, EngineError> {
     let Backends {
@@ -166,7 +166,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         shutdown: AtomicBool::new(false),
         abandon: AtomicBool::new(false),
         counters,
-        repair: crate::repair::RepairControl::default(),
+        repair: crate::repair_status::RepairControl::default(),
         _data_dir_lock: lock,
     })
 }

@@ -12,46 +12,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use serde::Serialize;
 use weft_ec::Redundancy;
 
 use crate::checkpoint::CheckpointRef;
+pub use crate::repair_status::RepairStatus;
 use crate::state::Shared;
 
 /// How often the repairer polls for its next scan or for shutdown.
 const POLL: Duration = Duration::from_millis(100);
-
-/// What the repairer has done and is doing.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct RepairStatus {
-    /// A scan is rebuilding chunks now.
-    pub running: bool,
-    pub scans: u64,
-    /// Stripes the last (or current) scan looked at.
-    pub stripes_checked: u64,
-    /// Chunks the current scan found missing or corrupt, and how many of them are done.
-    pub chunks_to_rebuild: u64,
-    pub chunks_rebuilt: u64,
-    pub chunks_failed: u64,
-    /// Since start.
-    pub chunks_rebuilt_total: u64,
-    pub bytes_rebuilt_total: u64,
-    /// Rebuild rate limit.
-    pub rate_limit_bytes_per_s: u64,
-    /// Measured over the current scan.
-    pub rate_bytes_per_s: u64,
-    /// Estimated seconds until the current scan finishes.
-    pub eta_s: Option<u64>,
-}
-
-/// Shared between the repairer thread and API calls.
-#[derive(Debug, Default)]
-pub(crate) struct RepairControl {
-    pub status: Mutex<RepairStatus>,
-    /// Run a scan now (an operator asked, or a read found a corrupt chunk).
-    pub kick: std::sync::atomic::AtomicBool,
-}
 
 /// A stripe to check: (family, segment, redundancy, stripe length).
 type StripeRef = (u64, u64, Redundancy, u64);

@@ -252,7 +252,7 @@ pub(crate) struct Shared {
     /// Stop the destager at once, as a killed process would (tests).
     pub abandon: AtomicBool,
     pub counters: Counters,
-    pub repair: crate::repair::RepairControl,
+    pub repair: crate::repair_status::RepairControl,
     /// Held for the engine's life: see `recovery::lock_data_dir`.
     pub _data_dir_lock: std::fs::File,
 }

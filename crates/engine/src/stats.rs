@@ -46,7 +46,7 @@ pub struct EngineStats {
     pub degraded_reads: u64,
     /// Chunks that could not be written when their stripe was (left for the repairer).
     pub chunks_left_for_repair: u64,
-    pub repair: crate::repair::RepairStatus,
+    pub repair: crate::repair_status::RepairStatus,
     pub reduction: ReductionStats,
     /// Bytes written to chunks (segments, GC moves, summaries) per byte written by hosts.
     pub write_amplification: Option<f64>,

@@ -6,7 +6,62 @@
 //! buffer) in seq order and switch layers (snapshot, refresh) between two records.
 
 use crate::error::IoFailure;
-use crate::journal::{Journal, JournalOptions, JournalRecord, RecordHeader};
+use crate::units::LayerId;
+
+/// What a record does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// `count` blocks of data from `lba`; the payload holds them.
+    Write,
+    /// Unmap `count` blocks from `lba`.
+    Trim,
+    /// Make `count` blocks from `lba` read as zeroes, staying allocated.
+    Zero,
+    /// Drop the layer: release every block it references (refresh, rollback, delete).
+    DropLayer,
+    /// Merge the layer into the layer whose id is in the `lba` field (snapshot delete).
+    MergeLayer,
+}
+
+impl RecordKind {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            RecordKind::Write => 1,
+            RecordKind::Trim => 2,
+            RecordKind::Zero => 3,
+            RecordKind::DropLayer => 4,
+            RecordKind::MergeLayer => 5,
+        }
+    }
+
+    pub(crate) fn from_code(code: u8) -> Option<RecordKind> {
+        match code {
+            1 => Some(RecordKind::Write),
+            2 => Some(RecordKind::Trim),
+            3 => Some(RecordKind::Zero),
+            4 => Some(RecordKind::DropLayer),
+            5 => Some(RecordKind::MergeLayer),
+            _ => None,
+        }
+    }
+}
+
+/// A replayed record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalRecord {
+    pub seq: u64,
+    pub header: RecordHeader,
+    pub payload: Vec<u8>,
+}
+
+/// What a record does and where: everything but its seq and payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub kind: RecordKind,
+    pub layer: LayerId,
+    pub lba: u64,
+    pub count: u64,
+}
 
 /// Appends records while the write log is locked (see [`WriteLog::with_lock`]).
 pub trait LogAppender {
@@ -63,23 +118,6 @@ pub trait WriteLogSource: Send + Sync + std::fmt::Debug {
     /// Open the log; new records get seqs from at least `min_next_seq` on.
     fn open(&self, min_next_seq: u64)
         -> Result<(Box<dyn WriteLog>, Vec<JournalRecord>), IoFailure>;
-}
-
-/// The local journal in a directory.
-#[derive(Debug, Clone)]
-pub struct JournalSource {
-    pub dir: std::path::PathBuf,
-    pub options: JournalOptions,
-}
-
-impl WriteLogSource for JournalSource {
-    fn open(
-        &self,
-        min_next_seq: u64,
-    ) -> Result<(Box<dyn WriteLog>, Vec<JournalRecord>), IoFailure> {
-        let (journal, records) = Journal::open(&self.dir, min_next_seq, self.options)?;
-        Ok((Box::new(journal), records))
-    }
 }
 
 /// An in-memory write log with the fault model of a journal on a disk with a write cache:

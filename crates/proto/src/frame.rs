@@ -26,10 +26,10 @@
 //!   [`FRAME_HEADER_LEN_BYTES`], then read the payload straight into its own `Vec` (no copy).
 
 use crate::error::ProtoError;
-use crate::handshake::PROTOCOL_VERSION;
 use crate::kind::MessageKind;
 use crate::wire::{
     FRAME_HEADER_LEN_BYTES, FRAME_MAGIC, HEADER_CRC_OFFSET_BYTES, PAYLOAD_MAX_BYTES,
+    PROTOCOL_VERSION,
 };
 
 /// One decoded frame: its kind, its request id and its payload, CRC already verified. Turn it

@@ -26,8 +26,7 @@ use crate::wire::{
     PAYLOAD_MAX_BYTES, SCRUB_CORRUPT_MAX,
 };
 
-/// The protocol version this crate speaks, in every frame header and in `Hello`/`HelloOk`.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub use crate::wire::PROTOCOL_VERSION;
 
 /// `(version, fingerprint)` of every protocol version, oldest first. Append only: a recorded
 /// entry is what peers of that version speak, never edit it. The last entry is

@@ -5,6 +5,9 @@
 //! [`crate::handshake::protocol_fingerprint`]): changing one changes what a peer accepts, so it
 //! needs a [`crate::PROTOCOL_VERSION`] bump like any message change.
 
+/// The protocol version this crate speaks, in every frame header and in `Hello`/`HelloOk`.
+pub const PROTOCOL_VERSION: u16 = 1;
+
 /// First 4 bytes of every frame: ASCII `WFTP` (the u32 is read little-endian, so the bytes on the
 /// wire are literally `W F T P`).
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"WFTP");

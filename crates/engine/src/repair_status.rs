@@ -1,0 +1,36 @@
+//! What the repairer reports ([`RepairStatus`]) and how API calls reach it
+//! ([`RepairControl`]); the repairer itself is in [`crate::repair`].
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// What the repairer has done and is doing.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct RepairStatus {
+    /// A scan is rebuilding chunks now.
+    pub running: bool,
+    pub scans: u64,
+    /// Stripes the last (or current) scan looked at.
+    pub stripes_checked: u64,
+    /// Chunks the current scan found missing or corrupt, and how many of them are done.
+    pub chunks_to_rebuild: u64,
+    pub chunks_rebuilt: u64,
+    pub chunks_failed: u64,
+    /// Since start.
+    pub chunks_rebuilt_total: u64,
+    pub bytes_rebuilt_total: u64,
+    /// Rebuild rate limit.
+    pub rate_limit_bytes_per_s: u64,
+    /// Measured over the current scan.
+    pub rate_bytes_per_s: u64,
+    /// Estimated seconds until the current scan finishes.
+    pub eta_s: Option<u64>,
+}
+
+/// Shared between the repairer thread and API calls.
+#[derive(Debug, Default)]
+pub(crate) struct RepairControl {
+    pub status: Mutex<RepairStatus>,
+    /// Run a scan now (an operator asked, or a read found a corrupt chunk).
+    pub kick: std::sync::atomic::AtomicBool,
+}
