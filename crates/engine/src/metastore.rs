@@ -98,7 +98,15 @@ pub struct ClusterStore {
     kv: Arc<dyn MetaStore>,
     revision: Revision,
     pub state: ClusterState,
+    /// A commit whose outcome could not be learned (the store stayed unreachable after the
+    /// write): it was reported failed, so if it turns out applied it is undone before the
+    /// next commit.
+    unsettled: Option<Vec<u8>>,
 }
+
+/// Reads that settle a commit of unknown outcome.
+const SETTLE_ATTEMPTS_MAX: u32 = 10;
+const SETTLE_RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl ClusterStore {
     /// Load the cluster state (an empty one if none was ever committed).
@@ -134,23 +142,93 @@ impl ClusterStore {
             kv,
             revision,
             state,
+            unsettled: None,
         })
     }
 
     /// Replace the stored state with `next`; on failure nothing changes. Fails when someone
     /// else changed it since it was loaded.
+    ///
+    /// A failure whose outcome is unknown (a timeout, a lost reply: the store may have applied
+    /// it) is settled by reading the key back: if it holds exactly what we wrote, the commit
+    /// happened; if it still holds our revision, it did not. Were it left unknown, the next
+    /// commit would compare against a revision that is no longer current and every later
+    /// commit would be refused.
     pub fn commit(&mut self, next: ClusterState) -> Result<(), IoFailure> {
+        self.settle_unknown()?;
         let bytes = serde_json::to_vec_pretty(&next).expect("cluster state always serialises");
-        let revision = self
+        let revision = match self
             .kv
             .compare_and_put(CLUSTER_STATE_KEY, self.revision, &bytes, None)
-            .map_err(|e| IoFailure::CorruptMetadata {
-                what: CLUSTER_STATE_KEY.into(),
-                detail: format!("commit refused: {e}"),
-            })?;
+        {
+            Ok(revision) => revision,
+            Err(e) => match self.read_back() {
+                Some(Some((stored, rev))) if stored == bytes => rev,
+                Some(_) => return Err(refused(e.to_string())),
+                None => {
+                    self.unsettled = Some(bytes);
+                    return Err(refused(format!("{e}; the store stayed unreachable")));
+                }
+            },
+        };
         self.revision = revision;
         self.state = next;
         Ok(())
+    }
+
+    /// The stored value and revision (`Some(None)`: absent), or `None` if the store could not
+    /// be read after [`SETTLE_ATTEMPTS_MAX`] tries.
+    fn read_back(&self) -> Option<Option<(Vec<u8>, Revision)>> {
+        for attempt in 0..SETTLE_ATTEMPTS_MAX {
+            if attempt > 0 {
+                std::thread::sleep(SETTLE_RETRY_INTERVAL);
+            }
+            if let Ok(v) = self.kv.get(CLUSTER_STATE_KEY) {
+                return Some(v.map(|v| (v.value, v.mod_revision)));
+            }
+        }
+        None
+    }
+
+    /// Undo a commit that was reported failed but may have been applied.
+    fn settle_unknown(&mut self) -> Result<(), IoFailure> {
+        let Some(unsettled) = self.unsettled.clone() else {
+            return Ok(());
+        };
+        match self.read_back() {
+            None => Err(refused("the metadata store is unreachable".into())),
+            Some(Some((stored, rev))) if stored == unsettled => {
+                let ours = serde_json::to_vec_pretty(&self.state)
+                    .expect("cluster state always serialises");
+                let revision = self
+                    .kv
+                    .compare_and_put(CLUSTER_STATE_KEY, rev, &ours, None)
+                    .map_err(|e| refused(format!("undoing a commit reported failed: {e}")))?;
+                self.revision = revision;
+                self.unsettled = None;
+                Ok(())
+            }
+            Some(stored) => {
+                // Not applied (or already undone): if the store holds our state, adopt its
+                // revision (an undo whose reply was lost).
+                let ours = serde_json::to_vec_pretty(&self.state)
+                    .expect("cluster state always serialises");
+                if let Some((value, rev)) = stored {
+                    if value == ours {
+                        self.revision = rev;
+                    }
+                }
+                self.unsettled = None;
+                Ok(())
+            }
+        }
+    }
+}
+
+fn refused(detail: String) -> IoFailure {
+    IoFailure::CorruptMetadata {
+        what: CLUSTER_STATE_KEY.into(),
+        detail: format!("commit refused: {detail}"),
     }
 }
 
