@@ -67,12 +67,19 @@ impl Engine {
         config: EngineConfig,
         store: LocalStoreConfig,
     ) -> Result<Engine, EngineError> {
+        let meta_dir = config.data_dir.join("meta");
+        if meta_dir.join("cluster.json").exists() && !meta_dir.join("meta.json").exists() {
+            return Err(IoFailure::CorruptMetadata {
+                what: meta_dir.display().to_string(),
+                detail: "this data dir was written by an older weft (format 2: one JSON cluster state, chunks without headers); this one reads format 3 (chunks with headers and per-page checksums, per-family checkpoints on the d.nodes): start with a new --data-dir, and copy volumes over NBD (qemu-img convert) from the old version".into(),
+            }
+            .into());
+        }
         let dir = config.data_dir.join("dnode0").join("chunks");
         let disk = FileDisk::open(&dir, store.direct_io)
             .map_err(|e| IoFailure::disk(dir.display().to_string(), e))?;
         let chunks = LocalChunkStore::open(Arc::new(disk), store.capacity_bytes)
             .map_err(|e| IoFailure::Stripe(e.into()))?;
-        let meta_dir = config.data_dir.join("meta");
         let kv = weft_meta::EmbeddedMetaStore::open(&meta_dir).map_err(|e| {
             IoFailure::CorruptMetadata {
                 what: meta_dir.display().to_string(),

@@ -325,3 +325,16 @@ fn full_datastore_refuses_writes_and_keeps_reads() {
         assert_eq!(buf, pattern(2 * lba + 2), "block {lba}");
     }
 }
+
+#[test]
+fn a_data_dir_of_the_previous_format_is_refused_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("meta")).unwrap();
+    std::fs::write(
+        dir.path().join("meta/cluster.json"),
+        b"{\"format_version\": 2}",
+    )
+    .unwrap();
+    let err = Engine::open(EngineConfig::for_tests(dir.path())).unwrap_err();
+    assert!(err.to_string().contains("older weft"), "{err}");
+}
