@@ -139,6 +139,26 @@ fn read_all(engine: &Engine) -> Result<Vec<u8>, weft_engine::EngineError> {
     Ok(buf)
 }
 
+fn open_engine(
+    dir: &std::path::Path,
+    stores: &[Arc<Switchable>],
+    meta: Arc<dyn weft_meta::MetaStore>,
+) -> Engine {
+    let backends = Backends {
+        placement: Arc::new(SixStores(stores.to_vec())),
+        metastore: meta,
+        write_log: None,
+        epoch: 0,
+    };
+    Engine::open_with(EngineConfig::for_tests(dir), backends).unwrap()
+}
+
+fn six_stores() -> Vec<Arc<Switchable>> {
+    (0..6)
+        .map(|i| Arc::new(Switchable::new(format!("dn-{i}"))))
+        .collect()
+}
+
 fn wait_repaired(engine: &Engine, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -158,18 +178,9 @@ fn wait_repaired(engine: &Engine, what: &str) {
 #[test]
 fn four_plus_two_survives_two_lost_stores_repairs_corruption_and_refills_a_wiped_store() {
     let dir = tempfile::tempdir().unwrap();
-    let stores: Vec<Arc<Switchable>> = (0..6)
-        .map(|i| Arc::new(Switchable::new(format!("dn-{i}"))))
-        .collect();
-    let placement = Arc::new(SixStores(stores.clone()));
+    let stores = six_stores();
     let meta: Arc<dyn weft_meta::MetaStore> = Arc::new(EmbeddedMetaStore::in_memory());
-    let backends = Backends {
-        placement,
-        metastore: meta.clone(),
-        write_log: None,
-        epoch: 0,
-    };
-    let engine = Engine::open_with(EngineConfig::for_tests(dir.path()), backends).unwrap();
+    let engine = open_engine(dir.path(), &stores, meta.clone());
     engine
         .create_volume("v", BLOCKS * BLOCK_SIZE_BYTES as u64)
         .unwrap();
@@ -282,13 +293,7 @@ fn four_plus_two_survives_two_lost_stores_repairs_corruption_and_refills_a_wiped
     engine.shutdown();
     drop(engine);
     stores[2].down.store(true, Ordering::Release);
-    let backends = Backends {
-        placement: Arc::new(SixStores(stores.clone())),
-        metastore: meta,
-        write_log: None,
-        epoch: 0,
-    };
-    let engine = Engine::open_with(EngineConfig::for_tests(dir.path()), backends).unwrap();
+    let engine = open_engine(dir.path(), &stores, meta);
     assert_eq!(
         read_all(&engine).unwrap(),
         second,
@@ -299,16 +304,12 @@ fn four_plus_two_survives_two_lost_stores_repairs_corruption_and_refills_a_wiped
 #[test]
 fn a_hung_store_does_not_hold_up_stripe_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let stores: Vec<Arc<Switchable>> = (0..6)
-        .map(|i| Arc::new(Switchable::new(format!("dn-{i}"))))
-        .collect();
-    let backends = Backends {
-        placement: Arc::new(SixStores(stores.clone())),
-        metastore: Arc::new(EmbeddedMetaStore::in_memory()),
-        write_log: None,
-        epoch: 0,
-    };
-    let engine = Engine::open_with(EngineConfig::for_tests(dir.path()), backends).unwrap();
+    let stores = six_stores();
+    let engine = open_engine(
+        dir.path(),
+        &stores,
+        Arc::new(EmbeddedMetaStore::in_memory()),
+    );
     engine
         .create_volume("v", BLOCKS * BLOCK_SIZE_BYTES as u64)
         .unwrap();
