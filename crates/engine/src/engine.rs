@@ -166,7 +166,7 @@ impl Engine {
 
     /// What the repairer has done and is doing.
     pub fn repair_status(&self) -> crate::repair::RepairStatus {
-        self.shared.repair.status.lock().clone()
+        repair_status(&self.shared)
     }
 
     /// Change the rebuild rate limit.
@@ -601,8 +601,8 @@ fn stats(shared: &Shared) -> EngineStats {
     let sc = &shared.stripes.counters;
     EngineStats {
         degraded_reads: sc.degraded_reads.load(Ordering::Relaxed),
-        chunks_left_for_repair: sc.chunks_left_for_repair.load(Ordering::Relaxed),
-        repair: shared.repair.status.lock().clone(),
+        chunks_missed_at_write: sc.chunks_missed_at_write.load(Ordering::Relaxed),
+        repair: repair_status(shared),
         write_amplification: (host > 0).then(|| chunk as f64 / host as f64),
         host_written_bytes: host,
         chunk_written_bytes: chunk,
@@ -630,4 +630,16 @@ fn stats(shared: &Shared) -> EngineStats {
         metadata_memory_bytes: map_entries * 8 + r.unique_blocks * 80,
         reduction: r,
     }
+}
+
+/// The repairer's status, with whether it has caught up with the placement's last change.
+fn repair_status(shared: &Shared) -> crate::repair::RepairStatus {
+    let mut status = shared.repair.status.lock().clone();
+    let redundant = shared.stripes.placement().redundancy(0).total_chunks() > 1;
+    status.caught_up = !redundant
+        || (status.scans > 0
+            && !status.running
+            && status.chunks_failed == 0
+            && status.scanned_generation >= shared.stripes.placement().generation());
+    status
 }

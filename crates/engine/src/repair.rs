@@ -27,19 +27,26 @@ type StripeRef = (u64, u64, Redundancy, u64);
 /// The repairer thread: a scan every `repair_interval_ms`, or when kicked.
 pub(crate) fn run_repairer(shared: &Shared) {
     let mut last = Instant::now();
+    let mut scanned_generation = None;
     loop {
         if shared.shutdown.load(Ordering::Acquire) || shared.abandon.load(Ordering::Acquire) {
             return;
         }
         let due = last.elapsed() >= Duration::from_millis(shared.config.repair_interval_ms);
         let kicked = shared.repair.kick.swap(false, Ordering::AcqRel);
-        if !(due || kicked) {
+        let generation = shared.stripes.placement().generation();
+        let moved = scanned_generation != Some(generation);
+        if !(due || kicked || moved) {
             std::thread::sleep(POLL);
             continue;
         }
         last = Instant::now();
-        if let Err(e) = scan(shared) {
-            tracing::warn!(error = %e, "repair scan failed; retrying later");
+        match scan(shared) {
+            Ok(()) => {
+                scanned_generation = Some(generation);
+                shared.repair.status.lock().scanned_generation = generation;
+            }
+            Err(e) => tracing::warn!(error = %e, "repair scan failed; retrying later"),
         }
     }
 }

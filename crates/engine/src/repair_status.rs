@@ -25,6 +25,11 @@ pub struct RepairStatus {
     pub rate_bytes_per_s: u64,
     /// Estimated seconds until the current scan finishes.
     pub eta_s: Option<u64>,
+    /// The placement generation the last finished scan started at.
+    pub scanned_generation: u64,
+    /// A scan started after the placement's last change has finished: nothing is missing
+    /// that the repairer knows how to rebuild.
+    pub caught_up: bool,
 }
 
 /// Shared between the repairer thread and API calls.

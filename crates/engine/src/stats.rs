@@ -44,8 +44,9 @@ pub struct GcReport {
 pub struct EngineStats {
     /// Reads that had to reconstruct a chunk from the rest of its stripe.
     pub degraded_reads: u64,
-    /// Chunks that could not be written when their stripe was (left for the repairer).
-    pub chunks_left_for_repair: u64,
+    /// Since start: chunks that could not be written with their stripe (the stripe was
+    /// durable without them; the repairer writes them later). Only ever counts up.
+    pub chunks_missed_at_write: u64,
     pub repair: crate::repair_status::RepairStatus,
     pub reduction: ReductionStats,
     /// Bytes written to chunks (segments, GC moves, summaries) per byte written by hosts.

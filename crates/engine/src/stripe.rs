@@ -42,6 +42,12 @@ pub trait Placement: Send + Sync + std::fmt::Debug {
     /// Every store, for listings and space.
     fn all_stores(&self) -> Vec<Arc<dyn ChunkStore>>;
 
+    /// Rises whenever a store comes or goes (down, up, out) or stripes move: the repairer
+    /// scans again, and the cluster is not healthy until a scan started after it finished.
+    fn generation(&self) -> u64 {
+        0
+    }
+
     /// Put `family`'s stripes in `pool` from now on (a new family, or one recovered at start).
     /// Fails when the placement has no such pool.
     fn bind_family(&self, _family: u64, pool: &str) -> Result<(), String> {
@@ -254,7 +260,7 @@ pub struct StripeCounters {
     /// Chunk reads that failed their checksums.
     pub corrupt_chunks: AtomicU64,
     /// Chunks that could not be written (the stripe was durable without them).
-    pub chunks_left_for_repair: AtomicU64,
+    pub chunks_missed_at_write: AtomicU64,
 }
 
 /// The stripe store of a c.node.
@@ -442,7 +448,7 @@ impl StripeStore {
         }
         if !failures.is_empty() {
             self.counters
-                .chunks_left_for_repair
+                .chunks_missed_at_write
                 .fetch_add(failures.len() as u64, Ordering::Relaxed);
             tracing::warn!(family, segment, failures = %failures.join("; "), "stripe durable with chunks missing; left for repair");
         }

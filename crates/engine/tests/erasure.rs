@@ -222,7 +222,7 @@ fn four_plus_two_survives_two_lost_stores_repairs_corruption_and_refills_a_wiped
     let second = data(2);
     engine.write(id, 0, &second, false).unwrap();
     engine.sync().unwrap();
-    assert!(engine.stats().chunks_left_for_repair > 0);
+    assert!(engine.stats().chunks_missed_at_write > 0);
     assert_eq!(read_all(&engine).unwrap(), second);
     stores[2].down.store(false, Ordering::Release);
     wait_repaired(&engine, "store 2 back");
@@ -326,7 +326,7 @@ fn a_hung_store_does_not_hold_up_stripe_writes() {
         "sync waited for the hung d.node: {took:?}"
     );
     assert_eq!(read_all(&engine).unwrap(), bytes);
-    assert!(engine.stats().chunks_left_for_repair > 0);
+    assert!(engine.stats().chunks_missed_at_write > 0);
     stores[5].put_delay_ms.store(0, Ordering::Release);
     engine.shutdown();
 }

@@ -66,11 +66,12 @@ pub(super) async fn status(State(state): State<ApiState>) -> Result<Json<Value>,
     };
     let nodes = c.nodes();
     let pools = c.pools();
+    // Healthy: every PG on up d.nodes, and a repair scan started after the last change of
+    // the cluster (a d.node back, out, a map moved) found nothing left to rebuild.
     let healthy = pools
         .iter()
         .all(|p| p.pgs_degraded == 0 && p.pgs_incomplete == 0)
-        && !stats.repair.running
-        && stats.repair.chunks_failed == 0;
+        && stats.repair.caught_up;
     Ok(Json(json!({
         "mode": "cluster",
         "healthy": healthy,
@@ -78,7 +79,7 @@ pub(super) async fn status(State(state): State<ApiState>) -> Result<Json<Value>,
         "pools": pools,
         "repair": repair,
         "degraded_reads": stats.degraded_reads,
-        "chunks_left_for_repair": stats.chunks_left_for_repair,
+        "chunks_missed_at_write": stats.chunks_missed_at_write,
         "capacity_bytes": stats.capacity_bytes,
         "used_bytes": stats.used_bytes,
     })))

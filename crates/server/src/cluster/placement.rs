@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -126,6 +126,9 @@ pub struct ClusterPlacement {
     options: ClusterOptions,
     connect: Box<Connector>,
     view: RwLock<View>,
+    /// Rises with every change of a d.node's state or of a PG map (see
+    /// `Placement::generation`).
+    generation: AtomicU64,
     stop: Arc<AtomicBool>,
     monitor: Mutex<Option<JoinHandle<()>>>,
 }
@@ -152,6 +155,7 @@ impl ClusterPlacement {
             options,
             connect,
             view: RwLock::new(View::default()),
+            generation: AtomicU64::new(1),
             stop: Arc::new(AtomicBool::new(false)),
             monitor: Mutex::new(None),
         });
@@ -232,6 +236,7 @@ impl ClusterPlacement {
                     continue;
                 };
                 let store = (self.connect)(id, addr);
+                self.generation.fetch_add(1, Ordering::AcqRel);
                 view.nodes.insert(
                     id.clone(),
                     NodeView {
@@ -267,6 +272,7 @@ impl ClusterPlacement {
             if state != n.state {
                 tracing::info!(node = %id, from = ?n.state, to = ?state, "d.node state");
                 n.state = state;
+                self.generation.fetch_add(1, Ordering::AcqRel);
             }
         }
         // Pools and their PG maps as stored (another c.node may have changed them).
@@ -279,6 +285,13 @@ impl ClusterPlacement {
             };
             let stored = get_json::<PgMap>(&*self.kv, &pgmap_key(&record.name))?;
             let pgmap = stored.as_ref().map(|(m, _)| m.clone()).unwrap_or_default();
+            if view
+                .pools
+                .get(&record.name)
+                .is_none_or(|p| p.pgmap.epoch != pgmap.epoch)
+            {
+                self.generation.fetch_add(1, Ordering::AcqRel);
+            }
             stored_maps.insert(record.name.clone(), stored);
             view.pools.insert(
                 record.name.clone(),
@@ -326,6 +339,7 @@ impl ClusterPlacement {
                     if let Some(p) = view.pools.get_mut(&name) {
                         p.pgmap = next;
                     }
+                    self.generation.fetch_add(1, Ordering::AcqRel);
                 }
                 Err(weft_meta::MetaError::Conflict { .. }) => {} // another c.node did; next round
                 Err(e) => return Err(e.into()),
@@ -495,6 +509,10 @@ impl Placement for ClusterPlacement {
             .filter(|n| n.state != NodeState::Out)
             .map(|n| n.store.clone())
             .collect()
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     fn bind_family(&self, family: u64, pool: &str) -> Result<(), String> {
