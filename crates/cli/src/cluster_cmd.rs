@@ -126,6 +126,10 @@ pub enum PoolCommand {
         none: bool,
         #[arg(long, default_value_t = 64)]
         pg_count: u32,
+        /// Chunks that must be durable before a stripe is (default min(k+1, k+m)); more is
+        /// safer, and writes wait while fewer d.nodes of a placement group are up.
+        #[arg(long)]
+        min_size: Option<u8>,
     },
     /// List pools with the health of their placement groups.
     List {
@@ -250,9 +254,10 @@ fn node_line(n: &Value) -> String {
 
 fn pool_line(p: &Value) -> String {
     format!(
-        "{:<12} {:<6} {:>4} PGs: {} healthy, {} degraded, {} incomplete (map epoch {})",
+        "{:<12} {:<6} min size {} {:>4} PGs: {} healthy, {} degraded, {} incomplete (map epoch {})",
         p["name"].as_str().unwrap_or("?"),
         p["redundancy"].as_str().unwrap_or("?"),
+        p["min_size"],
         p["pg_count"],
         p["pgs_healthy"],
         p["pgs_degraded"],
@@ -314,6 +319,7 @@ pub fn pool(client: &ApiClient, command: PoolCommand) -> anyhow::Result<()> {
             replicas,
             none,
             pg_count,
+            min_size,
         } => {
             let redundancy = match (ec, replicas, none) {
                 (Some(r), _, _) => r,
@@ -323,8 +329,11 @@ pub fn pool(client: &ApiClient, command: PoolCommand) -> anyhow::Result<()> {
                 (None, None, true) => Redundancy::None,
                 (None, None, false) => anyhow::bail!("say --ec K+M, --replicas N or --none"),
             };
-            let body =
+            let mut body =
                 json!({ "name": name, "redundancy": redundancy.to_string(), "pg_count": pg_count });
+            if let Some(m) = min_size {
+                body["min_size"] = m.into();
+            }
             client.call("POST", "/pools", Some(body))?;
             println!("created pool {name} ({redundancy}, {pg_count} placement groups)");
         }

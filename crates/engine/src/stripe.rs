@@ -3,7 +3,7 @@
 //! any k chunks when some are missing, corrupt or on a d.node that is down.
 //!
 //! - `put` encodes and writes every chunk in parallel; the stripe is durable once
-//!   `min_durable_chunks` (min(k+1, k+m)) of them are, so one more loss right after the write
+//!   min(k+1, k+m) of them are (or more, if the pool says so), so one more loss right after the write
 //!   cannot lose it. Chunks that failed are left for repair.
 //! - `read` maps a byte range of the stripe's data to the data chunk(s) holding it (one
 //!   d.node for a small read). When a chunk cannot serve it, the same page-aligned window is
@@ -41,6 +41,12 @@ pub trait Placement: Send + Sync + std::fmt::Debug {
     ) -> Vec<Option<Arc<dyn ChunkStore>>>;
     /// Every store, for listings and space.
     fn all_stores(&self) -> Vec<Arc<dyn ChunkStore>>;
+
+    /// How many of a stripe's chunks must be durable before it is: at least the redundancy's
+    /// minimum, min(k+1, k+m); a pool may ask for more.
+    fn min_durable_chunks(&self, _family: u64, redundancy: Redundancy) -> u8 {
+        redundancy.min_durable_chunks()
+    }
 
     /// Rises whenever a store comes or goes (down, up, out) or stripes move: the repairer
     /// scans again, and the cluster is not healthy until a scan started after it finished.
@@ -425,7 +431,10 @@ impl StripeStore {
             parity_chunks: redundancy.parity_chunks(),
             stripe_len_bytes: bytes.len() as u64,
         };
-        let needed = redundancy.min_durable_chunks();
+        let needed = self
+            .placement
+            .min_durable_chunks(family, redundancy)
+            .clamp(redundancy.min_durable_chunks(), redundancy.total_chunks());
         let results = put_chunks(&stores, chunks, meta, epoch, usize::from(needed));
         let durable = results.iter().filter(|r| r.is_ok()).count() as u8;
         let failures: Vec<String> = results

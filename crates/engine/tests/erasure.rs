@@ -106,6 +106,25 @@ impl ChunkStore for Switchable {
 #[derive(Debug)]
 struct SixStores(Vec<Arc<Switchable>>);
 
+/// The same, with a pool that wants every chunk durable (min size 6).
+#[derive(Debug)]
+struct SixStoresAllDurable(SixStores);
+
+impl Placement for SixStoresAllDurable {
+    fn redundancy(&self, family: u64) -> Redundancy {
+        self.0.redundancy(family)
+    }
+    fn stores(&self, f: u64, s: u64, r: Redundancy) -> Vec<Option<Arc<dyn ChunkStore>>> {
+        self.0.stores(f, s, r)
+    }
+    fn all_stores(&self) -> Vec<Arc<dyn ChunkStore>> {
+        self.0.all_stores()
+    }
+    fn min_durable_chunks(&self, _family: u64, _r: Redundancy) -> u8 {
+        6
+    }
+}
+
 impl Placement for SixStores {
     fn redundancy(&self, _family: u64) -> Redundancy {
         Redundancy::erasure(4, 2).unwrap()
@@ -329,4 +348,44 @@ fn a_hung_store_does_not_hold_up_stripe_writes() {
     assert!(engine.stats().chunks_missed_at_write > 0);
     stores[5].put_delay_ms.store(0, Ordering::Release);
     engine.shutdown();
+}
+
+#[test]
+fn a_pool_min_size_of_all_chunks_makes_writes_wait_for_every_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores = six_stores();
+    let backends = Backends {
+        placement: Arc::new(SixStoresAllDurable(SixStores(stores.clone()))),
+        metastore: Arc::new(EmbeddedMetaStore::in_memory()),
+        write_log: None,
+        epoch: 0,
+    };
+    let engine = Engine::open_with(EngineConfig::for_tests(dir.path()), backends).unwrap();
+    engine
+        .create_volume("v", BLOCKS * BLOCK_SIZE_BYTES as u64)
+        .unwrap();
+    let id = engine.open_volume("v").unwrap().id;
+    stores[4].down.store(true, Ordering::Release);
+    let bytes = data(4);
+    engine.write(id, 0, &bytes, false).unwrap();
+    assert!(
+        engine.sync().is_err(),
+        "with one of six stores down, no stripe may count as durable"
+    );
+    assert_eq!(
+        read_all(&engine).unwrap(),
+        bytes,
+        "still readable from memory"
+    );
+    stores[4].down.store(false, Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while engine.sync().is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "stripes not written once the store is back"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(stores.iter().all(|s| s.stat().unwrap().chunks > 0));
+    assert_eq!(read_all(&engine).unwrap(), bytes);
 }

@@ -25,6 +25,8 @@ pub(super) struct CreatePool {
     /// `none`, `x3`, `4+2`, ...
     redundancy: String,
     pg_count: Option<u32>,
+    /// Chunks durable before a stripe is (default min(k+1, k+m)).
+    min_size: Option<u8>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -154,9 +156,11 @@ pub(super) async fn create_pool(
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("redundancy: {e}")))?;
     let pg_count = body.pg_count.unwrap_or(PG_COUNT_DEFAULT);
     let name = body.name.clone();
-    let created = tokio::task::spawn_blocking(move || c.create_pool(&name, redundancy, pg_count))
-        .await
-        .map_err(internal)?;
+    let min_size = body.min_size;
+    let created =
+        tokio::task::spawn_blocking(move || c.create_pool(&name, redundancy, pg_count, min_size))
+            .await
+            .map_err(internal)?;
     match created {
         Ok(()) => {}
         Err(CreatePoolError::Exists) => {

@@ -111,6 +111,8 @@ pub struct PoolStatus {
     pub name: String,
     pub redundancy: String,
     pub pg_count: u32,
+    /// Chunks durable before a stripe is.
+    pub min_size: u8,
     pub pgmap_epoch: u64,
     /// PGs whose every position is on an up d.node.
     pub pgs_healthy: u64,
@@ -160,7 +162,7 @@ impl ClusterPlacement {
             monitor: Mutex::new(None),
         });
         let default = &placement.options;
-        match placement.create_pool(&default.pool, default.redundancy, default.pg_count) {
+        match placement.create_pool(&default.pool, default.redundancy, default.pg_count, None) {
             Ok(()) | Err(CreatePoolError::Exists) => {}
             Err(e) => return Err(anyhow::anyhow!("pool {}: {e}", default.pool)),
         }
@@ -354,7 +356,16 @@ impl ClusterPlacement {
         name: &str,
         redundancy: Redundancy,
         pg_count: u32,
+        min_size: Option<u8>,
     ) -> Result<(), CreatePoolError> {
+        if let Some(m) = min_size {
+            let (low, high) = (redundancy.min_durable_chunks(), redundancy.total_chunks());
+            if !(low..=high).contains(&m) {
+                return Err(CreatePoolError::Invalid(format!(
+                    "min size for {redundancy} must be {low}..={high}"
+                )));
+            }
+        }
         if name.is_empty()
             || name.len() > 64
             || !name
@@ -374,6 +385,7 @@ impl ClusterPlacement {
             name: name.to_string(),
             redundancy: redundancy.to_string(),
             pg_count,
+            min_size,
         };
         match weft_meta::cas_json(&*self.kv, &pool_key(name), 0, &record, None) {
             Ok(_) => {}
@@ -410,6 +422,10 @@ impl ClusterPlacement {
                     name: p.record.name.clone(),
                     redundancy: p.record.redundancy.clone(),
                     pg_count: p.record.pg_count,
+                    min_size: p
+                        .record
+                        .min_size
+                        .unwrap_or_else(|| p.redundancy.min_durable_chunks()),
                     pgmap_epoch: p.pgmap.epoch,
                     pgs_healthy: healthy,
                     pgs_degraded: degraded,
@@ -509,6 +525,14 @@ impl Placement for ClusterPlacement {
             .filter(|n| n.state != NodeState::Out)
             .map(|n| n.store.clone())
             .collect()
+    }
+
+    fn min_durable_chunks(&self, family: u64, redundancy: Redundancy) -> u8 {
+        self.view
+            .read()
+            .pool_of(family, &self.options.pool)
+            .and_then(|p| p.record.min_size)
+            .unwrap_or_else(|| redundancy.min_durable_chunks())
     }
 
     fn generation(&self) -> u64 {

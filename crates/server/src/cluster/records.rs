@@ -63,6 +63,10 @@ pub struct PoolRecord {
     /// `none`, `x3`, `4+2`, ...
     pub redundancy: String,
     pub pg_count: u32,
+    /// Chunks that must be durable before a stripe is (Ceph's `min_size`); `None`: the
+    /// redundancy's minimum, min(k+1, k+m). Raising it trades write availability for safety.
+    #[serde(default)]
+    pub min_size: Option<u8>,
 }
 
 /// Each placement group's d.nodes, in chunk order (`None`: no d.node available for that
