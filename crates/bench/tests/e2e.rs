@@ -24,6 +24,9 @@ const QUICK: &[&str] = &[
 const NBDKIT_READY_TIMEOUT: Duration = Duration::from_secs(10);
 const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// Tries to start nbdkit on a fresh free port before giving up.
+const NBDKIT_START_ATTEMPTS: usize = 5;
+
 /// nbdkit serving a memory disk on a free loopback port, killed (by PID) on drop.
 struct Nbdkit {
     child: Child,
@@ -31,26 +34,46 @@ struct Nbdkit {
 }
 
 impl Nbdkit {
+    /// Starts nbdkit on a free port. A port picked free can be taken by another test before
+    /// nbdkit binds it (nbdkit then exits, and the readiness probe may even reach the other
+    /// test's server): retry on a new port until our own child is the one listening.
     fn start(extra: &[&str], size: &str) -> Nbdkit {
+        for _ in 0..NBDKIT_START_ATTEMPTS {
+            if let Some(n) = Nbdkit::try_start(extra, size) {
+                return n;
+            }
+        }
+        panic!("nbdkit did not start after {NBDKIT_START_ATTEMPTS} attempts");
+    }
+
+    fn try_start(extra: &[&str], size: &str) -> Option<Nbdkit> {
         let port = free_port();
         let mut args = vec!["--exit-with-parent", "-f", "-i", "127.0.0.1"];
         args.extend_from_slice(extra);
         let port_s = port.to_string();
         args.extend_from_slice(&["-p", &port_s, "memory", size]);
-        let child = Command::new("nbdkit")
+        let mut child = Command::new("nbdkit")
             .args(&args)
             .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .expect("nbdkit must be installed (apt-get install nbdkit)");
         let deadline = Instant::now() + NBDKIT_READY_TIMEOUT;
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if child.try_wait().ok().flatten().is_some() {
+                return None; // it could not bind: the port was taken meanwhile
+            }
             assert!(
                 Instant::now() < deadline,
                 "nbdkit did not listen on port {port}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Nbdkit { child, port }
+        std::thread::sleep(Duration::from_millis(50));
+        if child.try_wait().ok().flatten().is_some() {
+            return None; // someone else answered on that port
+        }
+        Some(Nbdkit { child, port })
     }
 
     fn uri(&self) -> String {
