@@ -136,16 +136,22 @@ impl ApiClient {
                 .delete(&url)
                 .header("Authorization", &auth)
                 .call(),
-            (_, Some(b)) => self
+            ("PUT", Some(b)) => self
+                .agent
+                .put(&url)
+                .header("Authorization", &auth)
+                .send_json(b),
+            ("POST", Some(b)) => self
                 .agent
                 .post(&url)
                 .header("Authorization", &auth)
                 .send_json(b),
-            (_, None) => self
+            ("POST", None) => self
                 .agent
                 .post(&url)
                 .header("Authorization", &auth)
                 .send_empty(),
+            (other, _) => anyhow::bail!("the CLI does not send {other} requests"),
         };
         let mut response = response
             .with_context(|| format!("cannot reach the management API at {}", self.base))?;

@@ -577,6 +577,9 @@ fn writable_layer(st: &State, id: VolumeId) -> Result<(FamilyId, LayerId), Engin
 
 /// Engine-wide statistics.
 fn stats(shared: &Shared) -> EngineStats {
+    // Before the state lock: writers hold the journal's lock while they take the state's
+    // (lock order journal -> state), so asking the journal under the state lock deadlocks.
+    let journal_files = shared.journal.pieces_in_use() as u64;
     let st = shared.state.lock();
     let mut r = ReductionStats::default();
     let mut map_entries = 0u64;
@@ -617,7 +620,7 @@ fn stats(shared: &Shared) -> EngineStats {
         capacity_bytes: shared.stripes.space().0,
         used_bytes: shared.stripes.space().1,
         sealed_segments: st.sealed.len() as u64,
-        journal_files: shared.journal.pieces_in_use() as u64,
+        journal_files,
         corrupt_reads: c.corrupt_reads.load(Ordering::Relaxed)
             + shared
                 .stripes

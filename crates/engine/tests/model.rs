@@ -338,3 +338,52 @@ fn a_data_dir_of_the_previous_format_is_refused_with_a_clear_message() {
     let err = Engine::open(EngineConfig::for_tests(dir.path())).unwrap_err();
     assert!(err.to_string().contains("older weft"), "{err}");
 }
+
+#[test]
+fn stats_while_writing_never_deadlocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = std::sync::Arc::new(open(dir.path()));
+    engine
+        .create_volume("v", 256 * BLOCK_SIZE_BYTES as u64)
+        .unwrap();
+    let id = engine.open_volume("v").unwrap().id;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let mut workers = Vec::new();
+    for t in 0..2u64 {
+        let (engine, stop, done) = (engine.clone(), stop.clone(), done_tx.clone());
+        workers.push(std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let lba = (n * 7 + t) % 256;
+                engine
+                    .write(
+                        id,
+                        lba * BLOCK_SIZE_BYTES as u64,
+                        &pattern(n % PATTERNS + 1),
+                        false,
+                    )
+                    .unwrap();
+                n += 1;
+            }
+            done.send(()).unwrap();
+        }));
+    }
+    let (engine2, stop2, done) = (engine.clone(), stop.clone(), done_tx.clone());
+    workers.push(std::thread::spawn(move || {
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = engine2.stats();
+        }
+        done.send(()).unwrap();
+    }));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..3 {
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a writer or the stats reader is stuck: lock order violated");
+    }
+    for w in workers {
+        w.join().unwrap();
+    }
+}
