@@ -126,7 +126,8 @@ impl ClusterOpts {
 /// One `weft dnode` process (or its data dir and address while it is down).
 pub struct Dnode {
     pub index: usize,
-    /// Its node id (`dn-XXXXXXXX`), read from its `dnode ID listening on ADDR` line.
+    /// Its node id (`dn-` and 8 hex digits), read from the line it prints at start,
+    /// `dnode <id> listening on <addr>`.
     pub id: String,
     pub addr: SocketAddr,
     pub data: PathBuf,
