@@ -28,7 +28,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use weft_meta::testing::EtcdServer;
 
-use crate::common::{poll_until, run, weft_bin, Bg, CmdOut, NbdClient, NbdError, Scratch};
+use crate::common::{cli_in, poll_until, weft_bin, Bg, CmdOut, NbdClient, NbdError, Scratch};
 
 /// How long a d.node or a c.node may take to print `ready`.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -499,14 +499,7 @@ impl Cluster {
     /// `weft --data-dir <c.node's data dir> ARGS...`
     pub fn cli(&self, args: &[&str]) -> CmdOut {
         let c = self.cnode.as_ref().expect("no c.node");
-        let mut cmd = Command::new(weft_bin());
-        cmd.arg("--data-dir")
-            .arg(&c.data_dir)
-            .args(args)
-            .env_remove("WEFT_API")
-            .env_remove("WEFT_TOKEN")
-            .env_remove("WEFT_DATA_DIR");
-        run(&mut cmd, Duration::from_secs(120))
+        cli_in(&c.data_dir, args)
     }
 
     pub fn cli_ok(&self, args: &[&str]) -> String {

@@ -379,6 +379,18 @@ impl Drop for Bg {
 }
 
 /// Runs a command to completion with a time limit.
+/// `weft --data-dir DATA_DIR ARGS...`, with none of the CLI's environment variables inherited.
+pub fn cli_in(data_dir: &Path, args: &[&str]) -> CmdOut {
+    let mut cmd = Command::new(weft_bin());
+    cmd.arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .env_remove("WEFT_API")
+        .env_remove("WEFT_TOKEN")
+        .env_remove("WEFT_DATA_DIR");
+    run(&mut cmd, Duration::from_secs(120))
+}
+
 pub fn run(cmd: &mut Command, timeout: Duration) -> CmdOut {
     Bg::spawn(cmd).wait(timeout)
 }
@@ -695,14 +707,7 @@ impl Server {
 
     /// `weft --data-dir DIR ARGS...`
     pub fn cli(&self, args: &[&str]) -> CmdOut {
-        let mut cmd = Command::new(weft_bin());
-        cmd.arg("--data-dir")
-            .arg(&self.data_dir)
-            .args(args)
-            .env_remove("WEFT_API")
-            .env_remove("WEFT_TOKEN")
-            .env_remove("WEFT_DATA_DIR");
-        run(&mut cmd, Duration::from_secs(120))
+        cli_in(&self.data_dir, args)
     }
 
     pub fn cli_ok(&self, args: &[&str]) -> String {
