@@ -86,15 +86,8 @@ atexit.register(_stop_all)
 
 
 def stop(p: subprocess.Popen, timeout: float = 30) -> None:
-    if p.poll() is None:
-        try:
-            p.send_signal(signal.SIGTERM)
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        except ProcessLookupError:
-            pass
+    """SIGTERM, then SIGKILL after `timeout` (nbd-compare's stop), and forget it."""
+    nc.stop_proc(p, timeout)
     if p in _started:
         _started.remove(p)
 
