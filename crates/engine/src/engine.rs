@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use weft_chunk::{FileDisk, LocalChunkStore};
+
 use crate::block_map::Mapping;
 pub use crate::config::{Backends, EngineConfig, LocalStoreConfig};
 use crate::error::{EngineError, IoFailure};
@@ -22,7 +24,6 @@ use crate::state::{map_io, Command, Shared, State};
 use crate::stats::{EngineStats, GcReport, GcStats, ReductionStats};
 use crate::stripe::SingleStore;
 use crate::units::{FamilyId, LayerId, VolumeId, BLOCK_SIZE_U64};
-use weft_chunk::{FileDisk, LocalChunkStore};
 
 /// A read that finds its segment gone (moved by GC meanwhile) looks the blocks up again.
 const READ_RETRIES_MAX: usize = 4;

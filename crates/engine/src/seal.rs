@@ -7,13 +7,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use weft_ec::Redundancy;
+
 use crate::checkpoint::SealedSegment;
 use crate::error::IoFailure;
 use crate::segment::{SegmentBuilder, StripeLayout};
 use crate::state::{release_journal, SealingSegment, Shared, State};
 use crate::stripe::StripeStore;
 use crate::units::{FamilyId, SegmentId};
-use weft_ec::Redundancy;
 
 /// How long the engine's threads sleep when there is nothing to do.
 pub(crate) const IDLE_WAIT: Duration = Duration::from_millis(20);
