@@ -131,6 +131,34 @@ impl Disk for FileDisk {
     }
 
     fn write_new(&self, p: &str, parts: &[&[u8]]) -> io::Result<()> {
+        let total: usize = parts.iter().map(|part| part.len()).sum();
+        if self.direct_io && total.is_multiple_of(DIRECT_IO_ALIGN_BYTES) {
+            // One O_DIRECT write from an aligned copy: no page-cache copy, and the sync that
+            // follows has only metadata left to commit.
+            let mut opts = OpenOptions::new();
+            opts.write(true)
+                .create_new(true)
+                .custom_flags(libc::O_DIRECT);
+            match opts.open(self.path(p)) {
+                Ok(file) => {
+                    let mut backing = vec![0u8; total + DIRECT_IO_ALIGN_BYTES];
+                    let skip = backing.as_ptr().align_offset(DIRECT_IO_ALIGN_BYTES);
+                    let buf = &mut backing[skip..skip + total];
+                    let mut at = 0;
+                    for part in parts {
+                        buf[at..at + part.len()].copy_from_slice(part);
+                        at += part.len();
+                    }
+                    return file.write_all_at(buf, 0);
+                }
+                // The file system refuses O_DIRECT (the open may have created the file):
+                // write through the page cache.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    let _ = std::fs::remove_file(self.path(p));
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)

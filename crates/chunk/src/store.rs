@@ -307,7 +307,19 @@ impl ChunkStore for LocalChunkStore {
         let path = chunk_path(&key);
         let dir = family_dir(key.family);
         let result = (|| {
-            let new_dir = self.disk.list_dir(&dir)?.is_empty();
+            // No chunk of the family yet: its directory may be new (listing it per put would
+            // cost O(chunks) per stripe).
+            let first = ChunkKey {
+                family: key.family,
+                segment: 0,
+                index: 0,
+            };
+            let new_dir = self
+                .index
+                .lock()
+                .range(first..)
+                .next()
+                .is_none_or(|(k, _)| k.family != key.family);
             self.disk.create_dir_all(&dir)?;
             if new_dir {
                 self.disk.sync_dir("")?;
