@@ -273,6 +273,24 @@ async fn transmit(
                     continue;
                 }
             };
+            if runs_inline(&command, &requests, &buf) {
+                // The only request in flight and a small one: a hand-off to a worker and back
+                // would cost two thread wake-ups, more than the call itself (QD1 latency).
+                let (outcome, disposition) = execute(export.as_ref(), command, payload);
+                if disposition == Disposition::Disconnect {
+                    stop.cancel();
+                }
+                let completion = Completion {
+                    handle: header.handle,
+                    offset_bytes: header.offset_bytes,
+                    outcome,
+                    _permits: permits,
+                };
+                if tx.send(completion).await.is_err() {
+                    return Ok(());
+                }
+                continue;
+            }
             let job = Job {
                 export: Arc::clone(&export),
                 command,
@@ -296,6 +314,23 @@ async fn transmit(
         .expect("writer task does not panic (panic = abort)");
     read_result?;
     write_result.map_err(ConnError::from)
+}
+
+/// Requests up to this size run on the connection's task when nothing else is in flight.
+const INLINE_REQUEST_BYTES_MAX: u32 = 64 * 1024;
+
+/// Whether to run `command` on the connection's own task: it is the connection's only
+/// request in flight, the client has sent nothing after it yet, and it is small (a large
+/// write may wait for a stripe; it must not hold an I/O thread meanwhile).
+fn runs_inline(command: &Command, requests: &Semaphore, buf: &BytesMut) -> bool {
+    let alone = requests.available_permits() == INFLIGHT_REQUESTS_MAX - 1 && buf.is_empty();
+    let small = match command {
+        Command::Read { length_bytes, .. } => *length_bytes <= INLINE_REQUEST_BYTES_MAX,
+        Command::Write { length_bytes, .. } => *length_bytes <= INLINE_REQUEST_BYTES_MAX,
+        Command::Flush => true,
+        _ => false,
+    };
+    alone && small
 }
 
 /// One command on its way to a worker thread; its completion goes straight to the writer.
