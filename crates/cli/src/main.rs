@@ -134,6 +134,10 @@ struct EngineArgs {
     /// Size of each (zero-filled, preallocated) journal file.
     #[arg(long, default_value = "64M", value_parser = parse_size)]
     journal_file_size: u64,
+    /// Writes of at least this size skip the journal's data: they are written once, into a
+    /// durable stripe, before they are acknowledged (0 = journal every write).
+    #[arg(long, default_value = "256K", value_parser = parse_size)]
+    write_through_min_size: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -351,6 +355,7 @@ fn engine_config(global: &GlobalArgs, args: &EngineArgs) -> anyhow::Result<Engin
     engine.write_buffer_max_bytes = args.write_buffer_size;
     engine.checkpoint_every_bytes = args.checkpoint_every;
     engine.journal.file_bytes = args.journal_file_size;
+    engine.write_through_min_bytes = args.write_through_min_size;
     Ok(engine)
 }
 

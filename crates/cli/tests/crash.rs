@@ -40,11 +40,13 @@ const ROUNDS: usize = 3;
 
 const JOBS: usize = 4;
 
-fn fio_crash_job(seed: u64) -> Vec<String> {
+/// `bs`: fio's block size option, e.g. `--bs=4k`, or `--bsrange=4k-1m` to mix journaled
+/// writes with large ones that are written through to a stripe.
+fn fio_crash_job(seed: u64, bs: &str) -> Vec<String> {
     vec![
         "--name=crash".into(),
         "--rw=randwrite".into(),
-        "--bs=4k".into(),
+        bs.into(),
         // 4 x 256 MiB: more than a few seconds of writes, so the kill lands mid-run.
         "--size=256M".into(),
         "--offset_increment=256M".into(),
@@ -67,8 +69,26 @@ fn state_numberio(path: &std::path::Path) -> Option<u64> {
 
 #[test]
 fn fio_verify_state_survives_kill9_at_random_points() {
+    fio_verify_state_survives_kill9(
+        "fio_verify_state_survives_kill9_at_random_points",
+        "--bs=4k",
+    );
+}
+
+/// Writes of 4 KiB to 1 MiB: those of 256 KiB and more skip the journal's data and are
+/// acknowledged once their stripe is durable, so kills land in the middle of stripe writes,
+/// between a write's journal reference and its data, and in forced seals.
+#[test]
+fn fio_verify_state_survives_kill9_during_large_writes() {
+    fio_verify_state_survives_kill9(
+        "fio_verify_state_survives_kill9_during_large_writes",
+        "--bsrange=4k-1m",
+    );
+}
+
+fn fio_verify_state_survives_kill9(test: &str, bs: &str) {
     require_tool("fio");
-    let (mut rng, _) = test_rng("fio_verify_state_survives_kill9_at_random_points");
+    let (mut rng, _) = test_rng(test);
     let mut srv = Server::start_with("crash-fio", ServeOpts::default().volume_size("1G"));
     let uri = srv.nbd_uri("vol0");
     for round in 0..ROUNDS {
@@ -76,7 +96,7 @@ fn fio_verify_state_survives_kill9_at_random_points() {
         fs::create_dir_all(&cwd).unwrap();
         let fio_seed = rng.random_range(1..1_000_000_000u64);
         let kill_after = Duration::from_millis(rng.random_range(1000..3000));
-        let mut args = fio_crash_job(fio_seed);
+        let mut args = fio_crash_job(fio_seed, bs);
         args.push("--verify_state_save=1".into());
         let mut writer = Bg::spawn(&mut fio_cmd(&cwd, &uri, &args));
         // Count from the moment fio is connected, not from its start-up.
@@ -132,7 +152,7 @@ fn fio_verify_state_survives_kill9_at_random_points() {
         );
 
         srv.restart();
-        let mut vargs = fio_crash_job(fio_seed);
+        let mut vargs = fio_crash_job(fio_seed, bs);
         vargs.extend(strs(&[
             "--verify_only",
             "--verify_state_load=1",

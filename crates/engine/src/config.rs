@@ -32,6 +32,9 @@ pub struct EngineConfig {
     pub repair_interval_ms: u64,
     /// Rebuild at most this many bytes per second (changeable at run time).
     pub repair_rate_bytes_per_s: u64,
+    /// Writes of at least this many bytes are written once: straight through destage into a
+    /// durable stripe, the journal holding only a reference (0: every write is journaled).
+    pub write_through_min_bytes: u64,
 }
 
 impl EngineConfig {
@@ -48,6 +51,7 @@ impl EngineConfig {
             journal: JournalOptions::default(),
             repair_interval_ms: 10_000,
             repair_rate_bytes_per_s: 256 << 20,
+            write_through_min_bytes: 256 << 10,
         }
     }
 
@@ -61,6 +65,7 @@ impl EngineConfig {
             gc_interval_ms: 100,
             drop_slice_blocks: 16,
             repair_interval_ms: 200,
+            write_through_min_bytes: 16 << 10,
             journal: JournalOptions {
                 file_bytes: 256 << 10,
                 prefill: false,

@@ -4,6 +4,7 @@
 //! in the same order. Full segments go to the sealer ([`crate::seal`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
 use crate::block_map::Mapping;
 use crate::error::IoFailure;
@@ -77,6 +78,9 @@ pub(crate) fn segment_ids(
         id
     }
 }
+
+/// While writers wait for write-through, segments are sealed at this size.
+pub(crate) const WRITE_THROUGH_SEGMENT_BYTES: usize = 4 << 20;
 
 /// Below this many blocks a batch is reduced on the destager thread alone; above, the work is
 /// split with a second thread (hashing and lz4 are most of destage's CPU on large writes).
@@ -209,7 +213,16 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
     {
         let mut guard = shared.state.lock();
         let st = &mut *guard;
-        let cap = shared.config.segment_size_bytes;
+        let cap = if shared.write_through_waiting.load(Ordering::Acquire) > 0 {
+            // Writers wait for a durable stripe: seal in smaller pieces so the stripe writes
+            // overlap destage instead of following it.
+            shared
+                .config
+                .segment_size_bytes
+                .min(WRITE_THROUGH_SEGMENT_BYTES)
+        } else {
+            shared.config.segment_size_bytes
+        };
         let span = shared.config.drop_slice_blocks;
         let mut ranges = ranges.into_iter().peekable();
         let mut next_segment = std::mem::take(&mut st.next_segment);
@@ -282,7 +295,9 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             }
             seq
         };
-        for (position, w) in work {
+        let mut work = work.into_iter().peekable();
+        while let Some((position, w)) = work.next() {
+            let last_of_record = work.peek().is_none_or(|(_, next)| next.seq != w.seq);
             while ranges.peek().is_some_and(|(at, _)| *at <= position) {
                 let (_, p) = ranges.next().expect("peeked");
                 last_seq = last_seq.max(apply_range(st, p, &mut alloc, &mut to_seal));
@@ -297,8 +312,9 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             f.apply_block(w.layer, w.lba, &w.reduced, w.raw, w.seq, &mut alloc, cap);
             if let Some((b, since)) = f.take_open_if_full(cap) {
                 // Later blocks of this record go to the next segment: the one sealed here
-                // reflects the records before it only.
-                to_seal.push((b, since, w.seq - 1));
+                // reflects the records before it only, unless this was the record's last.
+                let hwm = if last_of_record { w.seq } else { w.seq - 1 };
+                to_seal.push((b, since, hwm));
             }
             st.buffer.retire(w.layer, w.lba, w.seq);
         }

@@ -11,9 +11,10 @@ use crate::checkpointer::{
 use crate::destage::{destage_batch, drain};
 use crate::gc::{
     collect_garbage, GC_MOVE_PER_RUN_BYTES_MAX, GC_MOVE_UNDER_LOAD_BYTES_MAX,
-    GC_UNDER_LOAD_SPACE_AMPLIFICATION_MIN,
+    GC_PRESSED_INTERVAL_MS, GC_PRESSED_LIVE_FRACTION_MAX, GC_PRESSED_MOVE_BYTES_MAX,
+    GC_SPACE_PRESSURE_MIN, GC_UNDER_LOAD_SPACE_AMPLIFICATION_MIN,
 };
-use crate::seal::{seal_all, IDLE_WAIT, SEAL_RETRY_INTERVAL};
+use crate::seal::{seal_all, seal_open, IDLE_WAIT, SEAL_RETRY_INTERVAL};
 use crate::state::{Command, Shared};
 
 /// The destager thread's loop.
@@ -40,6 +41,12 @@ pub(crate) fn run(shared: &Shared) {
         let did = match destage_batch(shared) {
             Ok(n) => n,
             Err(e) => {
+                if shared.shutdown.load(Ordering::Acquire) {
+                    // Stopping while stripes cannot be written: what is not in stripes is in
+                    // the journal (write-through writes waiting for a stripe were refused).
+                    tracing::error!(error = %e, "stopping with stripe writes failing; the next start replays the journal");
+                    return;
+                }
                 tracing::error!(error = %e, "stripe write failed; writes get ENOSPC/EIO until it succeeds");
                 last_seal_failure = Some(Instant::now());
                 continue;
@@ -48,6 +55,14 @@ pub(crate) fn run(shared: &Shared) {
         if did > 0 {
             last_activity = Instant::now();
             shared.space.notify_all();
+        } else if shared.write_through_waiting.load(Ordering::Acquire) > 0 {
+            // Writers wait for their blocks to be in a durable stripe: seal what is open now
+            // rather than when the segment fills.
+            if let Err(e) = seal_open(shared) {
+                tracing::error!(error = %e, "seal for write-through failed");
+                last_seal_failure = Some(Instant::now());
+                continue;
+            }
         } else if last_activity.elapsed() >= Duration::from_millis(shared.config.idle_seal_ms) {
             // Idle: seal open segments so their data is in stripes and the journal can go.
             if let Err(e) = seal_all(shared) {
@@ -62,35 +77,52 @@ pub(crate) fn run(shared: &Shared) {
             tracing::error!(error = %e, "checkpoint failed");
         }
         forget_covered_layer_ops(shared);
+        let (capacity, used) = shared.stripes.space();
         let (due, busy, amplification) = {
             let st = shared.state.lock();
             let live: u64 = st.families.values().map(|f| f.table.stored_bytes()).sum();
-            let amplification = shared.stripes.space().1 as f64 / live.max(1) as f64;
+            let amplification = used as f64 / live.max(1) as f64;
             (
                 st.sealed_bytes_since_checkpoint >= shared.config.checkpoint_every_bytes,
                 did > 0 || !st.buffer.is_empty(),
                 amplification,
             )
         };
+        let pressed = shared.space_wanted.load(Ordering::Acquire)
+            || capacity.is_some_and(|c| used as f64 >= GC_SPACE_PRESSURE_MIN * c as f64);
         if due {
             // Under load the file is written in the background; destage goes on.
             if let Err(e) = take_checkpoint_with(shared, !busy) {
                 tracing::error!(error = %e, "checkpoint failed");
             }
         }
-        if last_gc.elapsed() >= Duration::from_millis(shared.config.gc_interval_ms) {
+        let gc_interval_ms = if pressed {
+            GC_PRESSED_INTERVAL_MS.min(shared.config.gc_interval_ms)
+        } else {
+            shared.config.gc_interval_ms
+        };
+        if last_gc.elapsed() >= Duration::from_millis(gc_interval_ms) {
             last_gc = Instant::now();
-            let budget = if !busy {
-                Some(GC_MOVE_PER_RUN_BYTES_MAX)
+            let live_fraction_max = shared.config.gc_live_fraction_max;
+            let plan = if pressed {
+                Some((
+                    live_fraction_max.max(GC_PRESSED_LIVE_FRACTION_MAX),
+                    GC_PRESSED_MOVE_BYTES_MAX,
+                ))
+            } else if !busy {
+                Some((live_fraction_max, GC_MOVE_PER_RUN_BYTES_MAX))
             } else if amplification >= GC_UNDER_LOAD_SPACE_AMPLIFICATION_MIN {
-                Some(GC_MOVE_UNDER_LOAD_BYTES_MAX)
+                Some((live_fraction_max, GC_MOVE_UNDER_LOAD_BYTES_MAX))
             } else {
                 None
             };
-            if let Some(budget) = budget {
-                if let Err(e) = collect_garbage(shared, shared.config.gc_live_fraction_max, budget)
-                {
-                    tracing::error!(error = %e, "gc failed");
+            if let Some((fraction_max, budget)) = plan {
+                match collect_garbage(shared, fraction_max, budget, pressed) {
+                    Ok(report) if report.bytes_reclaimed > 0 => {
+                        shared.space.notify_all();
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "gc failed"),
                 }
             }
         }
@@ -122,7 +154,7 @@ fn execute(shared: &Shared, command: Command) {
         }
         Command::Gc(reply) => {
             let result = take_checkpoint(shared)
-                .and_then(|()| collect_garbage(shared, 1.0, GC_MOVE_PER_RUN_BYTES_MAX));
+                .and_then(|()| collect_garbage(shared, 1.0, GC_MOVE_PER_RUN_BYTES_MAX, false));
             let _ = reply.send(result.map_err(|e| e.to_string()));
         }
         Command::Checkpoint(reply) => {

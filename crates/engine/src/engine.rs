@@ -29,6 +29,8 @@ use crate::units::{FamilyId, LayerId, VolumeId, BLOCK_SIZE_U64};
 const READ_RETRIES_MAX: usize = 4;
 /// How long a writer waits for buffer space before checking again for shutdown or a full disk.
 const BACKPRESSURE_WAIT: Duration = Duration::from_millis(50);
+/// A write to a full datastore that holds garbage waits this long for GC before ENOSPC.
+const SPACE_WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// One extent of a block-status answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,17 +261,69 @@ impl Engine {
         }
         self.admit(data.len() as u64)?;
         let lba = offset_bytes / BLOCK_SIZE_U64;
-        let buffered: Arc<[u8]> = Arc::from(data);
         let shared = &self.shared;
+        let min = shared.config.write_through_min_bytes;
+        // Not while stripe writes fail (a store down, a full disk): the journal can still
+        // take the write, a stripe cannot.
+        let through =
+            min > 0 && data.len() as u64 >= min && shared.state.lock().seal_failure.is_none();
+        let kind = if through {
+            RecordKind::WriteThrough
+        } else {
+            RecordKind::Write
+        };
+        let (seq, family) = self.append_write(id, lba, count, data, kind)?;
+        shared
+            .counters
+            .host_written_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        let seq = if through {
+            // Durable (also against power loss) once its segment is: FUA is free.
+            match wait_written_through(shared, family, seq) {
+                Ok(()) => return Ok(()),
+                Err(EngineError::Io(_) | EngineError::NoSpace) => {
+                    // Stripe writes started failing meanwhile: journal the data after all. It
+                    // was not acknowledged yet, so a later seq is as good as the first one.
+                    self.append_write(id, lba, count, data, RecordKind::Write)?
+                        .0
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            seq
+        };
+        if fua {
+            shared.journal.sync(seq).map_err(map_io)?;
+        }
+        Ok(())
+    }
+
+    /// Append a write's record (with its data, or a write-through reference) and buffer its
+    /// data; returns the record's seq and the volume's family.
+    fn append_write(
+        &self,
+        id: VolumeId,
+        lba: u64,
+        count: u64,
+        data: &[u8],
+        kind: RecordKind,
+    ) -> Result<(u64, FamilyId), EngineError> {
+        let shared = &self.shared;
+        let buffered: Arc<[u8]> = Arc::from(data);
+        let payload = if kind == RecordKind::WriteThrough {
+            &[][..]
+        } else {
+            data
+        };
         let family = std::cell::Cell::new(FamilyId(0));
         let seq = shared.journal.append_resolved(
-            data,
+            payload,
             || {
                 let st = shared.state.lock();
                 let (fid, layer) = writable_layer(&st, id)?;
                 family.set(fid);
                 Ok::<_, EngineError>(RecordHeader {
-                    kind: RecordKind::Write,
+                    kind,
                     layer,
                     lba,
                     count,
@@ -286,15 +340,8 @@ impl Engine {
                 seq
             },
         )?;
-        shared
-            .counters
-            .host_written_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
         shared.work.notify_one();
-        if fua {
-            shared.journal.sync(seq).map_err(map_io)?;
-        }
-        Ok(())
+        Ok((seq, family.get()))
     }
 
     /// Unmap a range (reads return zeroes); its space becomes garbage.
@@ -453,11 +500,13 @@ impl Engine {
         }
     }
 
-    /// Wait for buffer space; refuse when the datastore is full.
+    /// Wait for buffer space; refuse when the datastore is full and GC cannot free enough
+    /// within [`SPACE_WAIT_MAX`].
     fn admit(&self, bytes: u64) -> Result<(), EngineError> {
         let shared = &self.shared;
+        let started = std::time::Instant::now();
         let mut st = shared.state.lock();
-        loop {
+        let result = loop {
             if shared.shutdown.load(Ordering::Acquire) {
                 return Err(EngineError::Gone);
             }
@@ -468,8 +517,10 @@ impl Engine {
             if let Some(cap) = capacity {
                 // Everything not yet in the store will be: buffered data (before reduction,
                 // so this errs on the safe side), open segments, stripes being written; plus
-                // room for GC to move blocks.
-                let reserve = 2 * shared.config.segment_size_bytes as u64;
+                // room for GC to move blocks (it writes their new segments before it deletes
+                // the old ones, so a store full to the last byte could never free any).
+                let reserve = 2 * shared.config.segment_size_bytes as u64
+                    + crate::gc::GC_PRESSED_MOVE_BYTES_MAX;
                 let open: u64 = st
                     .families
                     .values()
@@ -479,17 +530,30 @@ impl Engine {
                 let sealing: u64 = st.sealing.values().map(|s| s.bytes.len() as u64).sum();
                 let pending = st.buffer.data_bytes() + open + sealing + bytes + reserve;
                 if used + pending > cap {
-                    return Err(EngineError::NoSpace);
+                    // Garbage GC could free: wait for it (it runs more often meanwhile).
+                    let live: u64 = st.families.values().map(|f| f.table.stored_bytes()).sum();
+                    let garbage = used.saturating_sub(live);
+                    if garbage <= pending || started.elapsed() >= SPACE_WAIT_MAX {
+                        break Err(EngineError::NoSpace);
+                    }
+                    shared.space_wanted.store(true, Ordering::Release);
+                    shared.work.notify_one();
+                    shared.space.wait_for(&mut st, BACKPRESSURE_WAIT);
+                    continue;
                 }
             }
             if st.buffer.data_bytes() + bytes <= shared.config.write_buffer_max_bytes
                 || st.buffer.is_empty()
             {
-                return Ok(());
+                break Ok(());
             }
             shared.work.notify_one();
             shared.space.wait_for(&mut st, BACKPRESSURE_WAIT);
+        };
+        if shared.space_wanted.load(Ordering::Relaxed) && result.is_ok() {
+            shared.space_wanted.store(false, Ordering::Release);
         }
+        result
     }
 
     fn apply_range(
@@ -568,6 +632,38 @@ impl Drop for Engine {
 }
 
 /// The family and layer a write to image `id` goes to.
+/// Wait until a durable segment of `family` reflects record `seq` (a write-through write).
+fn wait_written_through(shared: &Shared, family: FamilyId, seq: u64) -> Result<(), EngineError> {
+    shared.write_through_waiting.fetch_add(1, Ordering::AcqRel);
+    shared.work.notify_one();
+    let result = (|| {
+        let mut st = shared.state.lock();
+        loop {
+            match st.families.get(&family) {
+                Some(f) if f.journal_hwm < seq => {}
+                // Written, or the family was deleted meanwhile.
+                _ => return Ok(()),
+            }
+            if shared.abandon.load(Ordering::Acquire) || shared.shutdown.load(Ordering::Acquire) {
+                return Err(EngineError::Gone);
+            }
+            if st.seal_failure.is_some() {
+                return Err(if st.out_of_space {
+                    EngineError::NoSpace
+                } else {
+                    EngineError::Io(IoFailure::disk(
+                        "stripe write",
+                        std::io::Error::other(st.seal_failure.clone().unwrap_or_default()),
+                    ))
+                });
+            }
+            shared.sealed.wait_for(&mut st, crate::seal::IDLE_WAIT);
+        }
+    })();
+    shared.write_through_waiting.fetch_sub(1, Ordering::AcqRel);
+    result
+}
+
 fn writable_layer(st: &State, id: VolumeId) -> Result<(FamilyId, LayerId), EngineError> {
     let image = st.image(id)?;
     if !image.writable {
@@ -584,9 +680,11 @@ fn stats(shared: &Shared) -> EngineStats {
     let st = shared.state.lock();
     let mut r = ReductionStats::default();
     let mut map_entries = 0u64;
+    let mut table_bytes = 0u64;
     let mut nonzero_refs = 0;
     for f in st.families.values() {
         r.unique_blocks += f.table.live_blocks();
+        table_bytes += f.table.memory_bytes() as u64;
         r.stored_bytes += f.table.stored_bytes();
         for map in f.layers.values() {
             let zeroes = map.zero_entries();
@@ -631,7 +729,7 @@ fn stats(shared: &Shared) -> EngineStats {
         out_of_space: st.out_of_space,
         volumes: st.images.values().filter(|i| i.writable).count() as u64,
         snapshots: st.images.values().filter(|i| !i.writable).count() as u64,
-        metadata_memory_bytes: map_entries * 8 + r.unique_blocks * 80,
+        metadata_memory_bytes: map_entries * 8 + table_bytes,
         reduction: r,
     }
 }

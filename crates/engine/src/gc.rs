@@ -21,11 +21,34 @@ pub(crate) const GC_MOVE_UNDER_LOAD_BYTES_MAX: u64 = 32 << 20;
 /// compacting early costs the host throughput, compacting late costs disk space.
 pub(crate) const GC_UNDER_LOAD_SPACE_AMPLIFICATION_MIN: f64 = 2.0;
 
-/// Compact segments whose live fraction is below `live_fraction_max`.
+/// When the store is this full (used / capacity), GC runs under load whatever the space
+/// amplification, more often, and takes fuller victims: the alternative is ENOSPC.
+pub(crate) const GC_SPACE_PRESSURE_MIN: f64 = 0.95;
+/// Under space pressure, segments up to this live fraction are victims (best first).
+pub(crate) const GC_PRESSED_LIVE_FRACTION_MAX: f64 = 0.9;
+/// Under space pressure one GC run moves at most this much and runs this often.
+pub(crate) const GC_PRESSED_MOVE_BYTES_MAX: u64 = 32 << 20;
+pub(crate) const GC_PRESSED_INTERVAL_MS: u64 = 50;
+/// Under space pressure, a checkpoint (which lets GC take newer segments) is taken once this
+/// many bytes were sealed since the last one, rather than a quarter of the usual interval.
+const GC_PRESSED_CHECKPOINT_BYTES: u64 = 128 << 20;
+
+/// How much collecting a segment is worth per byte it costs to move (the cost-benefit policy
+/// of log-structured file systems): the space it frees, `1 - live`, times its age (data that
+/// has stayed put for long is cold and will likely stay: compacting it frees space for
+/// good), over the cost of reading it and writing its live part, `1 + live`. `age` counts
+/// segments sealed since, so it needs no clock.
+fn victim_score(live_fraction: f64, age_segments: u64) -> f64 {
+    (1.0 - live_fraction) * (age_segments as f64 + 1.0) / (1.0 + live_fraction)
+}
+
+/// Compact segments whose live fraction is below `live_fraction_max`, best cost-benefit
+/// first. `pressed`: the store is nearly full, checkpoints come sooner.
 pub(crate) fn collect_garbage(
     shared: &Shared,
     live_fraction_max: f64,
     move_budget_bytes: u64,
+    pressed: bool,
 ) -> Result<GcReport, IoFailure> {
     let mut report = GcReport::default();
     let (victims, uncovered_garbage) = {
@@ -48,20 +71,24 @@ pub(crate) fn collect_garbage(
                 continue;
             }
             if id.0 < st.checkpoint_below.get(&fid).copied().unwrap_or(0) {
-                victims.push((fraction, id, s.family, usage.live_bytes));
+                let newest = st.next_segment.get(&fid).copied().unwrap_or(id.0 + 1);
+                let age = newest.saturating_sub(id.0 + 1);
+                victims.push((victim_score(fraction, age), id, s.family, usage.live_bytes));
             } else {
                 uncovered = true;
             }
         }
-        victims.sort_by(|a, b| a.0.total_cmp(&b.0));
+        victims.sort_by(|a, b| b.0.total_cmp(&a.0));
         (victims, uncovered)
     };
     if victims.is_empty() {
         let since = shared.state.lock().sealed_bytes_since_checkpoint;
-        if uncovered_garbage
-            && live_fraction_max < 1.0
-            && since >= shared.config.checkpoint_every_bytes / 4
-        {
+        let due = if pressed {
+            GC_PRESSED_CHECKPOINT_BYTES.min(shared.config.checkpoint_every_bytes / 4)
+        } else {
+            shared.config.checkpoint_every_bytes / 4
+        };
+        if uncovered_garbage && live_fraction_max < 1.0 && since >= due {
             // Segments not yet in a checkpoint cannot be deleted (replay needs them); take one
             // early (written in the background), but not at every GC tick (a checkpoint pauses
             // I/O while it is encoded).

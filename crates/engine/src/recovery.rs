@@ -5,7 +5,7 @@
 //! out is the state the engine had when it stopped, minus nothing that was acknowledged.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -90,6 +90,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
     let (journal, records) = write_log.open(min_next_seq)?;
     let mut replayed_records = 0u64;
     let mut first_pending = None;
+    let mut skipped_write_through = 0u64;
     for r in records {
         let h = r.header;
         // Records of layers no volume, snapshot or pending operation knows were dropped.
@@ -100,6 +101,11 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
             continue;
         };
         if r.seq <= f.journal_hwm {
+            continue;
+        }
+        if h.kind == RecordKind::WriteThrough {
+            // Never acknowledged: acknowledgement waits for a durable segment past it.
+            skipped_write_through += 1;
             continue;
         }
         first_pending.get_or_insert(r.seq);
@@ -122,6 +128,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
             RecordKind::DropLayer => {
                 queue_layer_op(&mut st, r.seq, fid, LayerOp::Drop { layer: h.layer })
             }
+            RecordKind::WriteThrough => unreachable!("skipped above"),
             RecordKind::MergeLayer => queue_layer_op(
                 &mut st,
                 r.seq,
@@ -146,6 +153,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         images = st.images.len(),
         segments_replayed = replayed,
         journal_records_replayed = replayed_records,
+        unacknowledged_write_through = skipped_write_through,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "recovered"
     );
@@ -153,6 +161,8 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         config,
         meta: Mutex::new(meta),
         range_gate: Mutex::new(()),
+        write_through_waiting: AtomicUsize::new(0),
+        space_wanted: AtomicBool::new(false),
         journal,
         stripes,
         state: Mutex::new(st),

@@ -184,6 +184,12 @@ pub(crate) fn write_stripe(
 
 /// Seal every open segment (idle, sync, checkpoint, GC).
 pub(crate) fn seal_all(shared: &Shared) -> Result<(), IoFailure> {
+    seal_open(shared)?;
+    finish_sealing(shared, 0)
+}
+
+/// Hand every open segment to the sealer; wait only while too many are in flight.
+pub(crate) fn seal_open(shared: &Shared) -> Result<(), IoFailure> {
     {
         let mut st = shared.state.lock();
         let open: Vec<FamilyId> = st
@@ -199,5 +205,5 @@ pub(crate) fn seal_all(shared: &Shared) -> Result<(), IoFailure> {
             }
         }
     }
-    finish_sealing(shared, 0)
+    finish_sealing(shared, SEALING_SEGMENTS_MAX)
 }

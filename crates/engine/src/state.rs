@@ -3,7 +3,7 @@
 //! No I/O here beyond releasing journal files.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -232,6 +232,11 @@ pub(crate) struct Shared {
     pub meta: Mutex<ClusterStore>,
     pub range_gate: Mutex<()>,
     pub journal: Box<dyn WriteLog>,
+    /// Writers waiting for their write-through record to reach a durable segment: while
+    /// there are any, the destager seals open segments as soon as the buffer is drained.
+    pub write_through_waiting: AtomicUsize,
+    /// A writer waits for GC to free space (the store is full but holds garbage).
+    pub space_wanted: AtomicBool,
     pub stripes: Arc<StripeStore>,
     pub state: Mutex<State>,
     /// Wakes the destager (new records, commands, shutdown).

@@ -21,6 +21,10 @@ pub enum RecordKind {
     DropLayer,
     /// Merge the layer into the layer whose id is in the `lba` field (snapshot delete).
     MergeLayer,
+    /// `count` blocks of data from `lba` written through to a stripe, no payload: the write
+    /// is acknowledged only once a durable segment reflects the record, so replay (which
+    /// starts after the segments' high-water mark) skips it: it was never acknowledged.
+    WriteThrough,
 }
 
 impl RecordKind {
@@ -31,6 +35,7 @@ impl RecordKind {
             RecordKind::Zero => 3,
             RecordKind::DropLayer => 4,
             RecordKind::MergeLayer => 5,
+            RecordKind::WriteThrough => 6,
         }
     }
 
@@ -41,6 +46,7 @@ impl RecordKind {
             3 => Some(RecordKind::Zero),
             4 => Some(RecordKind::DropLayer),
             5 => Some(RecordKind::MergeLayer),
+            6 => Some(RecordKind::WriteThrough),
             _ => None,
         }
     }
