@@ -14,7 +14,6 @@ serve start-up.  Python 3.11 standard library only.  See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import atexit
 import datetime as dt
 import importlib.util
 import json
@@ -26,7 +25,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -44,6 +42,9 @@ def _load_nbd_compare():
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod
 
+
+sys.path.insert(0, str(BENCH_DIR))
+import benchlib  # noqa: E402
 
 nc = _load_nbd_compare()
 log = nc.log
@@ -70,199 +71,15 @@ GOAL_4P2 = 0.9  # cnode-4+2 write throughput >= 0.9x cnode-none
 GOAL_SERVE_RANDREAD = 1.0  # serve randread QD32 >= 1.0x qemu-nbd
 
 # --------------------------------------------------------------------------
-# Processes
+# Processes and targets: the process registry (every process stopped by its PID, last
+# started first, at exit and on Ctrl-C/SIGTERM/SIGHUP), Proc and Cluster live in
+# bench/benchlib.py, shared with nbd-compare.py and gc-memory.py.
 # --------------------------------------------------------------------------
 
-_started: list[subprocess.Popen] = []
-
-
-def _stop_all() -> None:
-    # Reverse start order: c.node before d.nodes before etcd.
-    for p in reversed(list(_started)):
-        stop(p)
-
-
-atexit.register(_stop_all)
-
-
-def stop(p: subprocess.Popen, timeout: float = 30) -> None:
-    """SIGTERM, then SIGKILL after `timeout` (nbd-compare's stop), and forget it."""
-    nc.stop_proc(p, timeout)
-    if p in _started:
-        _started.remove(p)
-
-
-class Proc:
-    """A child process with stderr to DIR/NAME.log, stdout to DIR/NAME.stdout, and an event
-    set when it prints a line starting with "ready"."""
-
-    def __init__(self, name: str, cmd: list[str], dir: Path):
-        self.name = name
-        self.cmd = cmd
-        self.dir = dir
-        self.logfile = dir / f"{name}.log"
-        self.ready = threading.Event()
-        dir.mkdir(parents=True, exist_ok=True)
-        log(f"{name}: {shlex.join(cmd)}")
-        with open(self.logfile, "ab") as logf:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=logf,
-                                         stdin=subprocess.DEVNULL, cwd=dir)
-        _started.append(self.proc)
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        with open(self.dir / f"{self.name}.stdout", "ab") as out:
-            for line in self.proc.stdout:
-                out.write(line)
-                out.flush()
-                if line.strip().startswith(b"ready"):
-                    self.ready.set()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.ready.wait(0.1):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before 'ready':\n"
-                                   + self.log_tail())
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} not ready after {timeout:.0f}s:\n" + self.log_tail())
-
-    def log_tail(self, n: int = 20) -> str:
-        try:
-            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        stop(self.proc)
-
-    def kill9(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-        if self.proc in _started:
-            _started.remove(self.proc)
-
-
-# --------------------------------------------------------------------------
-# Targets
-# --------------------------------------------------------------------------
-
-
-class Cluster:
-    """etcd + N d.nodes (zones z0..) + one c.node with one volume, vol0."""
-
-    def __init__(self, name: str, dir: Path, args: argparse.Namespace, redundancy: str,
-                 dnodes: int, size: int, out_grace: str | None = None):
-        self.name = self.kind = name
-        self.dir = dir
-        self.args = args
-        self.redundancy = redundancy
-        self.n_dnodes = dnodes
-        self.size = size
-        self.out_grace = out_grace
-        self.etcd: Proc | None = None
-        self.dnodes: list[Proc] = []
-        self.dnode_addrs: list[str] = []
-        self.cnode: Proc | None = None
-        self.cdir = dir / "cnode"
-        self.uri = ""
-        self.cmds: dict[str, str] = {}
-
-    def start(self) -> None:
-        a = self.args
-        self.dir.mkdir(parents=True, exist_ok=True)
-        p1, p2 = nc.free_port(), nc.free_port()
-        self.etcd = Proc("etcd", [
-            "etcd", "--name", "e1", "--data-dir", str(self.dir / "etcd"),
-            "--listen-client-urls", f"http://127.0.0.1:{p1}",
-            "--advertise-client-urls", f"http://127.0.0.1:{p1}",
-            "--listen-peer-urls", f"http://127.0.0.1:{p2}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{p2}",
-            "--initial-cluster", f"e1=http://127.0.0.1:{p2}"], self.dir)
-        self.cmds["etcd"] = shlex.join(self.etcd.cmd)
-        deadline = time.monotonic() + a.start_timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{p1}/health", timeout=1) as r:
-                    if b"true" in r.read():
-                        break
-            except OSError:
-                pass
-            if not self.etcd.alive():
-                raise RuntimeError("etcd exited:\n" + self.etcd.log_tail())
-            if time.monotonic() > deadline:
-                raise RuntimeError("etcd not healthy:\n" + self.etcd.log_tail())
-            time.sleep(0.1)
-        url = f"etcd://127.0.0.1:{p1}"
-        for i in range(self.n_dnodes):
-            port = nc.free_port()
-            addr = f"127.0.0.1:{port}"
-            d = Proc(f"dnode{i}", [str(a.weft_bin), "dnode", "--cluster", url, "--listen", addr,
-                                   "--data", str(self.dir / f"dnode{i}"), "--zone", f"z{i}",
-                                   "--lease-ttl", a.lease_ttl] + shlex.split(a.dnode_args), self.dir)
-            d.wait_ready(a.start_timeout)
-            self.dnodes.append(d)
-            self.dnode_addrs.append(addr)
-        self.cmds["dnode0"] = shlex.join(self.dnodes[0].cmd)
-        nbd, api = nc.free_port(), nc.free_port()
-        cmd = [str(a.weft_bin), "--data-dir", str(self.cdir), "cnode", "--cluster", url,
-               "--nbd-listen", f"127.0.0.1:{nbd}", "--api-listen", f"127.0.0.1:{api}",
-               "--default-volume-size", nc.human_size(self.size), "--wait-for-dnodes", "20s",
-               "--redundancy", self.redundancy]
-        if self.out_grace:
-            cmd += ["--out-grace", self.out_grace]
-        cmd += shlex.split(a.cnode_args)
-        self.cnode = Proc("cnode", cmd, self.dir)
-        self.cmds["cnode"] = shlex.join(cmd)
-        self.cnode.wait_ready(a.start_timeout)
-        nc.wait_port(nbd, self.cnode.proc, a.start_timeout)
-        self.uri = f"nbd://127.0.0.1:{nbd}/vol0"
-        log(f"{self.name}: c.node pid {self.cnode.pid}, d.node pids "
-            f"{[d.pid for d in self.dnodes]}, etcd pid {self.etcd.pid}; {self.uri}")
-
-    def pids(self) -> list[int]:
-        """The weft processes (c.node + live d.nodes): their CPU is the server CPU."""
-        ps = [self.cnode.pid] if self.cnode else []
-        return ps + [d.pid for d in self.dnodes if d.alive()]
-
-    def other_pids(self) -> list[int]:
-        return [self.etcd.pid] if self.etcd and self.etcd.alive() else []
-
-    def alive(self) -> bool:
-        return bool(self.cnode and self.cnode.alive())
-
-    def weft(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.args.weft_bin), "--data-dir", str(self.cdir), *argv],
-                              capture_output=True, text=True, timeout=timeout)
-
-    def status(self) -> dict:
-        p = self.weft("cluster", "status", "--json", timeout=30)
-        if p.returncode != 0:
-            raise RuntimeError(f"cluster status failed: {p.stderr.strip()[-300:]}")
-        return json.loads(p.stdout)
-
-    def node_of(self, st: dict, i: int) -> dict | None:
-        for n in st.get("nodes", []):
-            if n.get("addr") == self.dnode_addrs[i]:
-                return n
-        return None
-
-    def log_tail(self) -> str:
-        return self.cnode.log_tail() if self.cnode else ""
-
-    def stop(self) -> None:
-        for p in [self.cnode] + self.dnodes[::-1] + [self.etcd]:
-            if p is not None:
-                p.stop()
+_stop_all = benchlib.stop_all
+stop = benchlib.stop_proc
+Proc = benchlib.Proc
+Cluster = benchlib.Cluster
 
 
 class Single:
@@ -305,22 +122,9 @@ class Single:
 # --------------------------------------------------------------------------
 
 
-def cpu_ticks(pids: list[int]) -> int:
-    return sum(nc.tree_cpu_ticks(p) or 0 for p in pids)
-
-
-def cores_over(pids: list[int], seconds: float) -> float:
-    t0, c0 = time.monotonic(), cpu_ticks(pids)
-    time.sleep(seconds)
-    return (cpu_ticks(pids) - c0) / CLK_TCK / (time.monotonic() - t0)
-
-
-def host_busy_excluding(pids: list[int], seconds: float) -> float:
-    h0, e0, t0 = nc.host_cpu(), cpu_ticks(pids), time.monotonic()
-    time.sleep(seconds)
-    h1, e1, t1 = nc.host_cpu(), cpu_ticks(pids), time.monotonic()
-    busy = (h1[0] - h0[0]) / max(1, h1[1] - h0[1]) * (os.cpu_count() or 1)
-    return max(0.0, busy - (e1 - e0) / CLK_TCK / (t1 - t0))
+cpu_ticks = benchlib.cpu_ticks
+cores_over = benchlib.cores_over
+host_busy_excluding = benchlib.host_busy_excluding
 
 
 def wait_server_idle(args: argparse.Namespace, t, what: str) -> float:
