@@ -13,13 +13,18 @@
 //! released: kept for reuse (its first block zeroed, so its old records are unreachable; any
 //! old record after the new tail has a lower seq and ends replay) or deleted.
 //!
-//! Record layout (little-endian): magic u32 `WJR1`, CRC32C u32 of bytes 8.. of the header and
+//! Record layout (little-endian): magic u32 `WJR2`, CRC32C u32 of bytes 8.. of the header and
 //! the payload, seq u64, layer u64, lba u64, count (blocks) u64, kind u8, 3 zero bytes,
-//! payload length u32, payload. A record names the layer it changes, not the volume: a
-//! snapshot or refresh changes which layer a volume writes to, and replay must put every
-//! record where it went live. Layer operations (drop, merge) are records too, so replay
-//! applies them at the same point of the sequence. Replay stops at the first record that does not verify (the
-//! torn tail of a crash); new records then go to a new file.
+//! payload length u32, payload. Kinds (`write_log::RecordKind`): 1 write (payload = the
+//! blocks), 2 trim, 3 zero, 4 drop layer, 5 merge layer, 6 write-through (no payload: the data
+//! goes to a stripe, and the write is acknowledged only once a durable segment reflects it,
+//! so replay, which starts after that segment's high-water mark, never needs it).
+//!
+//! A record names the layer it changes, not the volume: a snapshot or refresh changes which
+//! layer a volume writes to, and replay must put every record where it went live. Layer
+//! operations (drop, merge) are records too, so replay applies them at the same point of the
+//! sequence. Replay stops at the first record that does not verify (the torn tail of a
+//! crash); new records then go to a new file.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
