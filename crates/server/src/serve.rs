@@ -83,7 +83,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let (engine, cluster) =
         tokio::task::spawn_blocking(move || open_engine(engine_config, backend)).await??;
     let engine = Arc::new(engine);
-    if engine.list_volumes().is_empty() {
+    if engine.volume_sizes().is_empty() {
         engine
             .create_volume(&config.default_volume, config.default_volume_size_bytes)
             .with_context(|| format!("creating the default volume {}", config.default_volume))?;
@@ -126,12 +126,8 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     )?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "weft: data dir {}", data_dir.display())?;
-    for v in engine.list_volumes() {
-        writeln!(
-            out,
-            "nbd: nbd://{nbd_addr}/{}  ({} bytes)",
-            v.name, v.size_bytes
-        )?;
+    for (name, size_bytes) in engine.volume_sizes() {
+        writeln!(out, "nbd: nbd://{nbd_addr}/{name}  ({size_bytes} bytes)")?;
     }
     writeln!(
         out,
