@@ -17,6 +17,7 @@ import re
 import shlex
 import signal
 import socket
+import shutil
 import subprocess
 import sys
 import threading
@@ -625,3 +626,23 @@ class Cluster:
         for p in [self.cnode] + self.dnodes[::-1] + [self.etcd]:
             if p is not None:
                 p.stop()
+
+
+def add_run_args(ap, keep_help: str = "keep the run dir (data, logs)") -> None:
+    """The options every bench script shares: priority, run dir, results and re-rendering."""
+    ap.add_argument("--nice", type=int, default=-10 if os.geteuid() == 0 else 0,
+                    help="nice value of the servers and fio (root default -10)")
+    ap.add_argument("--keep", action="store_true", help=keep_help)
+    ap.add_argument("--out", type=Path, default=RESULTS_DIR, help="results directory")
+    ap.add_argument("--label", default="", help="label added to the results file name")
+    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
+                    help="only print the markdown report of an earlier run's JSON")
+
+
+def finish_run(run_dir: Path, keep: bool) -> None:
+    """Stop every process the run started, then delete its dir unless asked to keep it."""
+    stop_all()
+    if not keep:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        log(f"kept {run_dir}")

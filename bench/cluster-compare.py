@@ -961,12 +961,7 @@ def main() -> int:
                     help="before measuring, wait until the 1-min load average is below this "
                          "(default 1.0; --quick 0 = don't wait)")
     ap.add_argument("--wait-load-timeout", type=float, default=1200)
-    ap.add_argument("--nice", type=int, default=-10 if os.geteuid() == 0 else 0)
-    ap.add_argument("--keep", action="store_true", help="keep the run dir (data, logs)")
-    ap.add_argument("--out", type=Path, default=RESULTS_DIR)
-    ap.add_argument("--label", default="")
-    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
-                    help="only print the markdown report of an earlier run's JSON")
+    benchlib.add_run_args(ap)
     args = ap.parse_args()
 
     if args.render:
@@ -1095,11 +1090,7 @@ def main() -> int:
         meta["interrupted"] = True
         rc = 130
     finally:
-        _stop_all()
-        if not args.keep:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            log(f"kept {run_dir}")
+        benchlib.finish_run(run_dir, args.keep)
 
     md = render(meta, results, targets, jobs)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,8 @@ datastore, metadata memory per stored block (extrapolated per TiB), and restart 
    4 KiB blocks (also net of the RSS of the freshly started, empty server).
 3. Restart time (`--phases restart`): the same at `--restart-size` (default 32G): time from
    the process start until the NBD port answers with the NBD greeting and the API answers
-   (`GET /api/v1/volumes`), after `kill -9` and after a clean stop.
+   (`GET /api/v1/stats`), after `kill -9` and after a clean stop (not `/volumes`: listing
+   volumes computes every volume's space, seconds at 32 GiB).
 
 Memory and restart share one server: the data is written incrementally (first up to the
 smaller size, measured, then up to the larger one).  Free ports, data under --workdir,
@@ -95,7 +96,7 @@ class Weft:
             if "api_s" not in res:
                 if token is None and (self.data / "api-token").exists():
                     token = (self.data / "api-token").read_text().strip()
-                if token and api_get(self.api_port, token, "/api/v1/volumes", 1.0) is not None:
+                if token and api_get(self.api_port, token, "/api/v1/stats", 1.0) is not None:
                     res["api_s"] = round(time.monotonic() - t0, 3)
             if self.proc.ready_at is not None and "ready_s" not in res:
                 res["ready_s"] = round(self.proc.ready_at - t0, 3)
@@ -527,7 +528,7 @@ def render(meta: dict, results: dict) -> str:
         L.append(f"Unique incompressible data written with 1M sequential writes (QD8) into one "
                  f"{human_size(mr['volume'])} volume, up to each size in turn; `kill -9` the moment fio "
                  "returns (write buffer and journal full), then a restart. Restart time = from exec until "
-                 "the NBD port sends the NBD greeting and the API answers `GET /api/v1/volumes` (`ready` = "
+                 "the NBD port sends the NBD greeting and the API answers `GET /api/v1/stats` (`ready` = "
                  "weft printed `ready`). RSS = VmRSS of the weft process; the freshly started, empty server: "
                  f"{mib(mr.get('rss_empty'))}.")
         L.append("")
@@ -626,12 +627,7 @@ def main() -> int:
     ap.add_argument("--no-build", action="store_true", help="don't run cargo build")
     ap.add_argument("--weft-bin", type=Path, default=REPO / "target" / "release" / "weft")
     ap.add_argument("--weft-args", default="", help="extra `weft serve` flags")
-    ap.add_argument("--nice", type=int, default=-10 if os.geteuid() == 0 else 0)
-    ap.add_argument("--keep", action="store_true", help="keep the run dir (data, logs)")
-    ap.add_argument("--out", type=Path, default=RESULTS_DIR)
-    ap.add_argument("--label", default="")
-    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
-                    help="only print the markdown report of an earlier run's JSON")
+    benchlib.add_run_args(ap)
     args = ap.parse_args()
 
     if args.render:
@@ -712,11 +708,7 @@ def main() -> int:
         meta["error"] = str(e)[:2000]
         rc = 1
     finally:
-        benchlib.stop_all()
-        if not args.keep:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            log(f"kept {run_dir}")
+        benchlib.finish_run(run_dir, args.keep)
 
     md = render(meta, results)
     args.out.mkdir(parents=True, exist_ok=True)

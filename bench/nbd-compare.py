@@ -934,14 +934,7 @@ def main() -> int:
                          "go idle (destage/GC of the job's writes; default 60; --quick 5)")
     ap.add_argument("--idle-threshold", type=float, default=0.25,
                     help="host busy cores counted as quiet (default 0.25)")
-    ap.add_argument("--nice", type=int, default=-10 if os.geteuid() == 0 else 0,
-                    help="nice value for the servers and fio (default -10 as root, else 0): "
-                         "on a shared box this keeps other work from stealing the benchmark's CPU")
-    ap.add_argument("--keep", action="store_true", help="keep the per-run temp dir (volumes, logs)")
-    ap.add_argument("--out", type=Path, default=RESULTS_DIR, help="results directory")
-    ap.add_argument("--label", default="", help="label added to the results file name")
-    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
-                    help="only print the markdown report of an earlier run's JSON")
+    benchlib.add_run_args(ap)
     args = ap.parse_args()
 
     if args.render:
@@ -1110,11 +1103,7 @@ def main() -> int:
         meta["interrupted"] = True
         rc = 130
     finally:
-        benchlib.stop_all()
-        if not args.keep:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            log(f"kept {run_dir}")
+        benchlib.finish_run(run_dir, args.keep)
 
     md = render_markdown(meta, results, datasets, servers, jobs)
     prof_md = render_profiles(results)
