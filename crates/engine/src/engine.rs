@@ -644,7 +644,14 @@ fn wait_written_through(shared: &Shared, family: FamilyId, seq: u64) -> Result<(
                 // Written, or the family was deleted meanwhile.
                 _ => return Ok(()),
             }
-            if shared.abandon.load(Ordering::Acquire) || shared.shutdown.load(Ordering::Acquire) {
+            if shared.abandon.load(Ordering::Acquire) {
+                return Err(EngineError::Gone);
+            }
+            // A clean stop drains and seals everything first: wait for it, unless nothing is
+            // left that could still write this record.
+            if shared.stop_sealer.load(Ordering::Acquire)
+                && (st.sealing.is_empty() || st.seal_failure.is_some())
+            {
                 return Err(EngineError::Gone);
             }
             if st.seal_failure.is_some() {
