@@ -646,3 +646,14 @@ def finish_run(run_dir: Path, keep: bool) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
     else:
         log(f"kept {run_dir}")
+
+
+def apply_nice(args) -> None:
+    """Run at `args.nice` (and the servers and fio it starts); 0 when not allowed."""
+    if not args.nice:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, args.nice)
+    except OSError as e:
+        log(f"warning: cannot set nice {args.nice}: {e}")
+        args.nice = 0

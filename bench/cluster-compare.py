@@ -998,12 +998,7 @@ def main() -> int:
         if not shutil.which(tool):
             log(f"error: {tool} not found")
             return 2
-    if args.nice:
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, args.nice)
-        except OSError as e:
-            log(f"warning: cannot set nice {args.nice}: {e}")
-            args.nice = 0
+    benchlib.apply_nice(args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     args.disk_dev = nc.block_dev_name(args.workdir)
 

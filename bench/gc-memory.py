@@ -651,12 +651,7 @@ def main() -> int:
     if not shutil.which("fio"):
         log("error: fio not found")
         return 2
-    if args.nice:
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, args.nice)
-        except OSError as e:
-            log(f"warning: cannot set nice {args.nice}: {e}")
-            args.nice = 0
+    benchlib.apply_nice(args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     args.disk_dev = block_dev_name(args.workdir)
     st = os.statvfs(args.workdir)

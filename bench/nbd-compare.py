@@ -978,12 +978,7 @@ def main() -> int:
             log(f"error: {tool} not found")
             return 2
 
-    if args.nice:
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # inherited by servers and fio
-        except OSError as e:
-            log(f"warning: cannot set nice {args.nice}: {e}")
-            args.nice = 0
+    benchlib.apply_nice(args)  # inherited by servers and fio
     args.workdir.mkdir(parents=True, exist_ok=True)
     fst = fs_type(args.workdir)
     if fst in ("tmpfs", "ramfs"):
