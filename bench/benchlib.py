@@ -657,3 +657,16 @@ def apply_nice(args) -> None:
     except OSError as e:
         log(f"warning: cannot set nice {args.nice}: {e}")
         args.nice = 0
+
+
+def write_results(args, script: str, now, quick: bool, meta: dict, results: dict, md: str) -> None:
+    """Save a run as `<script>-<time>[-label][-quick].json` and `.md` in `args.out`, and print
+    the markdown."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = (now.strftime(f"{script}-%Y%m%d-%H%M%S") + (f"-{args.label}" if args.label else "")
+            + ("-quick" if quick else ""))
+    (args.out / f"{stem}.json").write_text(
+        json.dumps({"meta": meta, "results": results}, indent=2, default=str) + "\n")
+    (args.out / f"{stem}.md").write_text(md + "\n")
+    print(md)
+    log(f"results: {args.out / (stem + '.json')} and .md")

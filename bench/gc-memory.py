@@ -706,12 +706,7 @@ def main() -> int:
         benchlib.finish_run(run_dir, args.keep)
 
     md = render(meta, results)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = now.strftime("gc-memory-%Y%m%d-%H%M%S") + (f"-{args.label}" if args.label else "") + ("-quick" if q else "")
-    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=str) + "\n")
-    (args.out / f"{stem}.md").write_text(md + "\n")
-    print(md)
-    log(f"results: {args.out / (stem + '.json')} and .md")
+    benchlib.write_results(args, "gc-memory", now, q, meta, results, md)
     return rc
 
 

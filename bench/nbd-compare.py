@@ -1104,15 +1104,9 @@ def main() -> int:
     prof_md = render_profiles(results)
     if args.profile and perf_problem:
         prof_md = f"--profile requested but {perf_problem}\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = now.strftime("nbd-compare-%Y%m%d-%H%M%S") + (f"-{args.label}" if args.label else "") + ("-quick" if q else "")
-    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2,
-                                                      default=str) + "\n")
-    (args.out / f"{stem}.md").write_text(md + ("\n" + prof_md if prof_md else "") + "\n")
-    print(md)
     if prof_md:
-        print(prof_md)
-    log(f"results: {args.out / (stem + '.json')} and .md")
+        md += "\n" + prof_md
+    benchlib.write_results(args, "nbd-compare", now, q, meta, results, md)
     return rc
 
 
