@@ -150,7 +150,9 @@ pub struct SegmentBuilder {
 
 impl SegmentBuilder {
     pub fn new(id: SegmentId, family: FamilyId, capacity_bytes: usize) -> SegmentBuilder {
-        let mut data = Vec::with_capacity(capacity_bytes + SEGMENT_HEADER_BYTES);
+        // Room for the summary and its padding too, so sealing never moves the data.
+        let summary_room = capacity_bytes / 16 + 2 * SEGMENT_ALIGN_BYTES;
+        let mut data = Vec::with_capacity(capacity_bytes + SEGMENT_HEADER_BYTES + summary_room);
         data.resize(SEGMENT_HEADER_BYTES, 0);
         SegmentBuilder {
             id,

@@ -169,6 +169,46 @@ const STRAGGLER_GRACE_MIN: Duration = Duration::from_millis(50);
 /// or when `needed` succeeded and the rest had a fair chance (twice the time the first
 /// `needed` took, at least [`STRAGGLER_GRACE_MIN`]). Chunks still running are reported as
 /// `Unavailable` (in flight) and left to finish on their own.
+/// Put one chunk. A chunk already there is a retry after a failure that wrote it after all,
+/// or a leftover of a stripe that was never acknowledged: it is kept only if it is this one.
+fn put_chunk(
+    store: &dyn ChunkStore,
+    m: &ChunkMeta,
+    data: &[u8],
+    epoch: Epoch,
+) -> Result<(), ChunkError> {
+    match store.put(m, data) {
+        Err(ChunkError::Exists { key }) => match store.info(&key) {
+            Ok(info) if info.meta == *m => Ok(()),
+            _ => {
+                store.delete(&key, epoch)?;
+                store.put(m, data)
+            }
+        },
+        other => other,
+    }
+}
+
+fn unassigned(index: usize) -> ChunkError {
+    ChunkError::Unavailable {
+        node: format!("chunk {index}"),
+        detail: "no d.node assigned".into(),
+    }
+}
+
+/// The stripe of a pool without parity and one data chunk is that chunk.
+fn put_single_chunk(
+    stores: &[Option<Arc<dyn ChunkStore>>],
+    m: &ChunkMeta,
+    data: &[u8],
+    epoch: Epoch,
+) -> Result<(), ChunkError> {
+    match stores.first().cloned().flatten() {
+        Some(store) => put_chunk(&*store, m, data, epoch),
+        None => Err(unassigned(0)),
+    }
+}
+
 fn put_chunks(
     stores: &[Option<Arc<dyn ChunkStore>>],
     chunks: Vec<Vec<u8>>,
@@ -176,31 +216,11 @@ fn put_chunks(
     epoch: Epoch,
     needed: usize,
 ) -> Vec<Result<(), ChunkError>> {
-    let put_one = move |store: &dyn ChunkStore, m: &ChunkMeta, data: &[u8]| match store.put(m, data)
-    {
-        Err(ChunkError::Exists { key }) => {
-            // A retry after a failure that wrote it after all, or a leftover of a stripe
-            // that was never acknowledged: keep it only if it is this one.
-            match store.info(&key) {
-                Ok(info) if info.meta == *m => Ok(()),
-                _ => {
-                    store.delete(&key, epoch)?;
-                    store.put(m, data)
-                }
-            }
-        }
-        other => other,
-    };
-    let unassigned = |index: usize| ChunkError::Unavailable {
-        node: format!("chunk {index}"),
-        detail: "no d.node assigned".into(),
-    };
+    let put_one =
+        move |store: &dyn ChunkStore, m: &ChunkMeta, data: &[u8]| put_chunk(store, m, data, epoch);
     let total = chunks.len();
     if total == 1 {
-        return vec![match stores.first().cloned().flatten() {
-            Some(store) => put_one(&*store, &meta(0), &chunks[0]),
-            None => Err(unassigned(0)),
-        }];
+        return vec![put_single_chunk(stores, &meta(0), &chunks[0], epoch)];
     }
     let mut results: Vec<Option<Result<(), ChunkError>>> = (0..total).map(|_| None).collect();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -420,7 +440,6 @@ impl StripeStore {
         };
         let geometry = StripeGeometry::for_len(redundancy, bytes.len() as u64)
             .map_err(|e| invalid(e.to_string()))?;
-        let chunks = weft_ec::encode(&geometry, bytes).map_err(|e| invalid(e.to_string()))?;
         let stores = self.placement.stores(family, segment, redundancy);
         let epoch = self.epoch(family);
         let meta = |index: u8| ChunkMeta {
@@ -435,7 +454,15 @@ impl StripeStore {
             .placement
             .min_durable_chunks(family, redundancy)
             .clamp(redundancy.min_durable_chunks(), redundancy.total_chunks());
-        let results = put_chunks(&stores, chunks, meta, epoch, usize::from(needed));
+        let results = if redundancy.total_chunks() == 1
+            && geometry.chunk_len_bytes() == bytes.len() as u64
+        {
+            // No parity and no padding: write the segment's bytes as they are, uncopied.
+            vec![put_single_chunk(&stores, &meta(0), bytes, epoch)]
+        } else {
+            let chunks = weft_ec::encode(&geometry, bytes).map_err(|e| invalid(e.to_string()))?;
+            put_chunks(&stores, chunks, meta, epoch, usize::from(needed))
+        };
         let durable = results.iter().filter(|r| r.is_ok()).count() as u8;
         let failures: Vec<String> = results
             .iter()
