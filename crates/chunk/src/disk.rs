@@ -35,6 +35,9 @@ pub trait Disk: Send + Sync + std::fmt::Debug {
     /// Create `path`, which must not exist, holding `parts` back to back. Not durable until
     /// [`Disk::sync_file`] and [`Disk::sync_dir`] of its directory.
     fn write_new(&self, path: &str, parts: &[&[u8]]) -> io::Result<()>;
+    /// Replace the contents of `path`, which must exist, with `parts` back to back (its
+    /// length becomes theirs). Not durable until [`Disk::sync_file`].
+    fn write_over(&self, path: &str, parts: &[&[u8]]) -> io::Result<()>;
     fn sync_file(&self, path: &str) -> io::Result<()>;
     fn sync_dir(&self, dir: &str) -> io::Result<()>;
     /// Fill `buf` from `offset`; a short file is `UnexpectedEof`.
@@ -50,6 +53,8 @@ pub struct FileDisk {
     root: PathBuf,
     direct_io: bool,
     open_files: Mutex<HashMap<String, Arc<File>>>,
+    /// Where `write_new` builds its aligned O_DIRECT write; kept between puts.
+    direct_write_buffer: Mutex<Vec<u8>>,
 }
 
 impl FileDisk {
@@ -62,6 +67,7 @@ impl FileDisk {
             root,
             direct_io,
             open_files: Mutex::new(HashMap::new()),
+            direct_write_buffer: Mutex::new(Vec::new()),
         })
     }
 
@@ -103,6 +109,72 @@ impl FileDisk {
         cache.insert(p.to_string(), file.clone());
         Ok(file)
     }
+
+    /// Write `parts` back to back from offset 0 of the file and cut it to their length: one
+    /// O_DIRECT write from an aligned buffer when the length allows (no page-cache copy, and
+    /// the sync that follows has only metadata left to commit), else through the page cache.
+    fn write_parts(&self, p: &str, target: Target, parts: &[&[u8]]) -> io::Result<()> {
+        let open = |direct: bool| {
+            let mut opts = OpenOptions::new();
+            opts.write(true).create_new(target == Target::New);
+            if direct {
+                opts.custom_flags(libc::O_DIRECT);
+            }
+            opts.open(self.path(p))
+        };
+        let total: usize = parts.iter().map(|part| part.len()).sum();
+        if self.direct_io && total.is_multiple_of(DIRECT_IO_ALIGN_BYTES) {
+            match open(true) {
+                Ok(file) => {
+                    // One reused buffer: a fresh one per put cost a memset and page faults
+                    // of its whole length.
+                    let mut backing = self.direct_write_buffer.lock();
+                    if backing.len() < total + DIRECT_IO_ALIGN_BYTES {
+                        backing.resize(total + DIRECT_IO_ALIGN_BYTES, 0);
+                    }
+                    let skip = backing.as_ptr().align_offset(DIRECT_IO_ALIGN_BYTES);
+                    let buf = &mut backing[skip..skip + total];
+                    let mut at = 0;
+                    for part in parts {
+                        buf[at..at + part.len()].copy_from_slice(part);
+                        at += part.len();
+                    }
+                    file.write_all_at(buf, 0)?;
+                    return cut_to(&file, total);
+                }
+                // The file system refuses O_DIRECT (the open may have created the file):
+                // write through the page cache.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    if target == Target::New {
+                        let _ = std::fs::remove_file(self.path(p));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let file = open(false)?;
+        let mut at = 0u64;
+        for part in parts {
+            file.write_all_at(part, at)?;
+            at += part.len() as u64;
+        }
+        cut_to(&file, total)
+    }
+}
+
+/// Whether [`FileDisk::write_parts`] creates its file or reuses one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    New,
+    Existing,
+}
+
+/// Cut a reused file to the length just written (a fresh one already has it).
+fn cut_to(file: &File, len: usize) -> io::Result<()> {
+    if file.metadata()?.len() > len as u64 {
+        file.set_len(len as u64)?;
+    }
+    Ok(())
 }
 
 impl Disk for FileDisk {
@@ -131,44 +203,12 @@ impl Disk for FileDisk {
     }
 
     fn write_new(&self, p: &str, parts: &[&[u8]]) -> io::Result<()> {
-        let total: usize = parts.iter().map(|part| part.len()).sum();
-        if self.direct_io && total.is_multiple_of(DIRECT_IO_ALIGN_BYTES) {
-            // One O_DIRECT write from an aligned copy: no page-cache copy, and the sync that
-            // follows has only metadata left to commit.
-            let mut opts = OpenOptions::new();
-            opts.write(true)
-                .create_new(true)
-                .custom_flags(libc::O_DIRECT);
-            match opts.open(self.path(p)) {
-                Ok(file) => {
-                    let mut backing = vec![0u8; total + DIRECT_IO_ALIGN_BYTES];
-                    let skip = backing.as_ptr().align_offset(DIRECT_IO_ALIGN_BYTES);
-                    let buf = &mut backing[skip..skip + total];
-                    let mut at = 0;
-                    for part in parts {
-                        buf[at..at + part.len()].copy_from_slice(part);
-                        at += part.len();
-                    }
-                    return file.write_all_at(buf, 0);
-                }
-                // The file system refuses O_DIRECT (the open may have created the file):
-                // write through the page cache.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    let _ = std::fs::remove_file(self.path(p));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(self.path(p))?;
-        let mut at = 0u64;
-        for part in parts {
-            file.write_all_at(part, at)?;
-            at += part.len() as u64;
-        }
-        Ok(())
+        self.write_parts(p, Target::New, parts)
+    }
+
+    fn write_over(&self, p: &str, parts: &[&[u8]]) -> io::Result<()> {
+        self.open_files.lock().remove(p);
+        self.write_parts(p, Target::Existing, parts)
     }
 
     fn sync_file(&self, p: &str) -> io::Result<()> {
@@ -417,6 +457,14 @@ impl Disk for SimDisk {
                 synced: None,
             },
         );
+        Ok(())
+    }
+
+    fn write_over(&self, p: &str, parts: &[&[u8]]) -> io::Result<()> {
+        let mut st = self.state.lock();
+        let f = st.files.get_mut(p).ok_or_else(|| not_found(p))?;
+        // Until synced, a power cut keeps, loses or tears this write over the old contents.
+        f.data = parts.concat();
         Ok(())
     }
 

@@ -8,6 +8,8 @@
 //!   network store carries over the wire unchanged.
 //! - [`store`]: the [`ChunkStore`] trait (the d.node interface) and [`LocalChunkStore`], the
 //!   d.node's store of chunk files on one disk.
+//! - `recycle`: deleted chunk files kept for later puts to write over (no inode allocation
+//!   per stripe under log-structured churn).
 //! - [`disk`]: the seam under the local store: [`FileDisk`] (real files) and [`SimDisk`] (in
 //!   memory, with power cuts that lose or tear unsynced writes, and corrupt or misdirected
 //!   reads) for crash and fault tests.
@@ -16,6 +18,7 @@ pub mod disk;
 pub mod error;
 pub mod format;
 pub mod key;
+mod recycle;
 pub mod store;
 
 pub use disk::{Disk, FileDisk, SimDisk};
