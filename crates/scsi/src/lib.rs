@@ -1,0 +1,56 @@
+//! SCSI block commands, target side, sans-IO.
+//!
+//! This crate is the SCSI layer of the iSCSI target: it decodes CDBs, executes them against a
+//! [`LogicalUnit`] trait object that stores the data, and builds data-in buffers and sense
+//! data. It never touches a socket, a thread or a clock; the iSCSI PDU/login crate and the
+//! tokio listener call [`data_out_len`], [`execute`], [`report_luns`] and [`execute_no_lun`].
+//!
+//! Modules and what each owns:
+//! - [`lun`]: the [`LogicalUnit`] trait, [`Geometry`], [`Identity`], [`MediumError`], and
+//!   [`LunState`] (mode values and the COMPARE AND WRITE lock shared by all sessions).
+//! - [`sense`]: [`Status`], [`Sense`] (fixed and descriptor formats), [`Response`], the named
+//!   sense keys and codes, and the one mapping from [`MediumError`] to sense.
+//! - [`opcode`]: operation codes and service actions.
+//! - `cdb`: CDB decoding into a plain command value, data-out length and data-in limit.
+//! - `execute`: dispatch, and the block data commands (READ, WRITE, WRITE AND VERIFY, VERIFY,
+//!   SYNCHRONIZE CACHE, COMPARE AND WRITE).
+//! - `provisioning`: UNMAP, WRITE SAME, GET LBA STATUS.
+//! - `inquiry`: standard INQUIRY data and the VPD pages 00h, 80h, 83h, B0h, B1h, B2h.
+//! - `mode`: MODE SENSE / MODE SELECT and the caching, control and informational exceptions
+//!   pages.
+//! - `capacity`: READ CAPACITY(10) and (16).
+//! - `maintenance_in`: REPORT SUPPORTED OPERATION CODES (and the supported-command table),
+//!   REPORT TARGET PORT GROUPS.
+//! - `luns`: REPORT LUNS, commands to a LUN with no logical unit, LUN encoding.
+//! - [`limits`]: the Block Limits values reported and enforced.
+//! - [`mem_lun`]: [`MemLun`], an in-memory logical unit for tests.
+//! - [`build`]: CDB and parameter-list builders for tests and seeds.
+//! - [`fuzzing`]: the `scsi_cdb` fuzz entry point and its seed corpus.
+//!
+//! Invariants kept here: nothing an initiator sends can make these functions panic or allocate
+//! more than the transfer limits in [`limits`]; every length field is checked before it is
+//! used; a CHECK CONDITION always carries sense and a GOOD never does. Persistent reservations
+//! are not implemented (PERSISTENT RESERVE IN/OUT answer INVALID COMMAND OPERATION CODE), nor
+//! are unit attentions, ACA, or protection information.
+
+pub mod build;
+mod capacity;
+mod cdb;
+mod execute;
+pub mod fuzzing;
+mod inquiry;
+pub mod limits;
+pub mod lun;
+mod luns;
+mod maintenance_in;
+pub mod mem_lun;
+mod mode;
+pub mod opcode;
+mod provisioning;
+pub mod sense;
+
+pub use execute::{data_out_len, execute};
+pub use lun::{Geometry, Identity, LogicalUnit, LunState, MediumError};
+pub use luns::{decode_lun, encode_lun, execute_no_lun, report_luns, LUN_MAX};
+pub use mem_lun::MemLun;
+pub use sense::{FieldPointer, Response, Sense, Status};

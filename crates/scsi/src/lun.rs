@@ -1,0 +1,231 @@
+//! The seam between SCSI and storage: the [`LogicalUnit`] trait a volume implements, the facts
+//! about it the command set reports ([`Geometry`], [`Identity`]), the errors it may return
+//! ([`MediumError`]), and the SCSI state of one logical unit shared by every session
+//! ([`LunState`]).
+//!
+//! Nothing here does I/O; the trait is implemented elsewhere (by the engine, and by
+//! [`crate::MemLun`] for tests).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Errors a logical unit's storage reports. [`crate::execute`] maps each to sense data in one
+/// place (`sense::medium_error_sense`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MediumError {
+    /// The storage failed: MEDIUM ERROR (reads and writes) or HARDWARE ERROR (the rest).
+    #[error("storage i/o error: {0}")]
+    Io(String),
+    /// No space to allocate blocks for a write: DATA PROTECT, SPACE ALLOCATION FAILED WRITE
+    /// PROTECT (27h/07h).
+    #[error("no space left to allocate blocks")]
+    NoSpace,
+    /// The volume refuses writes: DATA PROTECT, WRITE PROTECTED (27h/00h).
+    #[error("volume is read-only")]
+    ReadOnly,
+    /// The volume was deleted under the session: ILLEGAL REQUEST, LOGICAL UNIT NOT SUPPORTED
+    /// (25h/00h), the answer a LUN that does not exist gets.
+    #[error("volume is gone")]
+    Gone,
+}
+
+/// Size and shape of a logical unit. `block_size_bytes` is a power of two of at least 512 and
+/// `physical_block_size_bytes` a power-of-two multiple of it; [`crate::execute`] answers HARDWARE
+/// ERROR rather than panic when a caller breaks that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Logical block size: 512 or 4096.
+    pub block_size_bytes: u32,
+    /// Number of logical blocks.
+    pub block_count: u64,
+    /// Physical block size reported to initiators (alignment hint): 4096.
+    pub physical_block_size_bytes: u32,
+    /// Every write-class command fails with DATA PROTECT, WRITE PROTECTED.
+    pub read_only: bool,
+}
+
+/// Smallest logical block size SBC allows us to report sensibly.
+const BLOCK_SIZE_MIN_BYTES: u32 = 512;
+
+impl Geometry {
+    /// Whether the sizes are usable: block size a power of two of at least 512 bytes, physical
+    /// block size a power-of-two multiple of it.
+    pub fn is_valid(&self) -> bool {
+        self.block_size_bytes >= BLOCK_SIZE_MIN_BYTES
+            && self.block_size_bytes.is_power_of_two()
+            && self.physical_block_size_bytes >= self.block_size_bytes
+            && self.physical_block_size_bytes.is_power_of_two()
+    }
+
+    /// Logical blocks per physical block as a power of two (READ CAPACITY(16) LBPPBE).
+    pub fn blocks_per_physical_exponent(&self) -> u8 {
+        let ratio = self.physical_block_size_bytes / self.block_size_bytes.max(1);
+        // A u32 has at most 31 trailing zeros, which fits a u8.
+        u8::try_from(ratio.max(1).trailing_zeros()).unwrap_or(0)
+    }
+
+    /// Logical blocks per physical block.
+    pub fn blocks_per_physical(&self) -> u32 {
+        1u32 << self.blocks_per_physical_exponent()
+    }
+
+    /// Byte offset of `lba`, or `None` if it overflows.
+    pub fn offset_bytes(&self, lba: u64) -> Option<u64> {
+        lba.checked_mul(u64::from(self.block_size_bytes))
+    }
+
+    /// Byte length of `blocks` blocks, or `None` if it overflows.
+    pub fn len_bytes(&self, blocks: u64) -> Option<u64> {
+        blocks.checked_mul(u64::from(self.block_size_bytes))
+    }
+
+    /// Whether `blocks` blocks from `lba` lie inside the logical unit. An empty range at the
+    /// very end (`lba == block_count`) is inside.
+    pub fn contains(&self, lba: u64, blocks: u64) -> bool {
+        lba.checked_add(blocks)
+            .is_some_and(|end| end <= self.block_count)
+    }
+}
+
+/// Who the logical unit is, for INQUIRY, VPD pages 0x80 and 0x83 and REPORT TARGET PORT GROUPS.
+/// Strings are reported as printable ASCII (other characters become spaces) and cut to their
+/// field's width; the target name is reported as UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// T10 vendor identification, up to 8 characters ("WEFT").
+    pub vendor: String,
+    /// Product identification, up to 16 characters.
+    pub product: String,
+    /// Product revision level, up to 4 characters.
+    pub revision: String,
+    /// Unit serial number (VPD 0x80), up to 252 characters.
+    pub serial: String,
+    /// NAA 6 (IEEE registered extended) designator, built by the caller, unique per volume.
+    pub naa_id: [u8; 16],
+    /// The target port group this LU is reached through (ALUA).
+    pub target_port_group: u16,
+    /// The relative target port identifier of the port the session came in on.
+    pub relative_target_port: u16,
+    /// The iSCSI target name (IQN), for the SCSI name string designator.
+    pub target_name: String,
+}
+
+/// Storage under one LUN. Offsets and lengths are bytes, multiples of
+/// `geometry().block_size_bytes`, and inside the logical unit: [`crate::execute`] checks every
+/// range before it calls in. Implementations are shared by every session, hence `Send + Sync`.
+pub trait LogicalUnit: Send + Sync {
+    /// Current size and shape. Called once per command.
+    fn geometry(&self) -> Geometry;
+    /// Who this LU is.
+    fn identity(&self) -> &Identity;
+    /// Fill `buf` from `offset_bytes`. Deallocated blocks read as zeroes.
+    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MediumError>;
+    /// Store `data` at `offset_bytes`. Durable against a process crash on return; with `fua`
+    /// durable against power loss.
+    fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), MediumError>;
+    /// Make every write acknowledged so far durable against power loss.
+    fn flush(&self) -> Result<(), MediumError>;
+    /// Deallocate a range. Afterwards it reads as zeroes: we report LBPRZ=1.
+    fn unmap(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MediumError>;
+    /// Make a range read as zeroes; with `unmap` it may also be deallocated.
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        unmap: bool,
+    ) -> Result<(), MediumError>;
+    /// Allocation from `offset_bytes`: consecutive `(length_bytes, mapped)` extents starting at
+    /// `offset_bytes`, covering at least the first block and at most `len_bytes`.
+    fn allocation(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<Vec<(u64, bool)>, MediumError>;
+}
+
+/// Mutable SCSI state of one logical unit, shared by every session that reaches it: the mode
+/// page values MODE SELECT may change, and the lock that makes COMPARE AND WRITE atomic.
+///
+/// Every command that reads or writes blocks through [`crate::execute`] holds `io_lock` shared;
+/// COMPARE AND WRITE holds it exclusive between its read and its write, so no read or write
+/// issued through this crate on the same `LunState` sees or splits it. Writes that bypass this
+/// crate (another front end on the same volume) are not covered.
+#[derive(Debug)]
+pub struct LunState {
+    /// Caching mode page WCE bit. When cleared, every write is issued with `fua`.
+    write_cache_enabled: AtomicBool,
+    io_lock: RwLock<()>,
+}
+
+impl Default for LunState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LunState {
+    /// Power-on state: write cache enabled.
+    pub fn new() -> Self {
+        LunState {
+            write_cache_enabled: AtomicBool::new(true),
+            io_lock: RwLock::new(()),
+        }
+    }
+
+    /// Caching mode page WCE bit as MODE SELECT last left it.
+    pub fn write_cache_enabled(&self) -> bool {
+        self.write_cache_enabled.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_write_cache_enabled(&self, enabled: bool) {
+        self.write_cache_enabled.store(enabled, Ordering::Release);
+    }
+
+    /// Held by every block read and write.
+    pub(crate) fn shared_io(&self) -> RwLockReadGuard<'_, ()> {
+        self.io_lock.read()
+    }
+
+    /// Held by COMPARE AND WRITE from its read to its write.
+    pub(crate) fn exclusive_io(&self) -> RwLockWriteGuard<'_, ()> {
+        self.io_lock.write()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geometry(block_size_bytes: u32, physical_block_size_bytes: u32) -> Geometry {
+        Geometry {
+            block_size_bytes,
+            block_count: 100,
+            physical_block_size_bytes,
+            read_only: false,
+        }
+    }
+
+    #[test]
+    fn geometry_validity_and_exponent() {
+        assert!(geometry(512, 4096).is_valid());
+        assert_eq!(geometry(512, 4096).blocks_per_physical_exponent(), 3);
+        assert_eq!(geometry(4096, 4096).blocks_per_physical(), 1);
+        assert!(!geometry(0, 4096).is_valid());
+        assert!(!geometry(520, 4096).is_valid());
+        assert!(!geometry(4096, 512).is_valid());
+        // Broken geometry still answers without dividing by zero.
+        assert_eq!(geometry(0, 0).blocks_per_physical(), 1);
+    }
+
+    #[test]
+    fn range_checks_do_not_overflow() {
+        let g = geometry(512, 4096);
+        assert!(g.contains(0, 100));
+        assert!(g.contains(100, 0));
+        assert!(!g.contains(100, 1));
+        assert!(!g.contains(u64::MAX, 2));
+        assert_eq!(g.offset_bytes(u64::MAX), None);
+    }
+}
