@@ -17,7 +17,6 @@
 
 mod connection;
 mod execute;
-mod workers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use crate::backend::ExportBackend;
+use crate::workers;
 
 /// Connections served at once. Past this the listener stops accepting (the kernel backlog
 /// holds new clients) until one ends. Each connection may pin up to
@@ -50,7 +50,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     info!(%local, "nbd listener started");
-    let workers = Arc::new(workers::WorkerPool::new(WORKER_THREADS)?);
+    let workers = Arc::new(workers::WorkerPool::new("nbd", WORKER_THREADS)?);
     let mut connections = JoinSet::new();
     let mut next_conn_id: u64 = 0;
     loop {

@@ -1,4 +1,5 @@
-//! A fixed pool of threads that run backend calls for every connection of one listener.
+//! A fixed pool of threads that run backend calls for every connection of one listener (NBD
+//! or iSCSI).
 //!
 //! Why not `spawn_blocking` per request: at QD32 tokio's blocking pool grows to hundreds of
 //! threads and hands consecutive requests to cold threads; a small fixed pool keeps the same
@@ -12,7 +13,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex};
 
 /// One unit of blocking work.
-pub(super) type Job = Box<dyn FnOnce() + Send + 'static>;
+pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
 
 #[derive(Default)]
 struct Queue {
@@ -27,7 +28,7 @@ struct Shared {
 }
 
 /// Threads are joined on drop, after the queue has run dry.
-pub(super) struct WorkerPool {
+pub(crate) struct WorkerPool {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -41,13 +42,13 @@ impl std::fmt::Debug for WorkerPool {
 }
 
 impl WorkerPool {
-    pub(super) fn new(threads: usize) -> std::io::Result<Self> {
+    pub(crate) fn new(name: &str, threads: usize) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
         let mut handles = Vec::with_capacity(threads);
         for i in 0..threads {
             let shared = Arc::clone(&shared);
             let handle = std::thread::Builder::new()
-                .name(format!("nbd-worker-{i}"))
+                .name(format!("{name}-worker-{i}"))
                 .spawn(move || work(&shared))?;
             handles.push(handle);
         }
@@ -57,7 +58,7 @@ impl WorkerPool {
         })
     }
 
-    pub(super) fn submit(&self, job: Job) {
+    pub(crate) fn submit(&self, job: Job) {
         let mut queue = self.shared.queue.lock();
         assert!(!queue.closed, "submit after the pool was closed");
         queue.jobs.push_back(job);
@@ -103,7 +104,7 @@ mod tests {
     #[test]
     fn runs_every_job_before_drop_returns() {
         let count = Arc::new(AtomicUsize::new(0));
-        let pool = WorkerPool::new(3).expect("threads");
+        let pool = WorkerPool::new("test", 3).expect("threads");
         for _ in 0..1000 {
             let count = Arc::clone(&count);
             pool.submit(Box::new(move || {

@@ -25,8 +25,8 @@ use weft_nbd::{
 };
 
 use super::execute::{execute, Disposition, Outcome};
-use super::workers::WorkerPool;
 use crate::backend::{ExportBackend, ExportHandle};
+use crate::workers::WorkerPool;
 
 /// Requests in flight on one connection (dispatched, reply not yet written). fio runs QD32
 /// and qemu up to 16 per connection; 128 leaves headroom without letting one client flood the
