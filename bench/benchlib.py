@@ -576,6 +576,7 @@ class Cluster:
         nbd, api = free_port(), free_port()
         cmd = [str(a.weft_bin), "--data-dir", str(self.cdir), "cnode", "--cluster", url,
                "--nbd-listen", f"127.0.0.1:{nbd}", "--api-listen", f"127.0.0.1:{api}",
+               "--iscsi-listen", "127.0.0.1:0",
                "--default-volume-size", human_size(self.size), "--wait-for-dnodes", "20s",
                "--redundancy", self.redundancy]
         if self.out_grace:

@@ -69,7 +69,7 @@ class Weft:
         self.nbd_port, self.api_port = free_port(), free_port()
         cmd = [str(binary), "serve", "--data-dir", str(self.data),
                "--nbd-listen", f"127.0.0.1:{self.nbd_port}",
-               "--api-listen", f"127.0.0.1:{self.api_port}",
+               "--api-listen", f"127.0.0.1:{self.api_port}", "--iscsi-listen", "127.0.0.1:0",
                "--default-volume", "scratch", "--default-volume-size", "64M"] + shlex.split(weft_args)
         log(f"starting: {shlex.join(cmd)}")
         self.log = open(workdir / "server.log", "ab")

@@ -73,6 +73,7 @@ class Weft:
     def cmd(self) -> list[str]:
         c = [str(self.args.weft_bin), "serve", "--data-dir", str(self.data),
              "--nbd-listen", f"127.0.0.1:{self.nbd_port}", "--api-listen", f"127.0.0.1:{self.api_port}",
+             "--iscsi-listen", "127.0.0.1:0",
              "--default-volume", "vol0", "--default-volume-size", str(self.volume)]
         if self.capacity:
             c += ["--capacity", str(self.capacity)]

@@ -72,7 +72,8 @@ done
 
 echo "3. a c.node (NBD + API; pool 'default' with $redundancy)"
 "$weft" --data-dir "$root/cnode" cnode --cluster "$etcd_url" --redundancy "$redundancy" \
-  --nbd-listen 127.0.0.1:20809 --api-listen 127.0.0.1:20810 --out-grace 1m \
+  --nbd-listen 127.0.0.1:20809 --api-listen 127.0.0.1:20810 --iscsi-listen 127.0.0.1:23260 \
+  --out-grace 1m \
   >"$root/logs/cnode.log" 2>&1 &
 pids+=($!)
 wait_ready "$root/logs/cnode.log" "${pids[-1]}"

@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 # tool -> Debian package
 declare -A needed=(
   [fio]=fio [nbdinfo]=libnbd-bin [nbdfuse]=libnbd-bin [nbdkit]=nbdkit
-  [qemu-img]=qemu-utils [qemu-io]=qemu-utils [fusermount3]=fuse3
+  [fusermount3]=fuse3
   [mkfs.ext4]=e2fsprogs [chromium]=chromium [etcd]=etcd-server
+  [iscsi-ls]=libiscsi-bin [iscsi-test-cu]=libiscsi-bin [tgtd]=tgt
 )
 missing=()
 for tool in "${!needed[@]}"; do
@@ -25,6 +26,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq $packages
   else
     echo "the tests need these Debian packages: $packages (run as root, or install them)" >&2
+    exit 1
+  fi
+fi
+
+# qemu's iSCSI driver (qemu-block-extra, matched to qemu-utils).
+if ! qemu-img --help 2>/dev/null | grep -qw iscsi; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing qemu's iSCSI driver"
+    scripts/install-qemu.sh
+  else
+    echo "the tests need qemu-img with its iSCSI driver (Debian: qemu-utils and qemu-block-extra)" >&2
     exit 1
   fi
 fi

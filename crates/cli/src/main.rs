@@ -113,6 +113,10 @@ struct EngineArgs {
     /// NBD listen address.
     #[arg(long, default_value = "127.0.0.1:10809")]
     nbd_listen: SocketAddr,
+    /// iSCSI portal address (`off`: no iSCSI). Every volume and snapshot is a target,
+    /// `iqn.2026-11.dev.weft:<name>`, with LUN 0.
+    #[arg(long, default_value = "127.0.0.1:3260", value_parser = parse_listen)]
+    iscsi_listen: Listen,
     /// Management API listen address.
     #[arg(long, default_value = "127.0.0.1:10810")]
     api_listen: SocketAddr,
@@ -335,6 +339,19 @@ fn command_to_request(command: Command) -> client::Request {
     }
 }
 
+/// A listen address that may be turned off.
+#[derive(Debug, Clone, Copy)]
+struct Listen(Option<SocketAddr>);
+
+fn parse_listen(s: &str) -> Result<Listen, String> {
+    if s == "off" {
+        return Ok(Listen(None));
+    }
+    s.parse()
+        .map(|a| Listen(Some(a)))
+        .map_err(|e| format!("{s:?} is neither host:port nor `off`: {e}"))
+}
+
 fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -376,6 +393,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
             direct_io: !args.buffered_reads,
         }),
         nbd_listen: args.engine.nbd_listen,
+        iscsi_listen: args.engine.iscsi_listen.0,
         api_listen: args.engine.api_listen,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
@@ -403,6 +421,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
             wait_for_dnodes: c.wait_for_dnodes,
         }),
         nbd_listen: args.engine.nbd_listen,
+        iscsi_listen: args.engine.iscsi_listen.0,
         api_listen: args.engine.api_listen,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,

@@ -1,8 +1,10 @@
-//! The c.node daemon: front ends (NBD), the management API, and the glue that drives the engine.
+//! The c.node daemon: front ends (NBD, iSCSI), the management API, and the glue that drives the engine.
 
 pub mod api;
 pub mod backend;
 pub mod cluster;
 pub mod engine_backend;
+pub mod iscsi_listener;
 pub mod nbd_listener;
 pub mod serve;
+mod workers;

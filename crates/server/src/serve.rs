@@ -64,6 +64,8 @@ pub struct ServeConfig {
     pub engine: EngineConfig,
     pub backend: Backend,
     pub nbd_listen: SocketAddr,
+    /// The iSCSI portal (`None`: no iSCSI).
+    pub iscsi_listen: Option<SocketAddr>,
     pub api_listen: SocketAddr,
     pub default_volume: String,
     pub default_volume_size_bytes: u64,
@@ -95,12 +97,32 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let api_listener = TcpListener::bind(config.api_listen)
         .await
         .with_context(|| format!("binding the API on {}", config.api_listen))?;
+    let iscsi = match config.iscsi_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the iSCSI portal on {addr}"))?,
+        ),
+        None => None,
+    };
     let nbd_addr = nbd.local_addr()?;
     let api_addr = api_listener.local_addr()?;
+    let iscsi_addr = iscsi.as_ref().map(TcpListener::local_addr).transpose()?;
 
     let shutdown = CancellationToken::new();
     let backend = Arc::new(EngineBackend::new(engine.clone()));
-    let nbd_task = tokio::spawn(crate::nbd_listener::run(nbd, backend, shutdown.clone()));
+    let nbd_task = tokio::spawn(crate::nbd_listener::run(
+        nbd,
+        backend.clone(),
+        shutdown.clone(),
+    ));
+    let iscsi_task = iscsi.map(|listener| {
+        tokio::spawn(crate::iscsi_listener::run(
+            listener,
+            backend,
+            shutdown.clone(),
+        ))
+    });
     let state = ApiState {
         cluster: cluster.clone(),
         engine: engine.clone(),
@@ -116,6 +138,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
 
     let serve_json = serde_json::json!({
         "nbd": nbd_addr.to_string(),
+        "iscsi": iscsi_addr.map(|a| a.to_string()),
         "api": format!("http://{api_addr}"),
         "pid": std::process::id(),
     });
@@ -128,6 +151,13 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     writeln!(out, "weft: data dir {}", data_dir.display())?;
     for (name, size_bytes) in engine.volume_sizes() {
         writeln!(out, "nbd: nbd://{nbd_addr}/{name}  ({size_bytes} bytes)")?;
+        if let Some(portal) = iscsi_addr {
+            writeln!(
+                out,
+                "iscsi: iscsi://{portal}/{}/0",
+                crate::iscsi_listener::target_name(&name)
+            )?;
+        }
     }
     writeln!(
         out,
@@ -142,12 +172,15 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     writeln!(out, "ready")?;
     out.flush()?;
     drop(out);
-    tracing::info!(nbd = %nbd_addr, api = %api_addr, "serving");
+    tracing::info!(nbd = %nbd_addr, iscsi = ?iscsi_addr, api = %api_addr, "serving");
 
     wait_for_signal().await;
     tracing::info!("shutting down: destaging and checkpointing");
     shutdown.cancel();
     let _ = nbd_task.await;
+    if let Some(task) = iscsi_task {
+        let _ = task.await;
+    }
     let _ = api_task.await;
     let _ = std::fs::remove_file(data_dir.join(SERVE_FILE));
     tokio::task::spawn_blocking(move || engine.shutdown()).await?;

@@ -451,6 +451,8 @@ pub struct Server {
     child: Option<Bg>,
     pub nbd: SocketAddr,
     pub api: String,
+    /// The iSCSI portal (kept across restarts, like the NBD address).
+    pub iscsi: Option<SocketAddr>,
     starts: u32,
 }
 
@@ -469,6 +471,7 @@ impl Server {
             backend: backend(),
             child: None,
             nbd: "127.0.0.1:0".parse().unwrap(),
+            iscsi: None,
             api: String::new(),
             starts: 0,
         };
@@ -516,6 +519,11 @@ impl Server {
             .arg(&nbd_listen)
             .arg("--api-listen")
             .arg(&api_listen)
+            .arg("--iscsi-listen")
+            .arg(
+                self.iscsi
+                    .map_or("127.0.0.1:0".to_string(), |a| a.to_string()),
+            )
             .arg("--default-volume")
             .arg(&self.opts.default_volume)
             .arg("--default-volume-size")
@@ -580,6 +588,7 @@ impl Server {
         );
         self.nbd = nbd;
         self.api = api.trim_end_matches('/').to_string();
+        self.iscsi = info["iscsi"].as_str().and_then(|a| a.parse().ok());
     }
 
     fn launch_nbdkit(&mut self, port: Option<SocketAddr>) {

@@ -1,0 +1,199 @@
+//! iSCSI against `weft serve` through initiators nobody here wrote: libiscsi's `iscsi-ls`,
+//! `iscsi-inq` and `iscsi-readcapacity16`, and qemu's iSCSI block driver (`qemu-img`,
+//! `qemu-io`, from Debian's qemu-block-extra).
+
+mod common;
+
+use std::fs;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const TARGET_PREFIX: &str = "iqn.2026-11.dev.weft:";
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn portal(srv: &Server) -> SocketAddr {
+    srv.iscsi
+        .unwrap_or_else(|| panic!("serve.json names no iSCSI portal"))
+}
+
+fn lun_url(srv: &Server, export: &str) -> String {
+    format!("iscsi://{}/{TARGET_PREFIX}{export}/0", portal(srv))
+}
+
+fn tool(name: &str, args: &[&str]) -> CmdOut {
+    let mut cmd = Command::new(require_tool(name));
+    cmd.args(args);
+    run(&mut cmd, TOOL_TIMEOUT)
+}
+
+/// qemu's iSCSI driver is a module from qemu-block-extra.
+fn require_qemu_iscsi() {
+    let out = tool("qemu-img", &["--help"]);
+    assert!(
+        out.all().contains("iscsi"),
+        "qemu-img has no iscsi driver: install qemu-block-extra\n{}",
+        out.all()
+    );
+}
+
+#[test]
+fn discovery_lists_every_volume_and_snapshot_as_a_target() {
+    let srv = Server::start_with("iscsi-ls", ServeOpts::default().volume_size("1G"));
+    srv.cli_ok(&["volume", "create", "pgdata", "--size", "256M"]);
+    srv.cli_ok(&["snapshot", "create", "pgdata", "monday"]);
+    let out = tool("iscsi-ls", &["-s", &format!("iscsi://{}", portal(&srv))]).ok();
+    let text = out.all();
+    for export in ["vol0", "pgdata", "monday"] {
+        let line = format!("Target:{TARGET_PREFIX}{export} Portal:{},1", portal(&srv));
+        assert!(text.contains(&line), "no {line:?} in:\n{text}");
+    }
+    assert!(
+        text.lines().any(|l| l.starts_with("Lun:0") && l.contains("Type:DIRECT_ACCESS")),
+        "{text}"
+    );
+}
+
+#[test]
+fn inquiry_and_capacity_through_libiscsi_tools() {
+    let srv = Server::start_with("iscsi-inq", ServeOpts::default().volume_size("1G"));
+    let url = lun_url(&srv, "vol0");
+    let inq = tool("iscsi-inq", &[&url]).ok().all();
+    assert!(inq.contains("Vendor:WEFT"), "vendor in INQUIRY:\n{inq}");
+    assert!(
+        inq.contains("Product:weft volume"),
+        "product in INQUIRY:\n{inq}"
+    );
+    assert!(inq.contains("TPGS:1"), "implicit ALUA in INQUIRY:\n{inq}");
+    let pages = tool("iscsi-inq", &["-e", "1", "-c", "0", &url]).ok().all();
+    for page in ["0x80", "0x83", "0xb0", "0xb1", "0xb2"] {
+        assert!(
+            pages.contains(&format!("Page:{page}")),
+            "VPD page {page} not listed:\n{pages}"
+        );
+    }
+    let cap = tool("iscsi-readcapacity16", &[&url]).ok().all();
+    assert!(cap.contains("LOGICAL BLOCK LENGTH IN BYTES:4096"), "{cap}");
+    assert!(
+        cap.contains(&format!(
+            "RETURNED LOGICAL BLOCK ADDRESS:{}",
+            (1u64 << 30) / 4096 - 1
+        )),
+        "{cap}"
+    );
+    // Thin provisioned, and unmapped blocks read back as zeroes.
+    assert!(cap.contains("LBPME:1"), "{cap}");
+}
+
+#[test]
+fn qemu_img_round_trips_64_mib_byte_identical() {
+    require_qemu_iscsi();
+    let srv = Server::start_with("iscsi-qemu", ServeOpts::default().volume_size("64M"));
+    let (mut rng, _) = test_rng("iscsi-qemu");
+    let src = srv.scratch.join("src.img");
+    let back = srv.scratch.join("back.img");
+    let bytes = random_bytes(&mut rng, 64 << 20);
+    fs::write(&src, &bytes).unwrap();
+    let url = lun_url(&srv, "vol0");
+    tool(
+        "qemu-img",
+        &[
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            src.to_str().unwrap(),
+            &url,
+        ],
+    )
+    .ok();
+    tool(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &url,
+            back.to_str().unwrap(),
+        ],
+    )
+    .ok();
+    let got = fs::read(&back).unwrap();
+    assert!(
+        got == bytes,
+        "64 MiB read back over iSCSI differ from what was written"
+    );
+    // And the same bytes through NBD: one volume, two protocols.
+    let mut nbd = srv.nbd_client("vol0");
+    assert_eq!(
+        nbd.read(40 << 20, 65536).unwrap(),
+        bytes[40 << 20..(40 << 20) + 65536]
+    );
+    let io = tool(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0xab 1M 64k",
+            "-c",
+            "read -P 0xab 1M 64k",
+            "-c",
+            "flush",
+            &url,
+        ],
+    )
+    .ok();
+    assert!(!io.all().contains("fail"), "{}", io.all());
+}
+
+#[test]
+fn a_snapshot_target_is_write_protected() {
+    require_qemu_iscsi();
+    let srv = Server::start_with("iscsi-ro", ServeOpts::default().volume_size("64M"));
+    let url = lun_url(&srv, "vol0");
+    tool(
+        "qemu-io",
+        &["-f", "raw", "-c", "write -P 0x5a 0 1M", "-c", "flush", &url],
+    )
+    .ok();
+    srv.cli_ok(&["snapshot", "create", "vol0", "frozen"]);
+    let frozen = lun_url(&srv, "frozen");
+    // MODE SENSE reports the LUN write-protected: qemu refuses to open it for writing.
+    let write = tool("qemu-io", &["-f", "raw", "-c", "write -P 1 0 4k", &frozen]);
+    assert!(
+        !write.success() && write.all().contains("write protected"),
+        "a snapshot LUN opened for writing:\n{}",
+        write.all()
+    );
+    // And it reads what the volume held when the snapshot was taken.
+    let copy = srv.scratch.join("frozen.img");
+    tool(
+        "qemu-img",
+        &["convert", "-f", "raw", "-O", "raw", &frozen, copy.to_str().unwrap()],
+    )
+    .ok();
+    let bytes = fs::read(&copy).unwrap();
+    assert!(bytes[..1 << 20].iter().all(|&b| b == 0x5a), "snapshot lost its data");
+    assert!(bytes[1 << 20..].iter().all(|&b| b == 0), "snapshot grew data");
+}
+
+#[test]
+fn an_unknown_target_is_refused_at_login() {
+    let srv = Server::start_with("iscsi-unknown", ServeOpts::default().volume_size("64M"));
+    let url = format!("iscsi://{}/{TARGET_PREFIX}nosuchvolume/0", portal(&srv));
+    let out = tool("iscsi-inq", &[&url]);
+    assert!(
+        !out.success(),
+        "logged in to a target that does not exist:\n{}",
+        out.all()
+    );
+    // The server is still there for everyone else.
+    tool("iscsi-inq", &[&lun_url(&srv, "vol0")]).ok();
+}

@@ -1,0 +1,118 @@
+//! One iSCSI connection: the login phase, then the session's full feature phase
+//! ([`super::session`]). A discovery session only answers SendTargets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+use weft_iscsi::wire::TEXT_MAX_BYTES;
+use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Login, LoginProgress, Parse, Request};
+
+use super::targets::OpenAccess;
+use super::Portal;
+
+/// An initiator has this long to log in.
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Read buffer growth step.
+pub(super) const READ_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Why a connection ended early; logged, never propagated.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ConnError {
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("framing: {0}")]
+    Frame(#[from] weft_iscsi::FrameError),
+    #[error("login timed out")]
+    LoginTimeout,
+    #[error("login refused with status {0:#06x}")]
+    LoginRefused(u16),
+    #[error("a PDU other than Login Request during login")]
+    NotLogin,
+    #[error("protocol: {0}")]
+    Protocol(&'static str),
+}
+
+pub(super) async fn serve(mut stream: TcpStream, portal: Arc<Portal>, shutdown: CancellationToken) {
+    if let Err(error) = stream.set_nodelay(true) {
+        debug!(%error, "set_nodelay failed");
+    }
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let logged_in = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&mut stream, &mut buf, &portal)) => {
+            r.unwrap_or(Err(ConnError::LoginTimeout))
+        }
+    };
+    let logged_in = match logged_in {
+        Ok(Some(l)) => l,
+        Ok(None) => return,
+        Err(error) => {
+            info!(%error, "iscsi login failed, disconnecting");
+            return;
+        }
+    };
+    info!(
+        initiator = %logged_in.initiator,
+        target = logged_in.target.as_deref().unwrap_or("(discovery)"),
+        header_digest = logged_in.params.header_digest,
+        data_digest = logged_in.params.data_digest,
+        "iscsi session started"
+    );
+    match super::session::run(stream, buf, logged_in, &portal, &shutdown).await {
+        Ok(()) => info!("iscsi session ended"),
+        Err(error) => info!(%error, "iscsi session ended"),
+    }
+}
+
+/// Read PDUs until the login completes (`Some`), the peer leaves (`None`) or it fails.
+async fn login(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    portal: &Portal,
+) -> Result<Option<LoggedIn>, ConnError> {
+    let mut login = Login::new(
+        portal.limits,
+        super::PORTAL_GROUP_TAG,
+        portal.tsih(),
+        rand::random(),
+    );
+    let access = OpenAccess {
+        backend: Arc::clone(&portal.backend),
+    };
+    let mut out = Vec::new();
+    loop {
+        let pdu = match parse_pdu(buf, Digests::default(), TEXT_MAX_BYTES) {
+            Parse::Complete(pdu, used) => {
+                let _ = buf.split_to(used);
+                pdu
+            }
+            Parse::Incomplete => {
+                buf.reserve(READ_BUFFER_BYTES);
+                if stream.read_buf(buf).await? == 0 {
+                    return Ok(None);
+                }
+                continue;
+            }
+            Parse::Invalid(e) => return Err(e.into()),
+        };
+        let Ok(Request::Login(req)) = decode(pdu) else {
+            return Err(ConnError::NotLogin);
+        };
+        out.clear();
+        let progress = login.step(&req, &access, &mut out);
+        stream.write_all(&out).await?;
+        match progress {
+            LoginProgress::Continue => {}
+            LoginProgress::Complete(done) => return Ok(Some(done)),
+            LoginProgress::Failed(status) => {
+                let _ = stream.shutdown().await;
+                return Err(ConnError::LoginRefused(status));
+            }
+        }
+    }
+}

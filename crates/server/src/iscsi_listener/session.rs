@@ -1,0 +1,717 @@
+//! Full feature phase of one session (one connection: MaxConnections=1).
+//!
+//! The reader (the connection task) frames PDUs, checks CmdSN, gathers each write's data
+//! (immediate data, unsolicited Data-Out, then one R2T at a time of at most MaxBurstLength)
+//! and hands whole commands to the portal's worker pool. A job executes its command with
+//! `weft-scsi` and encodes its Data-In and status; encoding and queueing happen under the
+//! session's sequence lock, so responses leave in StatSN order. The writer task sends them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+use weft_iscsi::request::{DataOut, ScsiCommand, TaskManagement};
+use weft_iscsi::response::{self, DataIn, ReadyToTransfer, Status};
+use weft_iscsi::session::{CmdSnCheck, Sequence};
+use weft_iscsi::text::{parse_pairs, push_pair};
+use weft_iscsi::wire::*;
+use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Numbers, Parse, Request, SessionParams};
+use weft_scsi::{LogicalUnit, LunState};
+
+use super::connection::{ConnError, READ_BUFFER_BYTES};
+use super::lun::ExportLun;
+use super::targets::{export_of, target_name};
+use super::Portal;
+
+/// Commands a session may have in flight (received, response not yet sent): twice the
+/// CmdSN window, so an initiator inside its window never meets it.
+const INFLIGHT_COMMANDS_MAX: usize = 2 * weft_iscsi::login::COMMAND_WINDOW as usize;
+/// The most data-out this target gathers for one command: the SCSI layer's transfer limit
+/// (reported in the Block Limits VPD page), which also bounds every parameter list.
+const WRITE_GATHER_MAX_BYTES: u32 = weft_scsi::limits::MAX_TRANSFER_BYTES;
+/// The only LUN of a target for now.
+const LUN_0: u64 = 0;
+/// Opcode of REPORT LUNS, which the transport answers (it knows the LUN list).
+const REPORT_LUNS: u8 = 0xa0;
+
+/// What the reader and the command jobs share.
+struct Shared {
+    sequence: Mutex<Sequence>,
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    digests: Digests,
+    params: SessionParams,
+    /// Cancelled when the session must end (export gone, logout).
+    closing: CancellationToken,
+    /// Tags of commands handed to the pool and not yet answered, and a wake-up when one is:
+    /// task management waits for them so no response follows its own.
+    executing: Mutex<std::collections::HashSet<u32>>,
+    answered: tokio::sync::Notify,
+}
+
+impl Shared {
+    /// Encode a PDU that carries status (takes the next StatSN) and queue it.
+    fn send_status(&self, encode: impl FnOnce(Numbers, &mut Vec<u8>)) {
+        let mut sequence = self.sequence.lock();
+        let mut out = Vec::new();
+        encode(sequence.next_status(), &mut out);
+        let _ = self.tx.send(out);
+    }
+
+    /// Encode a PDU that carries no status (R2T) and queue it.
+    fn send_plain(&self, encode: impl FnOnce(Numbers, &mut Vec<u8>)) {
+        let sequence = self.sequence.lock();
+        let mut out = Vec::new();
+        encode(sequence.current(), &mut out);
+        let _ = self.tx.send(out);
+    }
+}
+
+/// A session's LUN.
+struct Lun {
+    lu: Arc<ExportLun>,
+    state: Arc<LunState>,
+}
+
+/// A write command waiting for its data.
+struct PendingWrite {
+    command: ScsiCommand,
+    data: Vec<u8>,
+    received: u32,
+    /// The R2T being answered: (target transfer tag, end offset).
+    r2t: Option<(u32, u32)>,
+    next_r2t_offset: u32,
+    r2t_sn: u32,
+    /// DataPDUInOrder and DataSequenceInOrder are Yes: the next Data-Out starts here, with
+    /// this DataSN (counted from 0 again in each R2T's sequence).
+    next_offset: u32,
+    next_data_sn: u32,
+    permit: OwnedSemaphorePermit,
+}
+
+struct Reader<'a> {
+    shared: Arc<Shared>,
+    portal: &'a Portal,
+    lun: Option<Arc<Lun>>,
+    discovery: bool,
+    target: Option<String>,
+    local: std::net::SocketAddr,
+    pending: HashMap<u32, PendingWrite>,
+    next_ttt: u32,
+    inflight: Arc<Semaphore>,
+}
+
+pub(super) async fn run(
+    stream: TcpStream,
+    mut buf: BytesMut,
+    login: LoggedIn,
+    portal: &Portal,
+    shutdown: &CancellationToken,
+) -> Result<(), ConnError> {
+    let local = stream.local_addr()?;
+    let (mut read_half, write_half) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let params = login.params;
+    let digests = Digests {
+        header: params.header_digest,
+        data: params.data_digest,
+    };
+    let shared = Arc::new(Shared {
+        sequence: Mutex::new(Sequence::new(&login)),
+        tx,
+        digests,
+        params,
+        closing: CancellationToken::new(),
+        executing: Mutex::new(std::collections::HashSet::new()),
+        answered: tokio::sync::Notify::new(),
+    });
+    let lun = match &login.target {
+        Some(target) => Some(open_lun(portal, target)?),
+        None => None,
+    };
+    let writer = tokio::spawn(write_responses(write_half, rx));
+    let mut reader = Reader {
+        shared: Arc::clone(&shared),
+        portal,
+        lun,
+        discovery: login.target.is_none(),
+        target: login.target.clone(),
+        local,
+        pending: HashMap::new(),
+        next_ttt: 1,
+        inflight: Arc::new(Semaphore::new(INFLIGHT_COMMANDS_MAX)),
+    };
+    let data_max = params.target_max_recv as usize;
+    let result: Result<(), ConnError> = async {
+        loop {
+            let pdu = match parse_pdu(&buf, digests, data_max) {
+                Parse::Complete(pdu, used) => {
+                    let _ = buf.split_to(used);
+                    pdu
+                }
+                Parse::Incomplete => {
+                    buf.reserve(READ_BUFFER_BYTES);
+                    let n = tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(()),
+                        _ = shared.closing.cancelled() => return Ok(()),
+                        n = read_half.read_buf(&mut buf) => n?,
+                    };
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Parse::Invalid(e) => return Err(e.into()),
+            };
+            let bhs = pdu.bhs;
+            match decode(pdu) {
+                Ok(request) => {
+                    if reader.handle(request).await? {
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    debug!(error = %e, "rejecting a PDU");
+                    shared.send_plain(|n, out| {
+                        response::reject(e.reject_reason(), &bhs, n, digests, out)
+                    });
+                }
+            }
+        }
+    }
+    .await;
+    // Let every dispatched command finish and its response go out.
+    reader.pending.clear();
+    let _ = reader
+        .inflight
+        .acquire_many(INFLIGHT_COMMANDS_MAX as u32)
+        .await;
+    drop(reader);
+    drop(shared);
+    let _ = writer.await;
+    result
+}
+
+fn open_lun(portal: &Portal, target: &str) -> Result<Arc<Lun>, ConnError> {
+    let export = export_of(&*portal.backend, target)
+        .ok_or(ConnError::Protocol("target vanished after login"))?;
+    let handle = portal
+        .backend
+        .open(&export)
+        .map_err(|_| ConnError::Protocol("export could not be opened"))?;
+    Ok(Arc::new(Lun {
+        lu: Arc::new(ExportLun::new(handle, target, super::PORTAL_GROUP_TAG)),
+        state: portal.lun_state(&export),
+    }))
+}
+
+async fn write_responses(write_half: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+    let mut w = BufWriter::with_capacity(256 << 10, write_half);
+    while let Some(pdu) = rx.recv().await {
+        if w.write_all(&pdu).await.is_err() {
+            return;
+        }
+        while let Ok(more) = rx.try_recv() {
+            if w.write_all(&more).await.is_err() {
+                return;
+            }
+        }
+        if w.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+/// The LUN number of an 8-byte LUN field (`u64::MAX`: no LUN we could have).
+fn lun_number(field: u64) -> u64 {
+    weft_scsi::decode_lun(field.to_be_bytes()).unwrap_or(u64::MAX)
+}
+
+impl Reader<'_> {
+    /// Handle one request; `true` ends the session (after logout).
+    async fn handle(&mut self, request: Request) -> Result<bool, ConnError> {
+        match request {
+            Request::ScsiCommand(c) => {
+                if self.accept(c.cmd_sn, c.immediate) {
+                    self.command(c)?;
+                }
+            }
+            Request::DataOut(d) => self.data_out(d)?,
+            Request::NopOut(nop) => {
+                if nop.itt != TAG_NONE && self.accept(nop.cmd_sn, nop.immediate) {
+                    let digests = self.shared.digests;
+                    self.shared.send_status(|n, out| {
+                        response::nop_in(nop.lun, nop.itt, TAG_NONE, &nop.data, n, digests, out)
+                    });
+                }
+            }
+            Request::Text(t) => {
+                if self.accept(t.cmd_sn, t.immediate) {
+                    let text = self.text_reply(&t.text);
+                    let digests = self.shared.digests;
+                    self.shared.send_status(|n, out| {
+                        response::text_response(t.itt, &text, n, digests, out)
+                    });
+                }
+            }
+            Request::TaskManagement(tm) => {
+                if self.accept(tm.cmd_sn, tm.immediate) {
+                    let reply = self.task_management(&tm).await;
+                    let digests = self.shared.digests;
+                    self.shared.send_status(|n, out| {
+                        response::task_management_response(tm.itt, reply, n, digests, out)
+                    });
+                }
+            }
+            Request::Logout(l) => {
+                self.accept(l.cmd_sn, l.immediate);
+                // Outstanding commands finish first; their responses precede ours.
+                self.drop_pending();
+                let _ = self
+                    .inflight
+                    .acquire_many(INFLIGHT_COMMANDS_MAX as u32)
+                    .await;
+                let reply =
+                    if l.reason == LOGOUT_CLOSE_SESSION || l.reason == LOGOUT_CLOSE_CONNECTION {
+                        LOGOUT_SUCCESS
+                    } else {
+                        LOGOUT_RECOVERY_NOT_SUPPORTED
+                    };
+                let digests = self.shared.digests;
+                self.shared
+                    .send_status(|n, out| response::logout_response(l.itt, reply, n, digests, out));
+                return Ok(true);
+            }
+            Request::Login(_) => {
+                return Err(ConnError::Protocol("login request in full feature phase"))
+            }
+            Request::Snack { .. } => {
+                return Err(ConnError::Protocol("SNACK at error recovery level 0"))
+            }
+        }
+        Ok(false)
+    }
+
+    /// Wait while `busy` holds for the set of executing tasks.
+    async fn wait_answered(&self, busy: impl Fn(&std::collections::HashSet<u32>) -> bool) {
+        loop {
+            let answered = self.shared.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            if !busy(&self.shared.executing.lock()) {
+                return;
+            }
+            answered.await;
+        }
+    }
+
+    /// Forget the writes still waiting for data (aborted: no response is owed).
+    fn drop_pending(&mut self) {
+        let dropped = self.pending.len();
+        self.pending.clear();
+        let mut sequence = self.shared.sequence.lock();
+        for _ in 0..dropped {
+            sequence.task_finished();
+        }
+    }
+
+    fn accept(&self, cmd_sn: u32, immediate: bool) -> bool {
+        self.shared.sequence.lock().check_command(cmd_sn, immediate) == CmdSnCheck::Accept
+    }
+
+    fn command(&mut self, mut c: ScsiCommand) -> Result<(), ConnError> {
+        if self.discovery {
+            return Err(ConnError::Protocol("SCSI command in a discovery session"));
+        }
+        let permit = Arc::clone(&self.inflight)
+            .try_acquire_owned()
+            .map_err(|_| ConnError::Protocol("more commands in flight than the window allows"))?;
+        self.shared.sequence.lock().task_started();
+        let params = self.shared.params;
+        if c.data.len() > params.first_burst as usize
+            || (!c.data.is_empty() && !params.immediate_data)
+        {
+            return Err(ConnError::Protocol(
+                "immediate data beyond what was negotiated",
+            ));
+        }
+        if c.data.len() > c.expected_len as usize {
+            return Err(ConnError::Protocol(
+                "more immediate data than the expected length",
+            ));
+        }
+        // A write longer than any command may move is refused by the SCSI layer at once,
+        // with its immediate data only; Data-Out the initiator still sends is dropped.
+        if !c.write || c.expected_len == 0 || c.expected_len > WRITE_GATHER_MAX_BYTES {
+            self.dispatch(c, permit);
+            return Ok(());
+        }
+        let immediate = std::mem::take(&mut c.data);
+        let mut data = vec![0u8; c.expected_len as usize];
+        data[..immediate.len()].copy_from_slice(&immediate);
+        let unsolicited_end = if params.initial_r2t || c.final_ {
+            immediate.len() as u32
+        } else {
+            params.first_burst.min(c.expected_len)
+        };
+        let mut pending = PendingWrite {
+            received: immediate.len() as u32,
+            data,
+            r2t: None,
+            next_r2t_offset: unsolicited_end,
+            r2t_sn: 0,
+            next_offset: immediate.len() as u32,
+            next_data_sn: 0,
+            command: c,
+            permit,
+        };
+        if pending.received == pending.command.expected_len {
+            let PendingWrite {
+                command,
+                data,
+                permit,
+                ..
+            } = pending;
+            self.dispatch(ScsiCommand { data, ..command }, permit);
+            return Ok(());
+        }
+        self.next_r2t(&mut pending);
+        self.pending.insert(pending.command.itt, pending);
+        Ok(())
+    }
+
+    /// Ask for the next MaxBurstLength of a write, if some is still unasked.
+    fn next_r2t(&mut self, p: &mut PendingWrite) {
+        // One R2T at a time (MaxOutstandingR2T=1), and only once the unsolicited data is in.
+        if p.r2t.is_some()
+            || p.next_r2t_offset >= p.command.expected_len
+            || p.next_offset < p.next_r2t_offset
+        {
+            return;
+        }
+        let offset = p.next_r2t_offset;
+        let len = (p.command.expected_len - offset).min(self.shared.params.max_burst);
+        let ttt = self.next_ttt;
+        self.next_ttt = self.next_ttt.wrapping_add(1).max(1);
+        if self.next_ttt == TAG_NONE {
+            self.next_ttt = 1;
+        }
+        p.r2t = Some((ttt, offset + len));
+        p.next_r2t_offset = offset + len;
+        p.next_data_sn = 0;
+        let r = ReadyToTransfer {
+            lun: p.command.lun,
+            itt: p.command.itt,
+            ttt,
+            r2t_sn: p.r2t_sn,
+            offset,
+            len,
+        };
+        p.r2t_sn += 1;
+        let digests = self.shared.digests;
+        self.shared
+            .send_plain(|n, out| response::r2t(&r, n, digests, out));
+    }
+
+    fn data_out(&mut self, d: DataOut) -> Result<(), ConnError> {
+        let Some(mut p) = self.pending.remove(&d.itt) else {
+            // Data for a command that was aborted or already refused: dropped.
+            return Ok(());
+        };
+        let end = u64::from(d.offset) + d.data.len() as u64;
+        if end > u64::from(p.command.expected_len) {
+            return Err(ConnError::Protocol(
+                "Data-Out beyond the expected transfer length",
+            ));
+        }
+        // A lost, repeated or reordered Data-Out fails its command (CHECK CONDITION, ABORTED
+        // COMMAND); the rest of its data is dropped as it arrives, the session goes on.
+        if d.offset != p.next_offset || d.data_sn != p.next_data_sn {
+            let code = if d.offset != p.next_offset {
+                DATA_OFFSET_ERROR
+            } else {
+                DATA_PHASE_ERROR
+            };
+            debug!(
+                itt = d.itt,
+                offset = d.offset,
+                data_sn = d.data_sn,
+                "Data-Out out of order"
+            );
+            let PendingWrite {
+                command, permit, ..
+            } = p;
+            let failed = weft_scsi::Response::check(weft_scsi::Sense::new(ABORTED_COMMAND, code));
+            respond(
+                &self.shared,
+                &ScsiCommand {
+                    data: Vec::new(),
+                    ..command
+                },
+                None,
+                failed,
+            );
+            drop(permit);
+            return Ok(());
+        }
+        p.next_offset = end as u32;
+        p.next_data_sn += 1;
+        p.data[d.offset as usize..end as usize].copy_from_slice(&d.data);
+        p.received += d.data.len() as u32;
+        if let Some((ttt, r2t_end)) = p.r2t {
+            if d.ttt == ttt && (d.final_ || end >= u64::from(r2t_end)) {
+                p.r2t = None;
+            }
+        }
+        if p.received >= p.command.expected_len {
+            let PendingWrite {
+                command,
+                data,
+                permit,
+                ..
+            } = p;
+            self.dispatch(ScsiCommand { data, ..command }, permit);
+            return Ok(());
+        }
+        self.next_r2t(&mut p);
+        self.pending.insert(d.itt, p);
+        Ok(())
+    }
+
+    /// Run a whole command on the worker pool.
+    fn dispatch(&self, c: ScsiCommand, permit: OwnedSemaphorePermit) {
+        let shared = Arc::clone(&self.shared);
+        shared.executing.lock().insert(c.itt);
+        let lun = if lun_number(c.lun) == LUN_0 {
+            self.lun.clone()
+        } else {
+            None
+        };
+        self.portal.workers.submit(Box::new(move || {
+            let mut data_out_len = None;
+            let result = match &lun {
+                _ if c.cdb[0] == REPORT_LUNS => weft_scsi::report_luns(&c.cdb, &[LUN_0]),
+                Some(lun) => {
+                    if lun.lu.is_gone() {
+                        shared.sequence.lock().task_finished();
+                        shared.executing.lock().remove(&c.itt);
+                        shared.answered.notify_waiters();
+                        shared.closing.cancel();
+                        drop(permit);
+                        return;
+                    }
+                    let geometry = lun.lu.geometry();
+                    data_out_len = weft_scsi::data_out_len(&c.cdb, &geometry);
+                    match transfer(&c, data_out_len, geometry.block_size_bytes) {
+                        Transfer::AsIs => weft_scsi::execute(&lun.state, &*lun.lu, &c.cdb, &c.data),
+                        Transfer::Truncated(cdb) => {
+                            weft_scsi::execute(&lun.state, &*lun.lu, &cdb, &c.data)
+                        }
+                        Transfer::Refused(refusal) => refusal,
+                    }
+                }
+                None => weft_scsi::execute_no_lun(&c.cdb),
+            };
+            respond(&shared, &c, data_out_len, result);
+            shared.executing.lock().remove(&c.itt);
+            shared.answered.notify_waiters();
+            drop(permit);
+        }));
+    }
+
+    fn text_reply(&self, text: &[u8]) -> Vec<u8> {
+        let mut reply = Vec::new();
+        let Ok(pairs) = parse_pairs(text) else {
+            return reply;
+        };
+        for (key, value) in pairs {
+            if key != "SendTargets" {
+                push_pair(&mut reply, &key, "NotUnderstood");
+                continue;
+            }
+            let names: Vec<String> = match (&self.target, value.as_str()) {
+                (Some(own), _) => vec![own.clone()],
+                (None, "All") => self
+                    .portal
+                    .backend
+                    .list_exports()
+                    .into_iter()
+                    .map(|e| target_name(&e.name))
+                    .collect(),
+                (None, one) => export_of(&*self.portal.backend, one)
+                    .map(|e| vec![target_name(&e)])
+                    .unwrap_or_default(),
+            };
+            for name in names {
+                push_pair(&mut reply, "TargetName", &name);
+                push_pair(
+                    &mut reply,
+                    "TargetAddress",
+                    &format!("{},{}", self.local, super::PORTAL_GROUP_TAG),
+                );
+            }
+        }
+        reply
+    }
+
+    /// A task still waiting for its data is dropped ("function complete"); one already
+    /// executing cannot be stopped half way through a write, so the answer waits until it
+    /// is done and its response is out, then says the task does not exist (what libiscsi's
+    /// tests expect of a task that completed before the abort).
+    async fn task_management(&mut self, tm: &TaskManagement) -> u8 {
+        match tm.function {
+            TMF_ABORT_TASK => {
+                if self.pending.remove(&tm.referenced_itt).is_some() {
+                    self.shared.sequence.lock().task_finished();
+                    return TMF_RESPONSE_COMPLETE;
+                }
+                // Executing, or already answered: its response is (or will be) out before
+                // ours, and the task is gone by the time the initiator reads this.
+                self.wait_answered(|executing| executing.contains(&tm.referenced_itt))
+                    .await;
+                TMF_RESPONSE_NO_TASK
+            }
+            TMF_ABORT_TASK_SET | TMF_CLEAR_TASK_SET | TMF_LUN_RESET | TMF_TARGET_WARM_RESET => {
+                if tm.function != TMF_TARGET_WARM_RESET && lun_number(tm.lun) != LUN_0 {
+                    return TMF_RESPONSE_NO_LUN;
+                }
+                self.drop_pending();
+                self.wait_answered(|executing| !executing.is_empty()).await;
+                TMF_RESPONSE_COMPLETE
+            }
+            other => {
+                warn!(function = other, "task management function not supported");
+                TMF_RESPONSE_NOT_SUPPORTED
+            }
+        }
+    }
+}
+
+/// Sense key ABORTED COMMAND, and the ASC/ASCQ of a Data-Out out of sequence or offset.
+const ABORTED_COMMAND: u8 = 0x0b;
+const DATA_PHASE_ERROR: (u8, u8) = (0x4b, 0x00);
+const DATA_OFFSET_ERROR: (u8, u8) = (0x4b, 0x05);
+
+/// ASC/ASCQ of INVALID FIELD IN INFORMATION UNIT: the transport's lengths disagree.
+const INVALID_FIELD_IN_INFORMATION_UNIT: (u8, u8) = (0x0e, 0x03);
+
+/// How a command's data-out length (from its CDB) meets the initiator's expected length.
+enum Transfer {
+    /// As the CDB says (it asks for no more than the initiator sends).
+    AsIs,
+    /// A WRITE asking for more blocks than the initiator sends: done for the blocks it sends
+    /// (FCP-4 and libiscsi's residual tests: "process the command normally except that data
+    /// beyond the expected length shall not be transferred"), with this CDB.
+    Truncated([u8; 16]),
+    /// Anything else asking for more than it sends, or a COMPARE AND WRITE not carrying
+    /// exactly its two halves.
+    Refused(weft_scsi::Response),
+}
+
+fn transfer(c: &ScsiCommand, data_out_len: Option<u64>, block_bytes: u32) -> Transfer {
+    let Some(needed) = data_out_len else {
+        return Transfer::AsIs;
+    };
+    let expected = u64::from(c.expected_len);
+    if c.cdb[0] == weft_scsi::opcode::COMPARE_AND_WRITE && needed != expected {
+        return Transfer::Refused(weft_scsi::Response::check(
+            weft_scsi::Sense::invalid_cdb_field(13, None),
+        ));
+    }
+    if needed <= expected {
+        return Transfer::AsIs;
+    }
+    let refuse = || {
+        Transfer::Refused(weft_scsi::Response::check(
+            weft_scsi::Sense::illegal_request(INVALID_FIELD_IN_INFORMATION_UNIT),
+        ))
+    };
+    if !expected.is_multiple_of(u64::from(block_bytes)) {
+        return refuse();
+    }
+    let blocks = expected / u64::from(block_bytes);
+    let mut cdb = c.cdb;
+    // The transfer length field of each WRITE and WRITE AND VERIFY.
+    match cdb[0] {
+        0x2a | 0x2e => cdb[7..9].copy_from_slice(&(blocks as u16).to_be_bytes()),
+        0xaa | 0xae => cdb[6..10].copy_from_slice(&(blocks as u32).to_be_bytes()),
+        0x8a | 0x8e => cdb[10..14].copy_from_slice(&(blocks as u32).to_be_bytes()),
+        _ => return refuse(),
+    }
+    Transfer::Truncated(cdb)
+}
+
+/// Send a finished command's data and status.
+fn respond(
+    shared: &Shared,
+    c: &ScsiCommand,
+    data_out_len: Option<u64>,
+    result: weft_scsi::Response,
+) {
+    let digests = shared.digests;
+    let status = result.status as u8;
+    let expected = c.expected_len;
+    let data_in: &[u8] = if c.read { &result.data_in } else { &[] };
+    let sent = data_in.len().min(expected as usize);
+    // What the command moves, against what the initiator expected: the residual.
+    let actual = if c.read {
+        result.data_in.len() as u64
+    } else if c.write {
+        data_out_len.unwrap_or(c.data.len() as u64)
+    } else {
+        0
+    };
+    let chunk = shared.params.initiator_max_recv as usize;
+    let burst = shared.params.max_burst as usize;
+    let good = result.sense.is_none() && status == 0;
+    let mut sequence = shared.sequence.lock();
+    sequence.task_finished();
+    let mut out = Vec::new();
+    let mut data_sn = 0u32;
+    let mut offset = 0usize;
+    while offset < sent {
+        let len = chunk.min(sent - offset);
+        let last = offset + len == sent;
+        let carries_status = last && good;
+        let numbers = if carries_status {
+            sequence.next_status()
+        } else {
+            sequence.current()
+        };
+        response::data_in(
+            &DataIn {
+                lun: c.lun,
+                itt: c.itt,
+                data_sn,
+                offset: offset as u32,
+                data: &data_in[offset..offset + len],
+                final_: last || (offset + len).is_multiple_of(burst),
+                status: carries_status.then_some((status, expected, actual)),
+            },
+            numbers,
+            digests,
+            &mut out,
+        );
+        data_sn += 1;
+        offset += len;
+    }
+    if sent == 0 || !good {
+        let s = Status {
+            itt: c.itt,
+            status,
+            sense: result.sense.map(|s| s.encode_fixed()),
+            expected_len: expected,
+            actual_len: actual,
+            data_pdus: data_sn,
+        };
+        response::scsi_response(&s, sequence.next_status(), digests, &mut out);
+    }
+    let _ = shared.tx.send(out);
+}

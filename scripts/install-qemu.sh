@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Install qemu-img/qemu-io with their iSCSI driver: Debian's qemu-utils and qemu-block-extra
+# at the same version (the driver module only loads into the qemu it was built with). A
+# qemu-utils from another source is replaced. Run as root on Debian.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+if qemu-img --help 2>/dev/null | grep -qw iscsi; then
+  exit 0
+fi
+apt-get update -qq
+version=$(apt-cache show qemu-block-extra | awk '/^Version:/ {print $2; exit}')
+apt-get install -y -qq --allow-downgrades "qemu-utils=$version" "qemu-block-extra=$version"
+qemu-img --help | grep -qw iscsi
