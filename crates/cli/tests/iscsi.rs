@@ -51,7 +51,8 @@ fn discovery_lists_every_volume_and_snapshot_as_a_target() {
         assert!(text.contains(&line), "no {line:?} in:\n{text}");
     }
     assert!(
-        text.lines().any(|l| l.starts_with("Lun:0") && l.contains("Type:DIRECT_ACCESS")),
+        text.lines()
+            .any(|l| l.starts_with("Lun:0") && l.contains("Type:DIRECT_ACCESS")),
         "{text}"
     );
 }
@@ -176,12 +177,26 @@ fn a_snapshot_target_is_write_protected() {
     let copy = srv.scratch.join("frozen.img");
     tool(
         "qemu-img",
-        &["convert", "-f", "raw", "-O", "raw", &frozen, copy.to_str().unwrap()],
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &frozen,
+            copy.to_str().unwrap(),
+        ],
     )
     .ok();
     let bytes = fs::read(&copy).unwrap();
-    assert!(bytes[..1 << 20].iter().all(|&b| b == 0x5a), "snapshot lost its data");
-    assert!(bytes[1 << 20..].iter().all(|&b| b == 0), "snapshot grew data");
+    assert!(
+        bytes[..1 << 20].iter().all(|&b| b == 0x5a),
+        "snapshot lost its data"
+    );
+    assert!(
+        bytes[1 << 20..].iter().all(|&b| b == 0),
+        "snapshot grew data"
+    );
 }
 
 #[test]
@@ -196,4 +211,102 @@ fn an_unknown_target_is_refused_at_login() {
     );
     // The server is still there for everyone else.
     tool("iscsi-inq", &[&lun_url(&srv, "vol0")]).ok();
+}
+
+/// Bytes per write of the crash test's writer, and writes between its flushes.
+const CRASH_WRITE_BYTES: u64 = 64 << 10;
+const CRASH_WRITES: u64 = 1024;
+const CRASH_FLUSH_EVERY: u64 = 16;
+
+#[test]
+fn acknowledged_iscsi_writes_survive_kill9() {
+    require_qemu_iscsi();
+    let mut srv = Server::start_with("iscsi-kill9", ServeOpts::default().volume_size("64M"));
+    let (mut rng, _) = test_rng("iscsi-kill9");
+    let mut cut_mid_run = 0;
+    for round in 1..=3u8 {
+        let old = round;
+        let new = round + 100;
+        let url = lun_url(&srv, "vol0");
+        // The whole LUN holds `old`, written and flushed.
+        tool(
+            "qemu-io",
+            &[
+                "-f",
+                "raw",
+                "-c",
+                &format!("write -P {old} 0 64M"),
+                "-c",
+                "flush",
+                &url,
+            ],
+        )
+        .ok();
+        // qemu-io overwrites it with `new`, 64 KiB at a time (each command waits for the
+        // previous one), a flush every 16 writes; weft is killed -9 somewhere in the run.
+        let mut cmd = Command::new(require_tool("qemu-io"));
+        cmd.args(["-f", "raw"]);
+        for i in 0..CRASH_WRITES {
+            cmd.arg("-c")
+                .arg(format!("write -P {new} {} 64k", i * CRASH_WRITE_BYTES));
+            if i % CRASH_FLUSH_EVERY == CRASH_FLUSH_EVERY - 1 {
+                cmd.args(["-c", "flush"]);
+            }
+        }
+        cmd.arg(&url);
+        let writer = Bg::spawn(&mut cmd);
+        std::thread::sleep(Duration::from_millis(rand::Rng::random_range(
+            &mut rng,
+            100..700,
+        )));
+        srv.kill9();
+        let out = writer.wait(Duration::from_secs(10));
+        srv.restart();
+        // Every write qemu-io saw acknowledged is there (kill -9 loses nothing acknowledged,
+        // flushed or not); every 4 KiB block holds one of the two patterns.
+        let acknowledged: Vec<u64> = out
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("wrote 65536/65536 bytes at offset "))
+            .map(|o| o.trim().parse().unwrap())
+            .collect();
+        if (acknowledged.len() as u64) < CRASH_WRITES {
+            cut_mid_run += 1;
+        }
+        let copy = srv.scratch.join(format!("after-kill-{round}.img"));
+        let url = lun_url(&srv, "vol0");
+        tool(
+            "qemu-img",
+            &[
+                "convert",
+                "-f",
+                "raw",
+                "-O",
+                "raw",
+                &url,
+                copy.to_str().unwrap(),
+            ],
+        )
+        .ok();
+        let bytes = fs::read(&copy).unwrap();
+        for (i, block) in bytes.chunks(4096).enumerate() {
+            assert!(
+                block.iter().all(|&b| b == old) || block.iter().all(|&b| b == new),
+                "round {round}: 4 KiB block {i} holds neither pattern"
+            );
+        }
+        for offset in &acknowledged {
+            let at = *offset as usize;
+            assert!(
+                bytes[at..at + CRASH_WRITE_BYTES as usize].iter().all(|&b| b == new),
+                "round {round}: the acknowledged write at {offset} was lost ({} of {CRASH_WRITES} acknowledged)",
+                acknowledged.len()
+            );
+        }
+        eprintln!(
+            "round {round}: {} of {CRASH_WRITES} writes acknowledged before kill -9, all there",
+            acknowledged.len()
+        );
+    }
+    assert!(cut_mid_run > 0, "no kill landed while the writer ran");
 }

@@ -7,27 +7,26 @@
 //! Shape: one task per connection ([`connection`]): login, then full feature phase
 //! ([`session`]), where the task reads PDUs, gathers each write's data (immediate,
 //! unsolicited, and R2T-solicited Data-Out), and hands whole commands to the pool; a writer
-//! task sends responses in StatSN order. Targets and who may use them: [`targets`]; a LUN
-//! over an export: [`lun`].
+//! task sends responses in StatSN order ([`respond`] builds them). Targets and who may use
+//! them: [`targets`]; a LUN over an export: [`lun`].
 //!
 //! Shutdown: cancelling the token stops accepting; every connection stops reading, lets its
 //! commands finish and their responses go out, then closes.
 
 mod connection;
 mod lun;
+mod respond;
 mod session;
 mod targets;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn, Instrument};
+use tracing::info;
 use weft_iscsi::TargetLimits;
 use weft_scsi::LunState;
 
@@ -36,9 +35,6 @@ use crate::workers::WorkerPool;
 
 pub use targets::{target_name, TARGET_PREFIX};
 
-/// Connections served at once (as for NBD).
-const CONNECTIONS_MAX: usize = 1024;
-const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// Threads running SCSI commands for every connection of the portal.
 const WORKER_THREADS: usize = 16;
 /// The portal group every portal of this server belongs to (one per c.node, with ALUA).
@@ -88,34 +84,10 @@ pub async fn run(
         next_tsih: AtomicU16::new(1),
         lun_states: Mutex::new(HashMap::new()),
     });
-    let mut connections = JoinSet::new();
-    let mut next_conn_id: u64 = 0;
-    loop {
-        while connections.try_join_next().is_some() {}
-        if connections.len() >= CONNECTIONS_MAX {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = connections.join_next() => continue,
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    next_conn_id += 1;
-                    let span = tracing::info_span!("iscsi_conn", conn_id = next_conn_id, %peer);
-                    let task = connection::serve(stream, Arc::clone(&portal), shutdown.clone());
-                    connections.spawn(task.instrument(span));
-                }
-                Err(error) => {
-                    warn!(%error, "iscsi accept failed");
-                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
-                }
-            },
-        }
-    }
-    drop(listener);
-    while connections.join_next().await.is_some() {}
+    crate::accept::serve_connections(listener, "iscsi", &shutdown, |stream, _peer| {
+        connection::serve(stream, Arc::clone(&portal), shutdown.clone())
+    })
+    .await;
     info!("iscsi portal stopped");
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The c.node daemon: front ends (NBD, iSCSI), the management API, and the glue that drives the engine.
 
+mod accept;
 pub mod api;
 pub mod backend;
 pub mod cluster;

@@ -19,23 +19,14 @@ mod connection;
 mod execute;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn, Instrument};
+use tracing::info;
 
 use crate::backend::ExportBackend;
 use crate::workers;
 
-/// Connections served at once. Past this the listener stops accepting (the kernel backlog
-/// holds new clients) until one ends. Each connection may pin up to
-/// `INFLIGHT_PAYLOAD_BYTES_MAX` of buffers, so this also bounds memory.
-const CONNECTIONS_MAX: usize = 1024;
-/// How long to wait before accepting again after accept() fails (EMFILE and friends), so a
-/// descriptor shortage does not become a busy loop.
-const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// Threads running backend calls for all connections of a listener. Backend calls may block
 /// on disk; 16 keeps a QD32 client's requests overlapping on a small machine without the
 /// thread churn of tokio's blocking pool.
@@ -51,43 +42,15 @@ pub async fn run(
     let local = listener.local_addr()?;
     info!(%local, "nbd listener started");
     let workers = Arc::new(workers::WorkerPool::new("nbd", WORKER_THREADS)?);
-    let mut connections = JoinSet::new();
-    let mut next_conn_id: u64 = 0;
-    loop {
-        while connections.try_join_next().is_some() {}
-        if connections.len() >= CONNECTIONS_MAX {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = connections.join_next() => continue,
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    next_conn_id += 1;
-                    let span = tracing::info_span!("nbd_conn", conn_id = next_conn_id, %peer);
-                    let task = connection::serve(
-                        stream,
-                        Arc::clone(&backend),
-                        Arc::clone(&workers),
-                        shutdown.clone(),
-                    );
-                    connections.spawn(task.instrument(span));
-                }
-                Err(error) => {
-                    warn!(%error, "nbd accept failed");
-                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
-                }
-            },
-        }
-    }
-    drop(listener);
-    info!(
-        connections = connections.len(),
-        "nbd listener stopping, draining connections"
-    );
-    while connections.join_next().await.is_some() {}
+    crate::accept::serve_connections(listener, "nbd", &shutdown, |stream, _peer| {
+        connection::serve(
+            stream,
+            Arc::clone(&backend),
+            Arc::clone(&workers),
+            shutdown.clone(),
+        )
+    })
+    .await;
     // Every connection has drained, so the pool is idle: joining its threads does not block.
     drop(workers);
     info!("nbd listener stopped");
