@@ -257,10 +257,10 @@ fn acknowledged_iscsi_writes_survive_kill9() {
         let writer = Bg::spawn(&mut cmd);
         std::thread::sleep(Duration::from_millis(rand::Rng::random_range(
             &mut rng,
-            100..700,
+            20..250,
         )));
         srv.kill9();
-        let out = writer.wait(Duration::from_secs(10));
+        let out = writer.wait(Duration::from_secs(5));
         srv.restart();
         // Every write qemu-io saw acknowledged is there (kill -9 loses nothing acknowledged,
         // flushed or not); every 4 KiB block holds one of the two patterns.
