@@ -113,8 +113,9 @@ struct EngineArgs {
     /// NBD listen address.
     #[arg(long, default_value = "127.0.0.1:10809")]
     nbd_listen: SocketAddr,
-    /// iSCSI portal address (`off`: no iSCSI). Every volume and snapshot is a target,
-    /// `iqn.2026-11.dev.weft:<name>`, with LUN 0.
+    /// iSCSI portal addresses, comma-separated: each is a path to every target (multipath);
+    /// `off`: no iSCSI. Every volume and snapshot is a target, `iqn.2026-11.dev.weft:<name>`,
+    /// with LUN 0.
     #[arg(long, default_value = "127.0.0.1:3260", value_parser = parse_listen)]
     iscsi_listen: Listen,
     /// Management API listen address.
@@ -339,17 +340,22 @@ fn command_to_request(command: Command) -> client::Request {
     }
 }
 
-/// A listen address that may be turned off.
-#[derive(Debug, Clone, Copy)]
-struct Listen(Option<SocketAddr>);
+/// Listen addresses (comma-separated), or none (`off`).
+#[derive(Debug, Clone)]
+struct Listen(Vec<SocketAddr>);
 
 fn parse_listen(s: &str) -> Result<Listen, String> {
     if s == "off" {
-        return Ok(Listen(None));
+        return Ok(Listen(Vec::new()));
     }
-    s.parse()
-        .map(|a| Listen(Some(a)))
-        .map_err(|e| format!("{s:?} is neither host:port nor `off`: {e}"))
+    s.split(',')
+        .map(|a| {
+            a.trim()
+                .parse()
+                .map_err(|e| format!("{a:?} is neither host:port nor `off`: {e}"))
+        })
+        .collect::<Result<_, _>>()
+        .map(Listen)
 }
 
 fn init_logging() {
@@ -393,7 +399,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
             direct_io: !args.buffered_reads,
         }),
         nbd_listen: args.engine.nbd_listen,
-        iscsi_listen: args.engine.iscsi_listen.0,
+        iscsi_listen: args.engine.iscsi_listen.0.clone(),
         api_listen: args.engine.api_listen,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
@@ -421,7 +427,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
             wait_for_dnodes: c.wait_for_dnodes,
         }),
         nbd_listen: args.engine.nbd_listen,
-        iscsi_listen: args.engine.iscsi_listen.0,
+        iscsi_listen: args.engine.iscsi_listen.0.clone(),
         api_listen: args.engine.api_listen,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,

@@ -96,31 +96,44 @@ fn parse_cunit(output: &str) -> BTreeMap<String, (Verdict, String)> {
 /// Run every family against `url`; its output (thousands of lines against tgt, more than
 /// the harness keeps of a child's output) goes to a file in `scratch`.
 fn run_suite(scratch: &Scratch, name: &str, url: &str) -> BTreeMap<String, (Verdict, String)> {
+    let results = run_cunit(scratch, name, "ALL", &[url]);
+    assert!(
+        results.len() > 200,
+        "iscsi-test-cu ran only {} tests against {url}",
+        results.len()
+    );
+    results
+}
+
+/// Run the `tests` of iscsi-test-cu over `urls` (several: paths to one LUN).
+fn run_cunit(
+    scratch: &Scratch,
+    name: &str,
+    tests: &str,
+    urls: &[&str],
+) -> BTreeMap<String, (Verdict, String)> {
     let log = scratch.join(format!("{name}-iscsi-test-cu.log"));
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
-        .arg(r#"exec "$0" --dataloss --test=ALL "$1" > "$2" 2>&1"#)
+        .arg(r#"log="$1"; shift; exec "$@" > "$log" 2>&1"#)
+        .arg("iscsi-test-cu")
+        .arg(&log)
         .arg(require_tool("iscsi-test-cu"))
-        .arg(url)
-        .arg(&log);
+        .arg("--dataloss")
+        .arg(format!("--test={tests}"))
+        .args(urls);
     let out = run(&mut cmd, SUITE_TIMEOUT);
-    assert!(!out.timed_out, "iscsi-test-cu timed out against {url}");
+    assert!(!out.timed_out, "iscsi-test-cu timed out against {urls:?}");
     let text = fs::read_to_string(&log).unwrap_or_default();
     let results = parse_cunit(&text);
-    assert!(
-        results.len() > 200,
-        "iscsi-test-cu ran only {} tests against {url} (exit {:?}); the end of its output:\n{}",
-        results.len(),
-        out.status,
-        text.lines()
-            .rev()
-            .take(40)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    if results.is_empty() {
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        panic!(
+            "iscsi-test-cu ran no test against {urls:?} (exit {:?}), its output ends (last line first):\n{}",
+            out.status,
+            tail.join("\n")
+        );
+    }
     results
 }
 
@@ -255,6 +268,31 @@ fn tool_ok_after_suite(srv: &Server) {
         srv.iscsi.unwrap()
     ));
     run(&mut cmd, Duration::from_secs(60)).ok();
+}
+
+#[test]
+fn multipath_tests_pass_over_two_portals_of_one_weft() {
+    let srv = Server::start_with(
+        "iscsi-mp",
+        ServeOpts::default().volume_size("64M").iscsi_portals(2),
+    );
+    assert_eq!(srv.iscsi_portals.len(), 2, "two portals in serve.json");
+    let urls: Vec<String> = srv
+        .iscsi_portals
+        .iter()
+        .map(|p| format!("iscsi://{p}/iqn.2026-11.dev.weft:vol0/0"))
+        .collect();
+    let url_refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let results = run_cunit(&srv.scratch, "multipath", "ALL.MultipathIO", &url_refs);
+    for (name, (verdict, reason)) in &results {
+        eprintln!("{name}: {verdict:?} {reason}");
+    }
+    // Simple, Reset (a LUN reset on one path is a unit attention on every path),
+    // CompareAndWrite and CompareAndWriteAsync (atomic across paths).
+    assert_eq!(results.len(), 4, "{results:?}");
+    for (name, (verdict, reason)) in &results {
+        assert_eq!(*verdict, Verdict::Passed, "{name}: {reason}");
+    }
 }
 
 #[test]

@@ -757,7 +757,7 @@ mod tests {
         let r = run(&lu, &build::service_action_in(0x10, 0, 32), &[]);
         assert_eq!(r.data_in.len(), 32);
         let r = run(&lu, &build::maintenance_in(0x0a, 0, 0x1000), &[]);
-        assert_eq!(r.data_in.len(), 16);
+        assert_eq!(r.data_in.len(), 4 + 8 + 2 * 4, "one group, two ports");
         let r = run(&lu, &build::maintenance_in(0x0c, 0, 0x1000), &[]);
         assert_good(&r);
     }

@@ -108,6 +108,9 @@ pub struct Identity {
     pub target_port_group: u16,
     /// The relative target port identifier of the port the session came in on.
     pub relative_target_port: u16,
+    /// Every relative target port of the group (one per portal of the server), for REPORT
+    /// TARGET PORT GROUPS; the session's own is among them.
+    pub group_ports: Vec<u16>,
     /// The iSCSI target name (IQN), for the SCSI name string designator.
     pub target_name: String,
 }

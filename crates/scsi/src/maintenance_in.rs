@@ -311,8 +311,8 @@ fn set_be32_length(data: &mut [u8]) {
     data[0..4].copy_from_slice(&len.to_be_bytes());
 }
 
-/// REPORT TARGET PORT GROUPS: one group, the identity's, active/optimized, holding the one
-/// port the session came in on.
+/// REPORT TARGET PORT GROUPS: one group, the identity's, active/optimized, holding every
+/// port of the group (at least the one the session came in on).
 pub(crate) fn report_target_port_groups(
     identity: &Identity,
     extended_header: bool,
@@ -326,10 +326,17 @@ pub(crate) fn report_target_port_groups(
     data.push(ALUA_ACTIVE_OPTIMIZED);
     data.push(ALUA_SUPPORTED_STATES);
     data.extend(identity.target_port_group.to_be_bytes());
-    // Reserved, STATUS CODE 0 (no status available), vendor specific, TARGET PORT COUNT 1.
-    data.extend([0, 0, 0, 1]);
-    data.extend([0, 0]);
-    data.extend(identity.relative_target_port.to_be_bytes());
+    let mut ports = identity.group_ports.clone();
+    if !ports.contains(&identity.relative_target_port) {
+        ports.push(identity.relative_target_port);
+    }
+    ports.truncate(usize::from(u8::MAX));
+    // Reserved, STATUS CODE 0 (no status available), vendor specific, TARGET PORT COUNT.
+    data.extend([0, 0, 0, u8::try_from(ports.len()).unwrap_or(u8::MAX)]);
+    for port in ports {
+        data.extend([0, 0]);
+        data.extend(port.to_be_bytes());
+    }
     // RETURN DATA LENGTH counts every byte after itself (Linux `scsi_dh_alua` and sg_rtpg
     // read it that way in both header formats).
     set_be32_length(&mut data);
@@ -440,19 +447,20 @@ mod tests {
     }
 
     #[test]
-    fn rtpg_one_group_one_port_in_both_formats() {
+    fn rtpg_one_group_every_port_in_both_formats() {
         let id = test_identity();
         let d = report_target_port_groups(&id, false, 0xffff).data_in;
-        assert_eq!(d.len(), 4 + 8 + 4);
-        assert_eq!(u32::from_be_bytes([d[0], d[1], d[2], d[3]]), 12);
+        assert_eq!(d.len(), 4 + 8 + 2 * 4);
+        assert_eq!(u32::from_be_bytes([d[0], d[1], d[2], d[3]]), 16);
         assert_eq!(d[4] & 0x0f, 0, "active/optimized");
         assert_eq!(d[5] & 0x01, 0x01, "AO_SUP");
         assert_eq!(&d[6..8], &id.target_port_group.to_be_bytes());
-        assert_eq!(d[11], 1);
         assert_eq!(&d[14..16], &id.relative_target_port.to_be_bytes());
+        assert_eq!(d[11], 2, "both ports of the group");
+        assert_eq!(&d[18..20], &2u16.to_be_bytes());
         let d = report_target_port_groups(&id, true, 0xffff).data_in;
-        assert_eq!(d.len(), 8 + 8 + 4);
-        assert_eq!(u32::from_be_bytes([d[0], d[1], d[2], d[3]]), 16);
+        assert_eq!(d.len(), 8 + 8 + 2 * 4);
+        assert_eq!(u32::from_be_bytes([d[0], d[1], d[2], d[3]]), 20);
         assert_eq!(d[4], 0x10);
         assert_eq!(report_target_port_groups(&id, true, 4).data_in.len(), 4);
     }

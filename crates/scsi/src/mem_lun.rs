@@ -74,6 +74,7 @@ pub fn test_identity() -> Identity {
         naa_id,
         target_port_group: 7,
         relative_target_port: 1,
+        group_ports: vec![1, 2],
         target_name: "iqn.2024-01.io.weft:test".into(),
     }
 }

@@ -20,7 +20,7 @@ mod session;
 mod targets;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -35,19 +35,31 @@ use crate::workers::WorkerPool;
 
 pub use targets::{target_name, TARGET_PREFIX};
 
-/// Threads running SCSI commands for every connection of the portal.
+/// Threads running SCSI commands for every connection of every portal.
 const WORKER_THREADS: usize = 16;
 /// The portal group every portal of this server belongs to (one per c.node, with ALUA).
 const PORTAL_GROUP_TAG: u16 = 1;
 
-/// What every connection of one portal shares.
+/// What every connection of every portal of this server shares (several portals are
+/// several paths to the same LUNs: multipath).
 pub(crate) struct Portal {
     backend: Arc<dyn ExportBackend>,
+    /// The relative target port identifier of each portal (1, 2, ...): one target port
+    /// group holds them all.
+    ports: Vec<u16>,
     workers: WorkerPool,
     limits: TargetLimits,
     next_tsih: AtomicU16,
-    /// SCSI state of each LU (mode pages, the COMPARE AND WRITE lock), shared by sessions.
-    lun_states: Mutex<HashMap<String, Arc<LunState>>>,
+    /// SCSI state of each LU shared by every session on every portal.
+    lun_states: Mutex<HashMap<String, Arc<SharedLu>>>,
+}
+
+/// What the sessions of one LU share: the SCSI state (mode pages, the COMPARE AND WRITE
+/// lock) and a count of resets, by which every session learns of a LUN RESET on any path
+/// and reports it once as a unit attention (SPC-4 §6.3: every I_T nexus gets one).
+pub(crate) struct SharedLu {
+    pub(crate) state: LunState,
+    pub(crate) resets: AtomicU64,
 }
 
 impl Portal {
@@ -60,34 +72,53 @@ impl Portal {
         }
     }
 
-    fn lun_state(&self, export: &str) -> Arc<LunState> {
+    fn shared_lu(&self, export: &str) -> Arc<SharedLu> {
         self.lun_states
             .lock()
             .entry(export.to_string())
-            .or_insert_with(|| Arc::new(LunState::new()))
+            .or_insert_with(|| {
+                Arc::new(SharedLu {
+                    state: LunState::new(),
+                    resets: AtomicU64::new(0),
+                })
+            })
             .clone()
     }
 }
 
-/// Serve iSCSI on a bound listener until `shutdown` is cancelled, then drain.
+/// Serve iSCSI on bound listeners (the portals, all paths to the same targets) until
+/// `shutdown` is cancelled, then drain.
 pub async fn run(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     backend: Arc<dyn ExportBackend>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let address = listener.local_addr()?;
-    info!(%address, "iscsi portal started");
+    let ports: Vec<u16> = (1..=listeners.len())
+        .map(|p| u16::try_from(p).unwrap_or(u16::MAX))
+        .collect();
     let portal = Arc::new(Portal {
         backend,
+        ports: ports.clone(),
         workers: WorkerPool::new("iscsi", WORKER_THREADS)?,
         limits: TargetLimits::default(),
         next_tsih: AtomicU16::new(1),
         lun_states: Mutex::new(HashMap::new()),
     });
-    crate::accept::serve_connections(listener, "iscsi", &shutdown, |stream, _peer| {
-        connection::serve(stream, Arc::clone(&portal), shutdown.clone())
-    })
-    .await;
-    info!("iscsi portal stopped");
+    let mut tasks = Vec::new();
+    for (listener, port) in listeners.into_iter().zip(ports) {
+        info!(address = %listener.local_addr()?, relative_port = port, "iscsi portal started");
+        let portal = Arc::clone(&portal);
+        let shutdown = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            crate::accept::serve_connections(listener, "iscsi", &shutdown, |stream, _peer| {
+                connection::serve(stream, Arc::clone(&portal), port, shutdown.clone())
+            })
+            .await;
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    info!("iscsi portals stopped");
     Ok(())
 }

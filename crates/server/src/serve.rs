@@ -64,8 +64,8 @@ pub struct ServeConfig {
     pub engine: EngineConfig,
     pub backend: Backend,
     pub nbd_listen: SocketAddr,
-    /// The iSCSI portal (`None`: no iSCSI).
-    pub iscsi_listen: Option<SocketAddr>,
+    /// The iSCSI portals, all paths to the same targets (empty: no iSCSI).
+    pub iscsi_listen: Vec<SocketAddr>,
     pub api_listen: SocketAddr,
     pub default_volume: String,
     pub default_volume_size_bytes: u64,
@@ -97,17 +97,21 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let api_listener = TcpListener::bind(config.api_listen)
         .await
         .with_context(|| format!("binding the API on {}", config.api_listen))?;
-    let iscsi = match config.iscsi_listen {
-        Some(addr) => Some(
+    let mut iscsi = Vec::new();
+    for addr in &config.iscsi_listen {
+        iscsi.push(
             TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding the iSCSI portal on {addr}"))?,
-        ),
-        None => None,
-    };
+        );
+    }
     let nbd_addr = nbd.local_addr()?;
     let api_addr = api_listener.local_addr()?;
-    let iscsi_addr = iscsi.as_ref().map(TcpListener::local_addr).transpose()?;
+    let iscsi_addrs = iscsi
+        .iter()
+        .map(TcpListener::local_addr)
+        .collect::<Result<Vec<_>, _>>()?;
+    let iscsi_addr = iscsi_addrs.first().copied();
 
     let shutdown = CancellationToken::new();
     let backend = Arc::new(EngineBackend::new(engine.clone()));
@@ -116,13 +120,8 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         backend.clone(),
         shutdown.clone(),
     ));
-    let iscsi_task = iscsi.map(|listener| {
-        tokio::spawn(crate::iscsi_listener::run(
-            listener,
-            backend,
-            shutdown.clone(),
-        ))
-    });
+    let iscsi_task = (!iscsi.is_empty())
+        .then(|| tokio::spawn(crate::iscsi_listener::run(iscsi, backend, shutdown.clone())));
     let state = ApiState {
         cluster: cluster.clone(),
         engine: engine.clone(),
@@ -139,6 +138,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let serve_json = serde_json::json!({
         "nbd": nbd_addr.to_string(),
         "iscsi": iscsi_addr.map(|a| a.to_string()),
+        "iscsi_portals": iscsi_addrs.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "api": format!("http://{api_addr}"),
         "pid": std::process::id(),
     });
@@ -169,10 +169,18 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}",
         name = config.default_volume
     )?;
+    if iscsi_addrs.len() > 1 {
+        let portals: Vec<String> = iscsi_addrs.iter().map(ToString::to_string).collect();
+        writeln!(
+            out,
+            "iscsi portals (paths to every target): {}",
+            portals.join(", ")
+        )?;
+    }
     writeln!(out, "ready")?;
     out.flush()?;
     drop(out);
-    tracing::info!(nbd = %nbd_addr, iscsi = ?iscsi_addr, api = %api_addr, "serving");
+    tracing::info!(nbd = %nbd_addr, iscsi = ?iscsi_addrs, api = %api_addr, "serving");
 
     wait_for_signal().await;
     tracing::info!("shutting down: destaging and checkpointing");

@@ -420,6 +420,8 @@ pub struct ServeOpts {
     pub default_volume_size: String,
     /// Extra `weft serve` arguments, e.g. ["--capacity", "64M"].
     pub extra: Vec<String>,
+    /// How many iSCSI portals (each on a free loopback port) to open.
+    pub iscsi_portals: usize,
 }
 
 impl Default for ServeOpts {
@@ -428,11 +430,17 @@ impl Default for ServeOpts {
             default_volume: "vol0".into(),
             default_volume_size: "1G".into(),
             extra: vec![],
+            iscsi_portals: 1,
         }
     }
 }
 
 impl ServeOpts {
+    pub fn iscsi_portals(mut self, n: usize) -> Self {
+        self.iscsi_portals = n;
+        self
+    }
+
     pub fn volume_size(mut self, s: &str) -> Self {
         self.default_volume_size = s.into();
         self
@@ -451,8 +459,9 @@ pub struct Server {
     child: Option<Bg>,
     pub nbd: SocketAddr,
     pub api: String,
-    /// The iSCSI portal (kept across restarts, like the NBD address).
+    /// The iSCSI portal (kept across restarts, like the NBD address), and every portal.
     pub iscsi: Option<SocketAddr>,
+    pub iscsi_portals: Vec<SocketAddr>,
     starts: u32,
 }
 
@@ -472,11 +481,22 @@ impl Server {
             child: None,
             nbd: "127.0.0.1:0".parse().unwrap(),
             iscsi: None,
+            iscsi_portals: Vec::new(),
             api: String::new(),
             starts: 0,
         };
         s.launch(None);
         s
+    }
+
+    /// `--iscsi-listen`: the portals it had (a restart keeps them), else free loopback ports.
+    fn iscsi_listen(&self) -> String {
+        if self.iscsi_portals.is_empty() {
+            vec!["127.0.0.1:0"; self.opts.iscsi_portals.max(1)].join(",")
+        } else {
+            let kept: Vec<String> = self.iscsi_portals.iter().map(|a| a.to_string()).collect();
+            kept.join(",")
+        }
     }
 
     pub fn is_weft(&self) -> bool {
@@ -520,10 +540,7 @@ impl Server {
             .arg("--api-listen")
             .arg(&api_listen)
             .arg("--iscsi-listen")
-            .arg(
-                self.iscsi
-                    .map_or("127.0.0.1:0".to_string(), |a| a.to_string()),
-            )
+            .arg(self.iscsi_listen())
             .arg("--default-volume")
             .arg(&self.opts.default_volume)
             .arg("--default-volume-size")
@@ -589,6 +606,10 @@ impl Server {
         self.nbd = nbd;
         self.api = api.trim_end_matches('/').to_string();
         self.iscsi = info["iscsi"].as_str().and_then(|a| a.parse().ok());
+        self.iscsi_portals = info["iscsi_portals"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|p| p.as_str()?.parse().ok()).collect())
+            .unwrap_or_default();
     }
 
     fn launch_nbdkit(&mut self, port: Option<SocketAddr>) {

@@ -37,7 +37,13 @@ pub(super) enum ConnError {
     Protocol(&'static str),
 }
 
-pub(super) async fn serve(mut stream: TcpStream, portal: Arc<Portal>, shutdown: CancellationToken) {
+/// Serve one connection that came in on the portal with relative target port `port`.
+pub(super) async fn serve(
+    mut stream: TcpStream,
+    portal: Arc<Portal>,
+    port: u16,
+    shutdown: CancellationToken,
+) {
     if let Err(error) = stream.set_nodelay(true) {
         debug!(%error, "set_nodelay failed");
     }
@@ -63,7 +69,7 @@ pub(super) async fn serve(mut stream: TcpStream, portal: Arc<Portal>, shutdown: 
         data_digest = logged_in.params.data_digest,
         "iscsi session started"
     );
-    match super::session::run(stream, buf, logged_in, &portal, &shutdown).await {
+    match super::session::run(stream, buf, logged_in, &portal, port, &shutdown).await {
         Ok(()) => info!("iscsi session ended"),
         Err(error) => info!(%error, "iscsi session ended"),
     }

@@ -20,7 +20,14 @@ const VENDOR: &str = "WEFT";
 const COMPANY_ID: [u8; 3] = [0x02, 0x57, 0x46];
 
 impl ExportLun {
-    pub fn new(export: Arc<dyn ExportHandle>, target: &str, portal_group: u16) -> ExportLun {
+    /// `port`: the relative target port the session came in on; `ports`: every portal's.
+    pub fn new(
+        export: Arc<dyn ExportHandle>,
+        target: &str,
+        portal_group: u16,
+        port: u16,
+        ports: Vec<u16>,
+    ) -> ExportLun {
         let info = export.info();
         let digest = name_digest(&info.name);
         let mut naa_id = [0u8; 16];
@@ -50,7 +57,8 @@ impl ExportLun {
                 serial,
                 naa_id,
                 target_port_group: portal_group,
-                relative_target_port: portal_group,
+                relative_target_port: port,
+                group_ports: ports,
                 target_name: target.to_string(),
             },
             export,

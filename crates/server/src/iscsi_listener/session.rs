@@ -7,6 +7,7 @@
 //! session's sequence lock, so responses leave in StatSN order. The writer task sends them.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -23,7 +24,7 @@ use weft_iscsi::session::{CmdSnCheck, Sequence};
 use weft_iscsi::text::{parse_pairs, push_pair};
 use weft_iscsi::wire::*;
 use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Numbers, Parse, Request, SessionParams};
-use weft_scsi::{LogicalUnit, LunState};
+use weft_scsi::LogicalUnit;
 
 use super::connection::{ConnError, READ_BUFFER_BYTES};
 use super::lun::ExportLun;
@@ -31,7 +32,7 @@ use super::respond::{
     respond, transfer, Transfer, ABORTED_COMMAND, DATA_OFFSET_ERROR, DATA_PHASE_ERROR,
 };
 use super::targets::{export_of, target_name};
-use super::Portal;
+use super::{Portal, SharedLu};
 
 /// Commands a session may have in flight (received, response not yet sent): twice the
 /// CmdSN window, so an initiator inside its window never meets it.
@@ -79,8 +80,32 @@ impl Shared {
 /// A session's LUN.
 struct Lun {
     lu: Arc<ExportLun>,
-    state: Arc<LunState>,
+    shared: Arc<SharedLu>,
+    /// The LU's reset count this session (I_T nexus) has reported.
+    resets_seen: AtomicU64,
 }
+
+impl Lun {
+    /// A unit attention for a reset this nexus has not reported yet (POWER ON, RESET, OR
+    /// BUS DEVICE RESET OCCURRED), on any command but INQUIRY, REPORT LUNS and REQUEST
+    /// SENSE, which SPC-4 answers without it.
+    fn unit_attention(&self, cdb: &[u8]) -> Option<weft_scsi::Response> {
+        const INQUIRY: u8 = 0x12;
+        const REQUEST_SENSE: u8 = 0x03;
+        if matches!(cdb[0], INQUIRY | REPORT_LUNS | REQUEST_SENSE) {
+            return None;
+        }
+        let resets = self.shared.resets.load(Ordering::Acquire);
+        let seen = self.resets_seen.swap(resets, Ordering::AcqRel);
+        (seen != resets).then(|| {
+            weft_scsi::Response::check(weft_scsi::Sense::new(UNIT_ATTENTION, RESET_OCCURRED))
+        })
+    }
+}
+
+/// Sense key UNIT ATTENTION and the ASC/ASCQ of a reset.
+const UNIT_ATTENTION: u8 = 0x06;
+const RESET_OCCURRED: (u8, u8) = (0x29, 0x00);
 
 /// A write command waiting for its data.
 struct PendingWrite {
@@ -115,6 +140,7 @@ pub(super) async fn run(
     mut buf: BytesMut,
     login: LoggedIn,
     portal: &Portal,
+    port: u16,
     shutdown: &CancellationToken,
 ) -> Result<(), ConnError> {
     let local = stream.local_addr()?;
@@ -135,7 +161,7 @@ pub(super) async fn run(
         answered: tokio::sync::Notify::new(),
     });
     let lun = match &login.target {
-        Some(target) => Some(open_lun(portal, target)?),
+        Some(target) => Some(open_lun(portal, target, port)?),
         None => None,
     };
     let writer = tokio::spawn(write_responses(write_half, rx));
@@ -201,16 +227,25 @@ pub(super) async fn run(
     result
 }
 
-fn open_lun(portal: &Portal, target: &str) -> Result<Arc<Lun>, ConnError> {
+fn open_lun(portal: &Portal, target: &str, port: u16) -> Result<Arc<Lun>, ConnError> {
     let export = export_of(&*portal.backend, target)
         .ok_or(ConnError::Protocol("target vanished after login"))?;
     let handle = portal
         .backend
         .open(&export)
         .map_err(|_| ConnError::Protocol("export could not be opened"))?;
+    let shared = portal.shared_lu(&export);
+    let resets_seen = AtomicU64::new(shared.resets.load(Ordering::Acquire));
     Ok(Arc::new(Lun {
-        lu: Arc::new(ExportLun::new(handle, target, super::PORTAL_GROUP_TAG)),
-        state: portal.lun_state(&export),
+        shared,
+        resets_seen,
+        lu: Arc::new(ExportLun::new(
+            handle,
+            target,
+            super::PORTAL_GROUP_TAG,
+            port,
+            portal.ports.clone(),
+        )),
     }))
 }
 
@@ -512,12 +547,19 @@ impl Reader<'_> {
                     }
                     let geometry = lun.lu.geometry();
                     data_out_len = weft_scsi::data_out_len(&c.cdb, &geometry);
-                    match transfer(&c, data_out_len, geometry.block_size_bytes) {
-                        Transfer::AsIs => weft_scsi::execute(&lun.state, &*lun.lu, &c.cdb, &c.data),
-                        Transfer::Truncated(cdb) => {
-                            weft_scsi::execute(&lun.state, &*lun.lu, &cdb, &c.data)
+                    let state = &lun.shared.state;
+                    match (
+                        lun.unit_attention(&c.cdb),
+                        transfer(&c, data_out_len, geometry.block_size_bytes),
+                    ) {
+                        (Some(attention), _) => attention,
+                        (None, Transfer::AsIs) => {
+                            weft_scsi::execute(state, &*lun.lu, &c.cdb, &c.data)
                         }
-                        Transfer::Refused(refusal) => refusal,
+                        (None, Transfer::Truncated(cdb)) => {
+                            weft_scsi::execute(state, &*lun.lu, &cdb, &c.data)
+                        }
+                        (None, Transfer::Refused(refusal)) => refusal,
                     }
                 }
                 None => weft_scsi::execute_no_lun(&c.cdb),
@@ -587,6 +629,11 @@ impl Reader<'_> {
                 }
                 self.drop_pending();
                 self.wait_answered(|executing| !executing.is_empty()).await;
+                if matches!(tm.function, TMF_LUN_RESET | TMF_TARGET_WARM_RESET) {
+                    if let Some(lun) = &self.lun {
+                        lun.shared.resets.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
                 TMF_RESPONSE_COMPLETE
             }
             other => {
