@@ -118,6 +118,10 @@ struct EngineArgs {
     /// with LUN 0.
     #[arg(long, default_value = "127.0.0.1:3260", value_parser = parse_listen)]
     iscsi_listen: Listen,
+    /// Allow iSCSI portals on addresses other than loopback: until host ACLs and CHAP come,
+    /// every initiator that reaches a portal can read and write every volume.
+    #[arg(long)]
+    iscsi_open_network: bool,
     /// Management API listen address.
     #[arg(long, default_value = "127.0.0.1:10810")]
     api_listen: SocketAddr,
@@ -400,6 +404,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
         }),
         nbd_listen: args.engine.nbd_listen,
         iscsi_listen: args.engine.iscsi_listen.0.clone(),
+        iscsi_open_network: args.engine.iscsi_open_network,
         api_listen: args.engine.api_listen,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
@@ -428,6 +433,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
         }),
         nbd_listen: args.engine.nbd_listen,
         iscsi_listen: args.engine.iscsi_listen.0.clone(),
+        iscsi_open_network: args.engine.iscsi_open_network,
         api_listen: args.engine.api_listen,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,

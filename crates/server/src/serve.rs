@@ -66,6 +66,9 @@ pub struct ServeConfig {
     pub nbd_listen: SocketAddr,
     /// The iSCSI portals, all paths to the same targets (empty: no iSCSI).
     pub iscsi_listen: Vec<SocketAddr>,
+    /// Serve iSCSI on addresses other than loopback although every initiator that reaches
+    /// a portal gets every volume (there are no host ACLs yet).
+    pub iscsi_open_network: bool,
     pub api_listen: SocketAddr,
     pub default_volume: String,
     pub default_volume_size_bytes: u64,
@@ -73,6 +76,22 @@ pub struct ServeConfig {
 
 /// Run until a signal; returns after a clean shutdown (destaged and checkpointed).
 pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
+    let open: Vec<String> = config
+        .iscsi_listen
+        .iter()
+        .filter(|a| !a.ip().is_loopback())
+        .map(ToString::to_string)
+        .collect();
+    if !open.is_empty() {
+        anyhow::ensure!(
+            config.iscsi_open_network,
+            "the iSCSI portal {} is not on loopback, and until host ACLs and CHAP are configured \
+             it lets every initiator that reaches it read and write every volume; pass \
+             --iscsi-open-network on a trusted network, or listen on 127.0.0.1",
+            open.join(", ")
+        );
+        tracing::warn!(portals = %open.join(", "), "iSCSI portals open to the network without authentication (--iscsi-open-network)");
+    }
     let data_dir = absolute(&config.engine.data_dir)?;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
