@@ -29,6 +29,24 @@ fn tool(name: &str, args: &[&str]) -> CmdOut {
     run(&mut cmd, TOOL_TIMEOUT)
 }
 
+/// The whole LUN at `url`, copied by `qemu-img convert` into the file `copy`.
+fn read_lun(url: &str, copy: &std::path::Path) -> Vec<u8> {
+    tool(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            url,
+            copy.to_str().unwrap(),
+        ],
+    )
+    .ok();
+    fs::read(copy).unwrap()
+}
+
 /// qemu's iSCSI driver is a module from qemu-block-extra.
 fn require_qemu_iscsi() {
     let out = tool("qemu-img", &["--help"]);
@@ -112,20 +130,7 @@ fn qemu_img_round_trips_64_mib_byte_identical() {
         ],
     )
     .ok();
-    tool(
-        "qemu-img",
-        &[
-            "convert",
-            "-f",
-            "raw",
-            "-O",
-            "raw",
-            &url,
-            back.to_str().unwrap(),
-        ],
-    )
-    .ok();
-    let got = fs::read(&back).unwrap();
+    let got = read_lun(&url, &back);
     assert!(
         got == bytes,
         "64 MiB read back over iSCSI differ from what was written"
@@ -175,20 +180,7 @@ fn a_snapshot_target_is_write_protected() {
     );
     // And it reads what the volume held when the snapshot was taken.
     let copy = srv.scratch.join("frozen.img");
-    tool(
-        "qemu-img",
-        &[
-            "convert",
-            "-f",
-            "raw",
-            "-O",
-            "raw",
-            &frozen,
-            copy.to_str().unwrap(),
-        ],
-    )
-    .ok();
-    let bytes = fs::read(&copy).unwrap();
+    let bytes = read_lun(&frozen, &copy);
     assert!(
         bytes[..1 << 20].iter().all(|&b| b == 0x5a),
         "snapshot lost its data"
@@ -275,20 +267,7 @@ fn acknowledged_iscsi_writes_survive_kill9() {
         }
         let copy = srv.scratch.join(format!("after-kill-{round}.img"));
         let url = lun_url(&srv, "vol0");
-        tool(
-            "qemu-img",
-            &[
-                "convert",
-                "-f",
-                "raw",
-                "-O",
-                "raw",
-                &url,
-                copy.to_str().unwrap(),
-            ],
-        )
-        .ok();
-        let bytes = fs::read(&copy).unwrap();
+        let bytes = read_lun(&url, &copy);
         for (i, block) in bytes.chunks(4096).enumerate() {
             assert!(
                 block.iter().all(|&b| b == old) || block.iter().all(|&b| b == new),
