@@ -9,5 +9,6 @@ if qemu-img --help 2>/dev/null | grep -qw iscsi; then
 fi
 apt-get update -qq
 version=$(apt-cache show qemu-block-extra | awk '/^Version:/ {print $2; exit}')
-apt-get install -y -qq --allow-downgrades "qemu-utils=$version" "qemu-block-extra=$version"
+apt-get install -y -qq --allow-downgrades --allow-change-held-packages \
+  "qemu-utils=$version" "qemu-block-extra=$version"
 qemu-img --help | grep -qw iscsi
