@@ -8,7 +8,7 @@ if qemu-img --help 2>/dev/null | grep -qw iscsi; then
   exit 0
 fi
 apt-get update -qq
-version=$(apt-cache show qemu-block-extra | awk '/^Version:/ {print $2; exit}')
+version=$(apt-cache policy qemu-block-extra | awk '/Candidate:/ {print $2}')
 apt-get install -y -qq --allow-downgrades --allow-change-held-packages \
   "qemu-utils=$version" "qemu-block-extra=$version"
 qemu-img --help | grep -qw iscsi
