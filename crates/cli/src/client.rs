@@ -175,7 +175,7 @@ impl ApiClient {
 
 /// A name as one URL path segment or query value: anything but `[A-Za-z0-9._~-]` is
 /// percent-encoded, so a bad name reaches the server (and its clear error) intact.
-fn seg(name: &str) -> String {
+pub fn seg(name: &str) -> String {
     name.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'~' | b'-' => {

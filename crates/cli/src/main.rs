@@ -4,6 +4,7 @@
 
 mod client;
 mod cluster_cmd;
+mod host_cmd;
 mod print;
 mod size;
 
@@ -66,6 +67,9 @@ enum Command {
     /// Manage volumes.
     #[command(subcommand)]
     Volume(VolumeCommand),
+    /// Manage hosts: the database servers that see volumes mapped to them (iSCSI, NBD).
+    #[command(subcommand)]
+    Host(host_cmd::HostCommand),
     /// Manage snapshots: read-only, crash-consistent images of a volume, exported over NBD.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
@@ -114,14 +118,20 @@ struct EngineArgs {
     #[arg(long, default_value = "127.0.0.1:10809")]
     nbd_listen: SocketAddr,
     /// iSCSI portal addresses, comma-separated: each is a path to every target (multipath);
-    /// `off`: no iSCSI. Every volume and snapshot is a target, `iqn.2026-11.dev.weft:<name>`,
-    /// with LUN 0.
+    /// `off`: no iSCSI. Hosts log in to the array target and see the volumes mapped to them;
+    /// every volume and snapshot is also a target of its own, `iqn.2026-11.dev.weft:<name>`
+    /// (LUN 0), for its hosts, and while it is mapped to none, for local initiators.
     #[arg(long, default_value = "127.0.0.1:3260", value_parser = parse_listen)]
     iscsi_listen: Listen,
-    /// Allow iSCSI portals on addresses other than loopback: until host ACLs and CHAP come,
-    /// every initiator that reaches a portal can read and write every volume.
+    /// Off loopback, serve volumes mapped to no host to every initiator that reaches a
+    /// portal (without it, initiators there see only what is mapped to their host).
     #[arg(long)]
     iscsi_open_network: bool,
+    /// Off loopback, serve volumes mapped to no host to every NBD client that reaches the
+    /// listener (without it, clients there see only what is mapped to their host's
+    /// addresses).
+    #[arg(long)]
+    nbd_open_network: bool,
     /// Management API listen address.
     #[arg(long, default_value = "127.0.0.1:10810")]
     api_listen: SocketAddr,
@@ -198,6 +208,11 @@ enum VolumeCommand {
         #[arg(long = "to", value_name = "SNAPSHOT")]
         snapshot: String,
     },
+    /// Let a host see a volume or snapshot, as a LUN of the array target (and over NBD from
+    /// its addresses). A mapped volume is served to its hosts only.
+    Map(host_cmd::MapArgs),
+    /// Take a volume or snapshot away from a host.
+    Unmap(host_cmd::UnmapArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -271,6 +286,9 @@ fn main() -> ExitCode {
                     "weft dnode: give --cluster, --listen and --data to run one, or list|info|out|in"
                 )),
                 Command::Pool(c) => cluster_cmd::pool(&client, c),
+                Command::Host(c) => host_cmd::host(&client, c),
+                Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a),
+                Command::Volume(VolumeCommand::Unmap(a)) => host_cmd::unmap(&client, a),
                 Command::Cluster(c) => cluster_cmd::cluster(&client, c),
                 command => client::run(&client, command_to_request(command)),
             }
@@ -338,6 +356,8 @@ fn command_to_request(command: Command) -> client::Request {
         Command::Serve(_)
         | Command::Cnode(_)
         | Command::Dnode(_)
+        | Command::Host(_)
+        | Command::Volume(VolumeCommand::Map(_) | VolumeCommand::Unmap(_))
         | Command::Pool(_)
         | Command::Cluster(_)
         | Command::Bench(_) => unreachable!("handled before"),
@@ -405,6 +425,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
         nbd_listen: args.engine.nbd_listen,
         iscsi_listen: args.engine.iscsi_listen.0.clone(),
         iscsi_open_network: args.engine.iscsi_open_network,
+        nbd_open_network: args.engine.nbd_open_network,
         api_listen: args.engine.api_listen,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
@@ -434,6 +455,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
         nbd_listen: args.engine.nbd_listen,
         iscsi_listen: args.engine.iscsi_listen.0.clone(),
         iscsi_open_network: args.engine.iscsi_open_network,
+        nbd_open_network: args.engine.nbd_open_network,
         api_listen: args.engine.api_listen,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,

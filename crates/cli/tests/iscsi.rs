@@ -289,23 +289,3 @@ fn acknowledged_iscsi_writes_survive_kill9() {
     }
     assert!(cut_mid_run > 0, "no kill landed while the writer ran");
 }
-
-#[test]
-fn a_portal_off_loopback_is_refused_without_the_explicit_flag() {
-    let scratch = Scratch::new("iscsi-open");
-    let mut cmd = Command::new(weft_bin());
-    cmd.arg("serve")
-        .arg("--data-dir")
-        .arg(scratch.join("data"))
-        .args(["--nbd-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
-        .args(["--iscsi-listen", "0.0.0.0:0"]);
-    let out = run(&mut cmd, Duration::from_secs(60));
-    assert!(
-        !out.success(),
-        "weft serve started an open portal:\n{}",
-        out.all()
-    );
-    assert!(out.all().contains("--iscsi-open-network"), "{}", out.all());
-    // Refused before anything was created.
-    assert!(!scratch.join("data").exists());
-}

@@ -110,6 +110,7 @@ impl Engine {
     pub fn delete_volume(&self, name: &str, with_snapshots: bool) -> Result<(), EngineError> {
         let mut meta = self.shared.meta.lock();
         let record = find_volume(&meta.state, name)?;
+        crate::hosts::check_unmapped(&meta.state, name)?;
         let own: Vec<&SnapshotRecord> = meta
             .state
             .snapshots
@@ -138,6 +139,9 @@ impl Engine {
                 snapshots: own.iter().map(|s| s.name.clone()).collect(),
                 detail,
             });
+        }
+        for s in &own {
+            crate::hosts::check_unmapped(&meta.state, &s.name)?;
         }
         let mut next = meta.state.clone();
         next.volumes.retain(|v| v.id != record.id);
@@ -354,6 +358,7 @@ impl Engine {
     pub fn delete_snapshot(&self, name: &str, keep_hidden: bool) -> Result<(), EngineError> {
         let mut meta = self.shared.meta.lock();
         let s = find_snapshot(&meta.state, name)?;
+        crate::hosts::check_unmapped(&meta.state, name)?;
         let clones = clones_of(&meta.state, &s);
         if !clones.is_empty() && !keep_hidden {
             return Err(EngineError::InUse {
@@ -727,7 +732,7 @@ fn check_free(state: &ClusterState, name: &str) -> Result<(), EngineError> {
     Ok(())
 }
 
-fn check_name(name: &str) -> Result<(), EngineError> {
+pub(crate) fn check_name(name: &str) -> Result<(), EngineError> {
     let ok = !name.is_empty()
         && name.len() <= NAME_MAX_BYTES
         && !name.starts_with(['.', '-'])

@@ -19,6 +19,16 @@ pub enum EngineError {
     WrongFamily { snapshot: String, volume: String },
     #[error("snapshot {snapshot:?} was not taken of volume {volume:?}: roll a volume back to one of its own snapshots, or refresh it to another snapshot of its family")]
     NotOwnSnapshot { snapshot: String, volume: String },
+    #[error("no host named {name:?}")]
+    UnknownHost { name: String },
+    #[error("a host named {name:?} already exists")]
+    HostExists { name: String },
+    #[error("invalid host definition: {reason}")]
+    InvalidHost { reason: String },
+    #[error("{export:?} is not mapped to host {host:?}")]
+    NotMapped { export: String, host: String },
+    #[error("{export:?} is mapped to {}: unmap it first (weft volume unmap {export} --host HOST)", hosts.join(", "))]
+    Mapped { export: String, hosts: Vec<String> },
     #[error("{what} is in use: {detail}")]
     InUse { what: String, detail: String },
     #[error("volume {volume:?} has snapshots ({}): delete them first (weft snapshot delete), or delete the volume with its snapshots (weft volume delete --with-snapshots){detail}", snapshots.join(", "))]

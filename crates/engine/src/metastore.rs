@@ -87,6 +87,9 @@ pub struct ClusterState {
     /// Lifetime counters (write amplification, GC totals) as of the last checkpoint.
     #[serde(default)]
     pub counters: crate::checkpoint::LifetimeCounters,
+    /// Hosts and the exports mapped to them (see `hosts`), sorted by name.
+    #[serde(default)]
+    pub hosts: Vec<crate::hosts::HostRecord>,
 }
 
 /// Where the cluster state lives in the metadata store.

@@ -160,6 +160,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
     Ok(Shared {
         config,
         meta: Mutex::new(meta),
+        hosts_generation: std::sync::atomic::AtomicU64::new(1),
         range_gate: Mutex::new(()),
         write_through_waiting: AtomicUsize::new(0),
         space_wanted: AtomicBool::new(false),

@@ -230,6 +230,8 @@ impl Counters {
 pub(crate) struct Shared {
     pub config: EngineConfig,
     pub meta: Mutex<ClusterStore>,
+    /// Bumped on every host or mapping change (`hosts`); starts at 1, so 0 means "never read".
+    pub hosts_generation: std::sync::atomic::AtomicU64,
     pub range_gate: Mutex<()>,
     pub journal: Box<dyn WriteLog>,
     /// Writers waiting for their write-through record to reach a durable segment: while

@@ -5,7 +5,8 @@
 //! `POST /volumes/{name}/{resize,snapshots,refresh,rollback}`.
 //! Snapshots: `GET /snapshots[?volume=V]`, `GET|DELETE /snapshots/{name}[?keep_hidden=true]`,
 //! `POST /snapshots/{name}/clones`. Volumes and snapshots carry their `nbd_uri` (a snapshot is
-//! exported read-only under its name). Errors are `{"error": message}` with the engine's text.
+//! exported read-only under its name). Hosts and LUN mappings: see [`hosts`]. Errors are
+//! `{"error": message}` with the engine's text.
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use weft_engine::{Engine, EngineError, SnapshotInfo, VolumeInfo};
 use crate::cluster::ClusterPlacement;
 
 mod cluster;
+mod hosts;
 
 /// What handlers share.
 #[derive(Debug, Clone)]
@@ -31,6 +33,10 @@ pub struct ApiState {
     pub token: Arc<str>,
     /// `host:port` of the NBD listener, for volume URIs.
     pub nbd_address: Arc<str>,
+    /// `host:port` of the first iSCSI portal (`None`: no iSCSI), for LUN URIs.
+    pub iscsi_portal: Option<Arc<str>>,
+    /// The array target hosts log in to.
+    pub array_target: Arc<str>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,8 +105,12 @@ impl From<EngineError> for ApiError {
         let status = match &e {
             EngineError::UnknownVolume { .. }
             | EngineError::UnknownSnapshot { .. }
+            | EngineError::UnknownHost { .. }
+            | EngineError::NotMapped { .. }
             | EngineError::Gone => StatusCode::NOT_FOUND,
             EngineError::VolumeExists { .. }
+            | EngineError::HostExists { .. }
+            | EngineError::Mapped { .. }
             | EngineError::NameTaken { .. }
             | EngineError::InUse { .. }
             | EngineError::HasSnapshots { .. }
@@ -108,6 +118,7 @@ impl From<EngineError> for ApiError {
             | EngineError::NotOwnSnapshot { .. }
             | EngineError::ChainTooDeep { .. } => StatusCode::CONFLICT,
             EngineError::InvalidName { .. }
+            | EngineError::InvalidHost { .. }
             | EngineError::InvalidSize { .. }
             | EngineError::InvalidPool { .. }
             | EngineError::OutOfRange { .. } => StatusCode::BAD_REQUEST,
@@ -154,6 +165,16 @@ pub fn router(state: ApiState) -> Router {
             get(cluster::pools).post(cluster::create_pool),
         )
         .route("/api/v1/pools/{name}", get(cluster::pool_info))
+        .route("/api/v1/hosts", get(hosts::list).post(hosts::create))
+        .route(
+            "/api/v1/hosts/{name}",
+            get(hosts::info).delete(hosts::delete),
+        )
+        .route("/api/v1/hosts/{name}/luns", post(hosts::map))
+        .route(
+            "/api/v1/hosts/{name}/luns/{export}",
+            axum::routing::delete(hosts::unmap),
+        )
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .with_state(state)
 }

@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+pub use crate::access::AccessTable;
+
 /// The block size every export has: the unit of mapping, dedup and compression.
 pub const EXPORT_BLOCK_SIZE_BYTES: u32 = 4096;
 
@@ -58,10 +60,18 @@ pub struct ExtentStatus {
     pub zero: bool,
 }
 
-/// Lists and opens exports.
+/// Lists and opens exports, and says who may use them.
 pub trait ExportBackend: Send + Sync + 'static {
     fn list_exports(&self) -> Vec<ExportInfo>;
     fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError>;
+    /// The hosts and their mappings. The default has none: every export is unmapped.
+    fn access(&self) -> Arc<AccessTable> {
+        Arc::new(AccessTable::default())
+    }
+    /// Changes whenever [`ExportBackend::access`] would: cheap enough to call per command.
+    fn access_generation(&self) -> u64 {
+        0
+    }
 }
 
 /// An open export. Offsets and lengths are in bytes and must be multiples of

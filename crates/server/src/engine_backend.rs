@@ -7,19 +7,26 @@ use std::sync::Arc;
 use weft_engine::engine::VolumeHandle;
 use weft_engine::{Engine, EngineError};
 
+use parking_lot::Mutex;
+
 use crate::backend::{
-    ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
+    AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
 };
 
 /// Serves every volume of an engine.
 #[derive(Debug, Clone)]
 pub struct EngineBackend {
     engine: Arc<Engine>,
+    /// The hosts as last read, rebuilt when the engine's hosts generation moves.
+    access: Arc<Mutex<Arc<AccessTable>>>,
 }
 
 impl EngineBackend {
     pub fn new(engine: Arc<Engine>) -> EngineBackend {
-        EngineBackend { engine }
+        EngineBackend {
+            engine,
+            access: Arc::new(Mutex::new(Arc::new(AccessTable::default()))),
+        }
     }
 }
 
@@ -55,6 +62,21 @@ impl ExportBackend for EngineBackend {
             engine: self.engine.clone(),
             handle,
         }))
+    }
+
+    fn access(&self) -> Arc<AccessTable> {
+        // Read the generation before the records: a change in between makes the next call
+        // read them again.
+        let generation = self.engine.hosts_generation();
+        let mut cached = self.access.lock();
+        if cached.generation != generation {
+            *cached = Arc::new(AccessTable::new(generation, self.engine.host_records()));
+        }
+        Arc::clone(&cached)
+    }
+
+    fn access_generation(&self) -> u64 {
+        self.engine.hosts_generation()
     }
 }
 

@@ -33,7 +33,7 @@ use weft_scsi::LunState;
 use crate::backend::ExportBackend;
 use crate::workers::WorkerPool;
 
-pub use targets::{target_name, TARGET_PREFIX};
+pub use targets::{array_target_name, target_name, ARRAY_TARGET_PREFIX, TARGET_PREFIX};
 
 /// Threads running SCSI commands for every connection of every portal.
 const WORKER_THREADS: usize = 16;
@@ -44,6 +44,10 @@ const PORTAL_GROUP_TAG: u16 = 1;
 /// several paths to the same LUNs: multipath).
 pub(crate) struct Portal {
     backend: Arc<dyn ExportBackend>,
+    /// The array target's name (hosts log in to it and see their LUNs).
+    array_target: String,
+    /// Connections off loopback see unmapped exports too (`--iscsi-open-network`).
+    open_network: bool,
     /// The relative target port identifier of each portal (1, 2, ...): one target port
     /// group holds them all.
     ports: Vec<u16>,
@@ -86,11 +90,21 @@ impl Portal {
     }
 }
 
+/// How this server presents itself on iSCSI.
+#[derive(Debug, Clone)]
+pub struct IscsiOptions {
+    /// The array target's name ([`array_target_name`]).
+    pub array_target: String,
+    /// Portals off loopback serve unmapped exports to any initiator too.
+    pub open_network: bool,
+}
+
 /// Serve iSCSI on bound listeners (the portals, all paths to the same targets) until
 /// `shutdown` is cancelled, then drain.
 pub async fn run(
     listeners: Vec<TcpListener>,
     backend: Arc<dyn ExportBackend>,
+    options: IscsiOptions,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let ports: Vec<u16> = (1..=listeners.len())
@@ -98,6 +112,8 @@ pub async fn run(
         .collect();
     let portal = Arc::new(Portal {
         backend,
+        array_target: options.array_target,
+        open_network: options.open_network,
         ports: ports.clone(),
         workers: WorkerPool::new("iscsi", WORKER_THREADS)?,
         limits: TargetLimits::default(),

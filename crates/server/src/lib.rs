@@ -1,6 +1,7 @@
 //! The c.node daemon: front ends (NBD, iSCSI), the management API, and the glue that drives the engine.
 
 mod accept;
+pub mod access;
 pub mod api;
 pub mod backend;
 pub mod cluster;

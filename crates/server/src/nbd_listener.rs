@@ -37,16 +37,18 @@ const WORKER_THREADS: usize = 16;
 pub async fn run(
     listener: TcpListener,
     backend: Arc<dyn ExportBackend>,
+    open_network: bool,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
-    info!(%local, "nbd listener started");
+    info!(%local, open_network, "nbd listener started");
     let workers = Arc::new(workers::WorkerPool::new("nbd", WORKER_THREADS)?);
     crate::accept::serve_connections(listener, "nbd", &shutdown, |stream, _peer| {
         connection::serve(
             stream,
             Arc::clone(&backend),
             Arc::clone(&workers),
+            open_network,
             shutdown.clone(),
         )
     })

@@ -31,6 +31,8 @@ use crate::engine_backend::EngineBackend;
 
 /// The token file, mode 0600, created at first start.
 pub const TOKEN_FILE: &str = "api-token";
+/// The single-process server's array id (the end of its array target's name).
+pub const ARRAY_ID_FILE: &str = "array-id";
 /// Where a running server says where it listens, for the CLI and tests.
 pub const SERVE_FILE: &str = "serve.json";
 
@@ -66,9 +68,11 @@ pub struct ServeConfig {
     pub nbd_listen: SocketAddr,
     /// The iSCSI portals, all paths to the same targets (empty: no iSCSI).
     pub iscsi_listen: Vec<SocketAddr>,
-    /// Serve iSCSI on addresses other than loopback although every initiator that reaches
-    /// a portal gets every volume (there are no host ACLs yet).
+    /// Portals off loopback also serve exports mapped to no host, to any initiator
+    /// (otherwise they serve hosts their mapped exports only).
     pub iscsi_open_network: bool,
+    /// The NBD listener, off loopback, also serves exports mapped to no host, to anyone.
+    pub nbd_open_network: bool,
     pub api_listen: SocketAddr,
     pub default_volume: String,
     pub default_volume_size_bytes: u64,
@@ -76,26 +80,15 @@ pub struct ServeConfig {
 
 /// Run until a signal; returns after a clean shutdown (destaged and checkpointed).
 pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
-    let open: Vec<String> = config
-        .iscsi_listen
-        .iter()
-        .filter(|a| !a.ip().is_loopback())
-        .map(ToString::to_string)
-        .collect();
-    if !open.is_empty() {
-        anyhow::ensure!(
-            config.iscsi_open_network,
-            "the iSCSI portal {} is not on loopback, and until host ACLs and CHAP are configured \
-             it lets every initiator that reaches it read and write every volume; pass \
-             --iscsi-open-network on a trusted network, or listen on 127.0.0.1",
-            open.join(", ")
-        );
-        tracing::warn!(portals = %open.join(", "), "iSCSI portals open to the network without authentication (--iscsi-open-network)");
-    }
+    say_who_sees_what(&config);
     let data_dir = absolute(&config.engine.data_dir)?;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let token = load_or_create_token(&data_dir)?;
+    let array_target = crate::iscsi_listener::array_target_name(&match &config.backend {
+        Backend::Cluster(c) => c.cluster_id.clone(),
+        Backend::Local(_) => load_or_create_array_id(&data_dir)?,
+    });
     let engine_config = EngineConfig {
         data_dir: data_dir.clone(),
         ..config.engine.clone()
@@ -137,15 +130,28 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let nbd_task = tokio::spawn(crate::nbd_listener::run(
         nbd,
         backend.clone(),
+        config.nbd_open_network,
         shutdown.clone(),
     ));
-    let iscsi_task = (!iscsi.is_empty())
-        .then(|| tokio::spawn(crate::iscsi_listener::run(iscsi, backend, shutdown.clone())));
+    let iscsi_options = crate::iscsi_listener::IscsiOptions {
+        array_target: array_target.clone(),
+        open_network: config.iscsi_open_network,
+    };
+    let iscsi_task = (!iscsi.is_empty()).then(|| {
+        tokio::spawn(crate::iscsi_listener::run(
+            iscsi,
+            backend,
+            iscsi_options,
+            shutdown.clone(),
+        ))
+    });
     let state = ApiState {
         cluster: cluster.clone(),
         engine: engine.clone(),
         token: token.into(),
         nbd_address: nbd_addr.to_string().into(),
+        iscsi_portal: iscsi_addr.map(|a| a.to_string().into()),
+        array_target: array_target.clone().into(),
     };
     let api_shutdown = shutdown.clone();
     let api_task = tokio::spawn(async move {
@@ -158,6 +164,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "nbd": nbd_addr.to_string(),
         "iscsi": iscsi_addr.map(|a| a.to_string()),
         "iscsi_portals": iscsi_addrs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "iscsi_array_target": array_target,
         "api": format!("http://{api_addr}"),
         "pid": std::process::id(),
     });
@@ -188,6 +195,12 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}",
         name = config.default_volume
     )?;
+    if let Some(portal) = iscsi_addr {
+        writeln!(
+            out,
+            "iscsi array target: {array_target} at {portal} (hosts see the LUNs mapped to them: weft host create, weft volume map)"
+        )?;
+    }
     if iscsi_addrs.len() > 1 {
         let portals: Vec<String> = iscsi_addrs.iter().map(ToString::to_string).collect();
         writeln!(
@@ -215,6 +228,59 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         c.stop();
     }
     Ok(())
+}
+
+/// Log who each listener serves: loopback listeners serve every export to local clients;
+/// others serve hosts their mapped exports, and unmapped exports only when opened.
+fn say_who_sees_what(config: &ServeConfig) {
+    let off_loopback = |addrs: &[SocketAddr]| -> Vec<String> {
+        addrs
+            .iter()
+            .filter(|a| !a.ip().is_loopback())
+            .map(ToString::to_string)
+            .collect()
+    };
+    let iscsi = off_loopback(&config.iscsi_listen);
+    let nbd = off_loopback(&[config.nbd_listen]);
+    for (protocol, addrs, open, flag) in [
+        (
+            "iSCSI",
+            iscsi,
+            config.iscsi_open_network,
+            "--iscsi-open-network",
+        ),
+        ("NBD", nbd, config.nbd_open_network, "--nbd-open-network"),
+    ] {
+        if addrs.is_empty() {
+            continue;
+        }
+        if open {
+            tracing::warn!(
+                listen = %addrs.join(", "),
+                "{protocol} is open to the network ({flag}): any client that reaches it can read and write every volume not mapped to a host"
+            );
+        } else {
+            tracing::info!(
+                listen = %addrs.join(", "),
+                "{protocol} off loopback serves each host only the volumes mapped to it (pass {flag} to serve unmapped volumes to anyone)"
+            );
+        }
+    }
+}
+
+/// The id in the array target's name of a single-process server, made at first start.
+fn load_or_create_array_id(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join(ARRAY_ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    let bytes: [u8; 6] = rand::random();
+    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    write_atomically(data_dir, ARRAY_ID_FILE, id.as_bytes())?;
+    Ok(id)
 }
 
 /// Open the engine on its backend; in cluster mode also the placement.

@@ -2,10 +2,12 @@
 //! JSON (values base64), replaced atomically on every mutation (write a temporary file, fsync,
 //! rename over the old one, fsync the directory). The data is small (kilobytes), so rewriting
 //! all of it keeps the format trivial and a crash leaves either the old or the new image.
+//! The file is mode 0600: the cluster state in it holds the hosts' CHAP secrets.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use base64::engine::general_purpose::STANDARD as B64;
@@ -116,7 +118,13 @@ pub(super) fn save(
     })?;
     let tmp = dir.join(TMP_FILE_NAME);
     let write = || -> std::io::Result<()> {
-        let mut f = File::create(&tmp)?;
+        // Mode 0600: the cluster state holds CHAP secrets.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(&bytes)?;
         f.sync_all()
     };

@@ -12,8 +12,9 @@ use tracing::{debug, info};
 use weft_iscsi::wire::TEXT_MAX_BYTES;
 use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Login, LoginProgress, Parse, Request};
 
-use super::targets::OpenAccess;
+use super::targets::Viewer;
 use super::Portal;
+use crate::access::connection_is_open;
 
 /// An initiator has this long to log in.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -47,10 +48,14 @@ pub(super) async fn serve(
     if let Err(error) = stream.set_nodelay(true) {
         debug!(%error, "set_nodelay failed");
     }
+    let open = match stream.local_addr() {
+        Ok(local) => connection_is_open(local, portal.open_network),
+        Err(_) => return,
+    };
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let logged_in = tokio::select! {
         _ = shutdown.cancelled() => return,
-        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&mut stream, &mut buf, &portal)) => {
+        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&mut stream, &mut buf, &portal, open)) => {
             r.unwrap_or(Err(ConnError::LoginTimeout))
         }
     };
@@ -69,7 +74,7 @@ pub(super) async fn serve(
         data_digest = logged_in.params.data_digest,
         "iscsi session started"
     );
-    match super::session::run(stream, buf, logged_in, &portal, port, &shutdown).await {
+    match super::session::run(stream, buf, logged_in, &portal, port, open, &shutdown).await {
         Ok(()) => info!("iscsi session ended"),
         Err(error) => info!(%error, "iscsi session ended"),
     }
@@ -80,6 +85,7 @@ async fn login(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     portal: &Portal,
+    open: bool,
 ) -> Result<Option<LoggedIn>, ConnError> {
     let mut login = Login::new(
         portal.limits,
@@ -87,8 +93,12 @@ async fn login(
         portal.tsih(),
         rand::random(),
     );
-    let access = OpenAccess {
-        backend: Arc::clone(&portal.backend),
+    let table = portal.backend.access();
+    let access = Viewer {
+        backend: &*portal.backend,
+        table: &table,
+        array_target: &portal.array_target,
+        open,
     };
     let mut out = Vec::new();
     loop {

@@ -6,8 +6,8 @@
 //! `weft-scsi` and encodes its Data-In and status; encoding and queueing happen under the
 //! session's sequence lock, so responses leave in StatSN order. The writer task sends them.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -31,7 +31,7 @@ use super::lun::ExportLun;
 use super::respond::{
     respond, transfer, Transfer, ABORTED_COMMAND, DATA_OFFSET_ERROR, DATA_PHASE_ERROR,
 };
-use super::targets::{export_of, target_name};
+use super::targets::Viewer;
 use super::{Portal, SharedLu};
 
 /// Commands a session may have in flight (received, response not yet sent): twice the
@@ -40,8 +40,6 @@ const INFLIGHT_COMMANDS_MAX: usize = 2 * weft_iscsi::login::COMMAND_WINDOW as us
 /// The most data-out this target gathers for one command: the SCSI layer's transfer limit
 /// (reported in the Block Limits VPD page), which also bounds every parameter list.
 const WRITE_GATHER_MAX_BYTES: u32 = weft_scsi::limits::MAX_TRANSFER_BYTES;
-/// The only LUN of a target for now.
-const LUN_0: u64 = 0;
 /// Opcode of REPORT LUNS, which the transport answers (it knows the LUN list).
 const REPORT_LUNS: u8 = 0xa0;
 
@@ -79,16 +77,21 @@ impl Shared {
 
 /// A session's LUN.
 struct Lun {
+    export: String,
     lu: Arc<ExportLun>,
     shared: Arc<SharedLu>,
     /// The LU's reset count this session (I_T nexus) has reported.
     resets_seen: AtomicU64,
+    /// The session's LUN inventory changed (a mapping came or went) and this LU has not
+    /// said so yet.
+    luns_changed: AtomicBool,
 }
 
 impl Lun {
-    /// A unit attention for a reset this nexus has not reported yet (POWER ON, RESET, OR
-    /// BUS DEVICE RESET OCCURRED), on any command but INQUIRY, REPORT LUNS and REQUEST
-    /// SENSE, which SPC-4 answers without it.
+    /// A unit attention this nexus has not reported yet: a reset (POWER ON, RESET, OR BUS
+    /// DEVICE RESET OCCURRED), then a LUN inventory change (REPORTED LUNS DATA HAS CHANGED),
+    /// on any command but INQUIRY, REPORT LUNS and REQUEST SENSE, which SPC-4 answers
+    /// without it.
     fn unit_attention(&self, cdb: &[u8]) -> Option<weft_scsi::Response> {
         const INQUIRY: u8 = 0x12;
         const REQUEST_SENSE: u8 = 0x03;
@@ -97,15 +100,21 @@ impl Lun {
         }
         let resets = self.shared.resets.load(Ordering::Acquire);
         let seen = self.resets_seen.swap(resets, Ordering::AcqRel);
-        (seen != resets).then(|| {
-            weft_scsi::Response::check(weft_scsi::Sense::new(UNIT_ATTENTION, RESET_OCCURRED))
-        })
+        let attention =
+            |code| weft_scsi::Response::check(weft_scsi::Sense::new(UNIT_ATTENTION, code));
+        if seen != resets {
+            return Some(attention(RESET_OCCURRED));
+        }
+        self.luns_changed
+            .swap(false, Ordering::AcqRel)
+            .then(|| attention(REPORTED_LUNS_CHANGED))
     }
 }
 
-/// Sense key UNIT ATTENTION and the ASC/ASCQ of a reset.
+/// Sense key UNIT ATTENTION and the ASC/ASCQ of a reset and of a LUN inventory change.
 const UNIT_ATTENTION: u8 = 0x06;
 const RESET_OCCURRED: (u8, u8) = (0x29, 0x00);
+const REPORTED_LUNS_CHANGED: (u8, u8) = (0x3f, 0x0e);
 
 /// A write command waiting for its data.
 struct PendingWrite {
@@ -126,7 +135,15 @@ struct PendingWrite {
 struct Reader<'a> {
     shared: Arc<Shared>,
     portal: &'a Portal,
-    lun: Option<Arc<Lun>>,
+    /// The session's LUNs, as of hosts generation `generation`.
+    luns: BTreeMap<u64, Arc<Lun>>,
+    /// `None` before the first look.
+    generation: Option<u64>,
+    initiator: String,
+    /// The connection sees unmapped exports ([`crate::access`]).
+    open: bool,
+    /// The relative target port of the portal the session came in on.
+    port: u16,
     discovery: bool,
     target: Option<String>,
     local: std::net::SocketAddr,
@@ -141,6 +158,7 @@ pub(super) async fn run(
     login: LoggedIn,
     portal: &Portal,
     port: u16,
+    open: bool,
     shutdown: &CancellationToken,
 ) -> Result<(), ConnError> {
     let local = stream.local_addr()?;
@@ -160,15 +178,15 @@ pub(super) async fn run(
         executing: Mutex::new(std::collections::HashSet::new()),
         answered: tokio::sync::Notify::new(),
     });
-    let lun = match &login.target {
-        Some(target) => Some(open_lun(portal, target, port)?),
-        None => None,
-    };
     let writer = tokio::spawn(write_responses(write_half, rx));
     let mut reader = Reader {
         shared: Arc::clone(&shared),
         portal,
-        lun,
+        luns: BTreeMap::new(),
+        generation: None,
+        initiator: login.initiator.clone(),
+        open,
+        port,
         discovery: login.target.is_none(),
         target: login.target.clone(),
         local,
@@ -176,6 +194,7 @@ pub(super) async fn run(
         next_ttt: 1,
         inflight: Arc::new(Semaphore::new(INFLIGHT_COMMANDS_MAX)),
     };
+    reader.refresh_luns();
     let data_max = params.target_max_recv as usize;
     let result: Result<(), ConnError> = async {
         loop {
@@ -227,18 +246,16 @@ pub(super) async fn run(
     result
 }
 
-fn open_lun(portal: &Portal, target: &str, port: u16) -> Result<Arc<Lun>, ConnError> {
-    let export = export_of(&*portal.backend, target)
-        .ok_or(ConnError::Protocol("target vanished after login"))?;
-    let handle = portal
-        .backend
-        .open(&export)
-        .map_err(|_| ConnError::Protocol("export could not be opened"))?;
-    let shared = portal.shared_lu(&export);
+/// Open `export` as a LUN of a session logged in to `target` (`None`: it vanished).
+fn open_lun(portal: &Portal, export: &str, target: &str, port: u16) -> Option<Arc<Lun>> {
+    let handle = portal.backend.open(export).ok()?;
+    let shared = portal.shared_lu(export);
     let resets_seen = AtomicU64::new(shared.resets.load(Ordering::Acquire));
-    Ok(Arc::new(Lun {
+    Some(Arc::new(Lun {
+        export: export.to_string(),
         shared,
         resets_seen,
+        luns_changed: AtomicBool::new(false),
         lu: Arc::new(ExportLun::new(
             handle,
             target,
@@ -523,19 +540,66 @@ impl Reader<'_> {
         Ok(())
     }
 
+    /// Follow a host or mapping change: LUNs mapped since appear, unmapped ones go, and
+    /// every LUN the session keeps reports REPORTED LUNS DATA HAS CHANGED once.
+    fn refresh_luns(&mut self) {
+        let generation = self.portal.backend.access_generation();
+        if self.generation == Some(generation) {
+            return;
+        }
+        let Some(target) = &self.target else {
+            return;
+        };
+        let table = self.portal.backend.access();
+        let viewer = Viewer {
+            backend: &*self.portal.backend,
+            table: &table,
+            array_target: &self.portal.array_target,
+            open: self.open,
+        };
+        let wanted = viewer.luns(&self.initiator, target);
+        let first = self.generation.is_none();
+        self.generation = Some(generation);
+        let unchanged = wanted.len() == self.luns.len()
+            && wanted
+                .iter()
+                .all(|(n, e)| self.luns.get(n).is_some_and(|l| &l.export == e));
+        if unchanged {
+            return;
+        }
+        let mut luns = BTreeMap::new();
+        for (n, export) in wanted {
+            let lun = match self.luns.get(&n) {
+                Some(l) if l.export == export => Some(Arc::clone(l)),
+                _ => open_lun(self.portal, &export, target, self.port),
+            };
+            if let Some(lun) = lun {
+                lun.luns_changed.store(!first, Ordering::Release);
+                luns.insert(n, lun);
+            }
+        }
+        self.luns = luns;
+    }
+
     /// Run a whole command on the worker pool.
-    fn dispatch(&self, c: ScsiCommand, permit: OwnedSemaphorePermit) {
+    fn dispatch(&mut self, c: ScsiCommand, permit: OwnedSemaphorePermit) {
+        self.refresh_luns();
         let shared = Arc::clone(&self.shared);
         shared.executing.lock().insert(c.itt);
-        let lun = if lun_number(c.lun) == LUN_0 {
-            self.lun.clone()
+        let lun = self.luns.get(&lun_number(c.lun)).cloned();
+        let lun_list: Vec<u64> = if c.cdb[0] == REPORT_LUNS {
+            // REPORT LUNS tells the initiator what changed: the attention is spent.
+            for l in self.luns.values() {
+                l.luns_changed.store(false, Ordering::Release);
+            }
+            self.luns.keys().copied().collect()
         } else {
-            None
+            Vec::new()
         };
         self.portal.workers.submit(Box::new(move || {
             let mut data_out_len = None;
             let result = match &lun {
-                _ if c.cdb[0] == REPORT_LUNS => weft_scsi::report_luns(&c.cdb, &[LUN_0]),
+                _ if c.cdb[0] == REPORT_LUNS => weft_scsi::report_luns(&c.cdb, &lun_list),
                 Some(lun) => {
                     if lun.lu.is_gone() {
                         shared.sequence.lock().task_finished();
@@ -581,18 +645,21 @@ impl Reader<'_> {
                 push_pair(&mut reply, &key, "NotUnderstood");
                 continue;
             }
+            let table = self.portal.backend.access();
+            let visible = Viewer {
+                backend: &*self.portal.backend,
+                table: &table,
+                array_target: &self.portal.array_target,
+                open: self.open,
+            }
+            .targets(&self.initiator);
             let names: Vec<String> = match (&self.target, value.as_str()) {
                 (Some(own), _) => vec![own.clone()],
-                (None, "All") => self
-                    .portal
-                    .backend
-                    .list_exports()
+                (None, "All") => visible,
+                (None, one) => visible
                     .into_iter()
-                    .map(|e| target_name(&e.name))
+                    .filter(|t| t.eq_ignore_ascii_case(one))
                     .collect(),
-                (None, one) => export_of(&*self.portal.backend, one)
-                    .map(|e| vec![target_name(&e)])
-                    .unwrap_or_default(),
             };
             for name in names {
                 push_pair(&mut reply, "TargetName", &name);
@@ -624,15 +691,20 @@ impl Reader<'_> {
                 TMF_RESPONSE_NO_TASK
             }
             TMF_ABORT_TASK_SET | TMF_CLEAR_TASK_SET | TMF_LUN_RESET | TMF_TARGET_WARM_RESET => {
-                if tm.function != TMF_TARGET_WARM_RESET && lun_number(tm.lun) != LUN_0 {
+                self.refresh_luns();
+                let lun = self.luns.get(&lun_number(tm.lun)).cloned();
+                if tm.function != TMF_TARGET_WARM_RESET && lun.is_none() {
                     return TMF_RESPONSE_NO_LUN;
                 }
                 self.drop_pending();
                 self.wait_answered(|executing| !executing.is_empty()).await;
-                if matches!(tm.function, TMF_LUN_RESET | TMF_TARGET_WARM_RESET) {
-                    if let Some(lun) = &self.lun {
-                        lun.shared.resets.fetch_add(1, Ordering::AcqRel);
-                    }
+                let reset: Vec<Arc<Lun>> = match tm.function {
+                    TMF_LUN_RESET => lun.into_iter().collect(),
+                    TMF_TARGET_WARM_RESET => self.luns.values().cloned().collect(),
+                    _ => Vec::new(),
+                };
+                for lun in reset {
+                    lun.shared.resets.fetch_add(1, Ordering::AcqRel);
                 }
                 TMF_RESPONSE_COMPLETE
             }

@@ -83,20 +83,36 @@ enum ConnError {
     OpenFailed { name: String },
 }
 
+/// Who the client is, for [`crate::access`]: its address, and whether the connection sees
+/// unmapped exports.
+#[derive(Debug, Clone, Copy)]
+struct Viewer {
+    peer: std::net::IpAddr,
+    open: bool,
+}
+
 /// Serve one connection to completion. Errors are logged here.
 pub(super) async fn serve(
     mut stream: TcpStream,
     backend: Arc<dyn ExportBackend>,
     workers: Arc<WorkerPool>,
+    open_network: bool,
     shutdown: CancellationToken,
 ) {
     if let Err(error) = stream.set_nodelay(true) {
         debug!(%error, "set_nodelay failed");
     }
-    info!("nbd client connected");
+    let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) else {
+        return;
+    };
+    let viewer = Viewer {
+        peer: peer.ip(),
+        open: crate::access::connection_is_open(local, open_network),
+    };
+    info!(%peer, "nbd client connected");
     let negotiated = tokio::select! {
         _ = shutdown.cancelled() => return,
-        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &backend)) => {
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &backend, viewer)) => {
             r.unwrap_or(Err(ConnError::HandshakeTimeout))
         }
     };
@@ -128,18 +144,25 @@ pub(super) async fn serve(
 async fn handshake(
     stream: &mut TcpStream,
     backend: &Arc<dyn ExportBackend>,
+    viewer: Viewer,
 ) -> Result<Option<(Agreement, Arc<dyn ExportHandle>, BytesMut)>, ConnError> {
     let lister = Arc::clone(backend);
-    let exports: Vec<ExportSummary> = blocking(move || lister.list_exports())
-        .await?
-        .into_iter()
-        .map(|e| ExportSummary {
-            name: e.name,
-            description: e.description,
-            size_bytes: e.size_bytes,
-            read_only: e.read_only,
-        })
-        .collect();
+    // Only the exports this client may use are listed, and only those can be opened.
+    let exports: Vec<ExportSummary> = blocking(move || {
+        let table = lister.access();
+        let mut exports = lister.list_exports();
+        exports.retain(|e| table.nbd_may_use(viewer.peer, &e.name, viewer.open));
+        exports
+    })
+    .await?
+    .into_iter()
+    .map(|e| ExportSummary {
+        name: e.name,
+        description: e.description,
+        size_bytes: e.size_bytes,
+        read_only: e.read_only,
+    })
+    .collect();
     let mut negotiation = Negotiation::new();
     let mut out = Vec::new();
     negotiation.greeting(&mut out);

@@ -1,0 +1,284 @@
+//! The host commands, the storage-array model of who sees which volume:
+//! `weft host create|list|info|delete` and `weft volume map|unmap`.
+//!
+//! Secrets can come from the command line, a file (`--chap-secret-file`, first line) or the
+//! environment (`WEFT_CHAP_SECRET`, `WEFT_MUTUAL_SECRET`), so scripts need not put them in
+//! the process list. They are sent to the API once and never printed.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use crate::client::ApiClient;
+
+#[derive(Debug, Subcommand)]
+pub enum HostCommand {
+    /// Define a host: its iSCSI initiator names, NBD client addresses and CHAP secrets.
+    Create(CreateHostArgs),
+    /// List hosts.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a host, its LUNs and how to reach them.
+    Info {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a host (unmap its volumes first).
+    Delete { name: String },
+}
+
+#[derive(Debug, Args)]
+pub struct CreateHostArgs {
+    name: String,
+    /// iSCSI initiator name (repeat for several), e.g. the InitiatorName in a Linux host's
+    /// /etc/iscsi/initiatorname.iscsi.
+    #[arg(long = "iqn", value_name = "IQN")]
+    iqns: Vec<String>,
+    /// Address or network its NBD connections come from (repeat for several), e.g.
+    /// 10.0.0.5 or 10.0.0.0/24.
+    #[arg(long = "nbd-address", value_name = "ADDR")]
+    nbd_addresses: Vec<String>,
+    /// CHAP user name the initiator logs in with.
+    #[arg(long)]
+    chap_user: Option<String>,
+    /// CHAP secret the initiator answers with (12-255 characters).
+    #[arg(
+        long,
+        env = "WEFT_CHAP_SECRET",
+        hide_env_values = true,
+        conflicts_with = "chap_secret_file"
+    )]
+    chap_secret: Option<String>,
+    /// Read the CHAP secret from the first line of this file.
+    #[arg(long, value_name = "FILE")]
+    chap_secret_file: Option<PathBuf>,
+    /// Name the target answers mutual CHAP with (default: the CHAP user).
+    #[arg(long)]
+    mutual_user: Option<String>,
+    /// Mutual CHAP: the secret the target proves itself with (differs from the CHAP secret).
+    #[arg(
+        long,
+        env = "WEFT_MUTUAL_SECRET",
+        hide_env_values = true,
+        conflicts_with = "mutual_secret_file"
+    )]
+    mutual_secret: Option<String>,
+    /// Read the mutual CHAP secret from the first line of this file.
+    #[arg(long, value_name = "FILE")]
+    mutual_secret_file: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+/// `weft volume map` and `weft volume unmap`.
+#[derive(Debug, Args)]
+pub struct MapArgs {
+    /// A volume or snapshot (snapshots are served read-only).
+    pub export: String,
+    /// The host that will see it.
+    #[arg(long)]
+    pub host: String,
+    /// The LUN number the host sees it under (default: the lowest free).
+    #[arg(long)]
+    pub lun: Option<u64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UnmapArgs {
+    /// A volume or snapshot.
+    pub export: String,
+    /// The host that will no longer see it.
+    #[arg(long)]
+    pub host: String,
+}
+
+fn secret(inline: Option<String>, file: Option<PathBuf>) -> anyhow::Result<Option<String>> {
+    match (inline, file) {
+        (Some(s), _) => Ok(Some(s)),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Ok(Some(text.lines().next().unwrap_or("").to_string()))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+pub fn host(client: &ApiClient, command: HostCommand) -> anyhow::Result<()> {
+    match command {
+        HostCommand::Create(a) => {
+            let body = json!({
+                "name": a.name,
+                "iqns": a.iqns,
+                "nbd_addresses": a.nbd_addresses,
+                "chap_user": a.chap_user,
+                "chap_secret": secret(a.chap_secret, a.chap_secret_file)?,
+                "mutual_chap_user": a.mutual_user,
+                "mutual_chap_secret": secret(a.mutual_secret, a.mutual_secret_file)?,
+            });
+            let v = client.call("POST", "/hosts", Some(body))?;
+            if a.json {
+                return print_json(&v);
+            }
+            println!("created host {}", v["name"].as_str().unwrap_or(""));
+            print_host(&v);
+        }
+        HostCommand::List { json } => {
+            let v = client.call("GET", "/hosts", None)?;
+            if json {
+                return print_json(&v);
+            }
+            let hosts = v.as_array().cloned().unwrap_or_default();
+            if hosts.is_empty() {
+                println!("no hosts (weft host create NAME --iqn IQN)");
+            }
+            for h in &hosts {
+                println!(
+                    "{:<20} {:>3} LUNs  {:<8} {}",
+                    h["name"].as_str().unwrap_or(""),
+                    h["luns"].as_array().map_or(0, Vec::len),
+                    chap_kind(h),
+                    names(h)
+                );
+            }
+        }
+        HostCommand::Info { name, json } => {
+            let v = client.call("GET", &format!("/hosts/{}", seg(&name)), None)?;
+            if json {
+                return print_json(&v);
+            }
+            println!("host {}", v["name"].as_str().unwrap_or(""));
+            print_host(&v);
+        }
+        HostCommand::Delete { name } => {
+            client.call("DELETE", &format!("/hosts/{}", seg(&name)), None)?;
+            println!("deleted host {name}");
+        }
+    }
+    Ok(())
+}
+
+pub fn map(client: &ApiClient, a: MapArgs) -> anyhow::Result<()> {
+    let mut body = json!({ "export": a.export });
+    if let Some(lun) = a.lun {
+        body["lun"] = lun.into();
+    }
+    let v = client.call("POST", &format!("/hosts/{}/luns", seg(&a.host)), Some(body))?;
+    if a.json {
+        return print_json(&v);
+    }
+    let ro = if v["read_only"].as_bool() == Some(true) {
+        " (read-only)"
+    } else {
+        ""
+    };
+    println!(
+        "mapped {}{ro} to host {} as LUN {}",
+        a.export,
+        a.host,
+        v["lun"].as_u64().unwrap_or(0)
+    );
+    if let Some(uri) = v["iscsi_uri"].as_str() {
+        println!("iscsi: {uri}");
+    }
+    Ok(())
+}
+
+pub fn unmap(client: &ApiClient, a: UnmapArgs) -> anyhow::Result<()> {
+    client.call(
+        "DELETE",
+        &format!("/hosts/{}/luns/{}", seg(&a.host), seg(&a.export)),
+        None,
+    )?;
+    println!("unmapped {} from host {}", a.export, a.host);
+    Ok(())
+}
+
+fn chap_kind(h: &Value) -> &'static str {
+    match (
+        h["chap_user"].is_string(),
+        h["mutual_chap_user"].is_string(),
+    ) {
+        (true, true) => "mutual",
+        (true, false) => "chap",
+        _ => "no-chap",
+    }
+}
+
+fn names(h: &Value) -> String {
+    let list = |key: &str| -> Vec<String> {
+        h[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    let mut all = list("iqns");
+    all.extend(
+        list("nbd_addresses")
+            .into_iter()
+            .map(|a| format!("nbd:{a}")),
+    );
+    all.join(", ")
+}
+
+fn print_host(v: &Value) {
+    let list = |key: &str| -> String {
+        let items: Vec<&str> = v[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if items.is_empty() {
+            "-".into()
+        } else {
+            items.join(", ")
+        }
+    };
+    println!("  initiators:    {}", list("iqns"));
+    println!("  nbd addresses: {}", list("nbd_addresses"));
+    match (v["chap_user"].as_str(), v["mutual_chap_user"].as_str()) {
+        (Some(u), Some(m)) => println!("  chap:          user {u}, mutual (target answers as {m})"),
+        (Some(u), None) => println!("  chap:          user {u}"),
+        _ => println!("  chap:          none"),
+    }
+    if let (Some(target), Some(portal)) = (v["iscsi_target"].as_str(), v["iscsi_portal"].as_str()) {
+        println!("  iscsi target:  {target} at {portal}");
+    }
+    let luns = v["luns"].as_array().cloned().unwrap_or_default();
+    if luns.is_empty() {
+        println!("  luns:          none (weft volume map VOLUME --host NAME)");
+    }
+    for l in &luns {
+        let ro = if l["read_only"].as_bool() == Some(true) {
+            " (read-only)"
+        } else {
+            ""
+        };
+        println!(
+            "  LUN {:<4} {}{ro}  {}",
+            l["lun"].as_u64().unwrap_or(0),
+            l["export"].as_str().unwrap_or(""),
+            l["iscsi_uri"].as_str().unwrap_or("")
+        );
+    }
+}
+
+fn print_json(v: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// A name as one URL path segment (see `client`).
+fn seg(name: &str) -> String {
+    crate::client::seg(name)
+}

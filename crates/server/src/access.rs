@@ -1,0 +1,136 @@
+//! Who may reach which exports: the hosts and LUN mappings of the cluster state
+//! (`weft_engine::hosts`) as the front ends apply them to a connection.
+//!
+//! The rules, the same for NBD and iSCSI:
+//! - an export mapped to hosts is served only to those hosts: on iSCSI to their initiator
+//!   names (with their CHAP, if set), on NBD to connections from their addresses;
+//! - an export mapped to nobody is served to anyone who reaches an *open* listener: one on
+//!   loopback (the quick start), or one the operator opened with `--iscsi-open-network` /
+//!   `--nbd-open-network`. On any other listener it is invisible.
+//!
+//! A connection is open when the address it reached is loopback or its listener was opened
+//! explicitly; a listener on 0.0.0.0 is open to local clients only.
+
+use std::net::{IpAddr, SocketAddr};
+
+use weft_engine::hosts::network_contains;
+use weft_engine::HostRecord;
+
+/// The hosts as of one generation of the cluster state.
+#[derive(Debug, Default)]
+pub struct AccessTable {
+    /// `ExportBackend::access_generation` when this was read.
+    pub generation: u64,
+    hosts: Vec<HostRecord>,
+}
+
+impl AccessTable {
+    pub fn new(generation: u64, hosts: Vec<HostRecord>) -> AccessTable {
+        AccessTable { generation, hosts }
+    }
+
+    /// The host an iSCSI initiator name belongs to (names compare case-insensitively).
+    pub fn host_of_initiator(&self, initiator: &str) -> Option<&HostRecord> {
+        let initiator = initiator.to_ascii_lowercase();
+        self.hosts.iter().find(|h| h.iqns.contains(&initiator))
+    }
+
+    /// Whether any host has `export` mapped.
+    pub fn is_mapped(&self, export: &str) -> bool {
+        self.hosts
+            .iter()
+            .any(|h| h.luns.iter().any(|m| m.export == export))
+    }
+
+    /// Whether an iSCSI initiator may reach `export` through its own target.
+    pub fn iscsi_may_use(&self, initiator: &str, export: &str, open: bool) -> bool {
+        if self.is_mapped(export) {
+            self.host_of_initiator(initiator)
+                .is_some_and(|h| h.luns.iter().any(|m| m.export == export))
+        } else {
+            open
+        }
+    }
+
+    /// Whether an NBD client at `peer` may list and open `export`.
+    pub fn nbd_may_use(&self, peer: IpAddr, export: &str, open: bool) -> bool {
+        if self.is_mapped(export) {
+            self.hosts.iter().any(|h| {
+                h.luns.iter().any(|m| m.export == export)
+                    && h.nbd_addresses.iter().any(|n| network_contains(n, peer))
+            })
+        } else {
+            open
+        }
+    }
+}
+
+/// Whether a connection that reached `local` on a listener opened with `open_network` is
+/// open (sees unmapped exports).
+pub fn connection_is_open(local: SocketAddr, open_network: bool) -> bool {
+    open_network || local.ip().is_loopback() || is_mapped_loopback(local.ip())
+}
+
+fn is_mapped_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        IpAddr::V4(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_engine::hosts::LunMapping;
+
+    fn host(name: &str, iqn: &str, net: &str, exports: &[&str]) -> HostRecord {
+        HostRecord {
+            name: name.into(),
+            iqns: vec![iqn.into()],
+            nbd_addresses: vec![net.into()],
+            chap: None,
+            luns: exports
+                .iter()
+                .enumerate()
+                .map(|(i, e)| LunMapping {
+                    lun: i as u64,
+                    export: (*e).into(),
+                })
+                .collect(),
+            created_unix_s: 0,
+        }
+    }
+
+    #[test]
+    fn mapped_exports_only_to_their_hosts_unmapped_only_when_open() {
+        let t = AccessTable::new(
+            1,
+            vec![
+                host("db1", "iqn.a:db1", "10.0.0.0/24", &["pgdata"]),
+                host("db2", "iqn.a:db2", "10.0.1.5/32", &["pgdata", "wal"]),
+            ],
+        );
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(t.iscsi_may_use("IQN.A:DB1", "pgdata", false));
+        assert!(!t.iscsi_may_use("iqn.a:db1", "wal", true));
+        assert!(!t.iscsi_may_use("iqn.a:other", "pgdata", true));
+        assert!(t.iscsi_may_use("iqn.a:other", "scratch", true));
+        assert!(!t.iscsi_may_use("iqn.a:db1", "scratch", false));
+        assert!(t.nbd_may_use(ip("10.0.0.9"), "pgdata", false));
+        assert!(!t.nbd_may_use(ip("10.0.0.9"), "wal", true));
+        assert!(t.nbd_may_use(ip("10.0.1.5"), "wal", false));
+        assert!(!t.nbd_may_use(ip("127.0.0.1"), "wal", true));
+        assert!(t.nbd_may_use(ip("127.0.0.1"), "scratch", true));
+        assert!(!t.nbd_may_use(ip("10.0.0.9"), "scratch", false));
+    }
+
+    #[test]
+    fn open_connections() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(connection_is_open(a("127.0.0.2:10809"), false));
+        assert!(connection_is_open(a("[::1]:10809"), false));
+        assert!(connection_is_open(a("[::ffff:127.0.0.1]:10809"), false));
+        assert!(!connection_is_open(a("10.0.0.1:10809"), false));
+        assert!(connection_is_open(a("10.0.0.1:10809"), true));
+    }
+}
