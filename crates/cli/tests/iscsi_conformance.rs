@@ -1,5 +1,7 @@
 //! libiscsi's conformance suite (`iscsi-test-cu --dataloss`, every family) against `weft serve`
-//! and against tgt (a file LUN with O_DIRECT) in the same run. CUnit counts a skipped test as
+//! and against tgt (a file LUN with O_DIRECT) in the same run. weft is reached the way a
+//! database host reaches it: both of the suite's initiator names belong to a host with CHAP,
+//! and the suite logs in to the array target with the secret for every session it opens. CUnit counts a skipped test as
 //! passed, so the output is parsed: a test is skipped when it printed `[SKIPPED]` before its
 //! verdict. weft must fail nothing outside [`KNOWN_FAILURES`]; the counts of both targets and
 //! every test weft skips, with the reason, are printed for the record.
@@ -24,6 +26,12 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[(
 /// regression.
 const WEFT_PASSED_MIN: usize = 110;
 const LUN_SIZE: &str = "256M";
+/// iscsi-test-cu's two initiator names (`-i`, `-I` defaults).
+const SUITE_INITIATORS: [&str; 2] = [
+    "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test",
+    "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test-2",
+];
+const SUITE_CHAP: (&str, &str) = ("conformance", "conformance-chap-secret");
 const SUITE_TIMEOUT: Duration = Duration::from_secs(900);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,12 +219,7 @@ impl Tgt {
 #[test]
 fn libiscsi_conformance_against_weft_and_tgt() {
     let srv = Server::start_with("iscsi-cu", ServeOpts::default().volume_size(LUN_SIZE));
-    let portal = srv.iscsi.expect("serve.json names the iSCSI portal");
-    let weft = run_suite(
-        &srv.scratch,
-        "weft",
-        &format!("iscsi://{portal}/iqn.2026-11.dev.weft:vol0/0"),
-    );
+    let weft = run_suite(&srv.scratch, "weft", &chap_url(&srv));
     let tgt_scratch = Scratch::new("iscsi-cu-tgt");
     let tgt = Tgt::start(&tgt_scratch);
     let reference = run_suite(&tgt_scratch, "tgt", &tgt.url);
@@ -261,13 +264,41 @@ fn libiscsi_conformance_against_weft_and_tgt() {
     tool_ok_after_suite(&srv);
 }
 
+/// Define the suite's host (both initiator names, CHAP), map vol0 to it as LUN 0, and return
+/// the URL of that LUN on the array target with the CHAP secret.
+fn chap_url(srv: &Server) -> String {
+    let (user, secret) = SUITE_CHAP;
+    srv.cli_ok(&[
+        "host",
+        "create",
+        "suite",
+        "--iqn",
+        SUITE_INITIATORS[0],
+        "--iqn",
+        SUITE_INITIATORS[1],
+        "--chap-user",
+        user,
+        "--chap-secret",
+        secret,
+    ]);
+    srv.cli_ok(&["volume", "map", "vol0", "--host", "suite", "--lun", "0"]);
+    chap_url_of(srv)
+}
+
 fn tool_ok_after_suite(srv: &Server) {
     let mut cmd = Command::new(require_tool("iscsi-inq"));
-    cmd.arg(format!(
-        "iscsi://{}/iqn.2026-11.dev.weft:vol0/0",
-        srv.iscsi.unwrap()
-    ));
+    cmd.args(["-i", SUITE_INITIATORS[0], &chap_url_of(srv)]);
     run(&mut cmd, Duration::from_secs(60)).ok();
+}
+
+/// The suite's LUN URL once [`chap_url`] defined the host.
+fn chap_url_of(srv: &Server) -> String {
+    let (user, secret) = SUITE_CHAP;
+    let target = srv.cli_json(&["host", "info", "suite", "--json"])["iscsi_target"]
+        .as_str()
+        .expect("the host's iscsi_target")
+        .to_string();
+    format!("iscsi://{user}%{secret}@{}/{target}/0", srv.iscsi.unwrap())
 }
 
 #[test]
