@@ -41,4 +41,20 @@ if ! qemu-img --help 2>/dev/null | grep -qw iscsi; then
   fi
 fi
 
+# fio with the libiscsi engine (Debian's fio has none): built from Debian's fio source into a
+# cache once (~30 s), then found there; crates/cli/tests/iscsi_fio.rs reads WEFT_FIO_LIBISCSI.
+if [ -z "${WEFT_FIO_LIBISCSI:-}" ]; then
+  if WEFT_FIO_LIBISCSI=$(scripts/build-fio-libiscsi.sh --check 2>/dev/null); then
+    :
+  elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "building fio with the libiscsi engine (scripts/build-fio-libiscsi.sh)"
+    WEFT_FIO_LIBISCSI=$(scripts/build-fio-libiscsi.sh)
+  else
+    echo "the tests need fio with the libiscsi engine: run scripts/build-fio-libiscsi.sh" \
+      "(as root it installs its build dependencies), or set WEFT_FIO_LIBISCSI" >&2
+    exit 1
+  fi
+fi
+export WEFT_FIO_LIBISCSI
+
 exec cargo test --workspace "$@"
