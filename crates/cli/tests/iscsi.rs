@@ -12,7 +12,6 @@ use std::time::Duration;
 use common::*;
 
 const TARGET_PREFIX: &str = "iqn.2026-11.dev.weft:";
-const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn portal(srv: &Server) -> SocketAddr {
     srv.iscsi
@@ -21,12 +20,6 @@ fn portal(srv: &Server) -> SocketAddr {
 
 fn lun_url(srv: &Server, export: &str) -> String {
     format!("iscsi://{}/{TARGET_PREFIX}{export}/0", portal(srv))
-}
-
-fn tool(name: &str, args: &[&str]) -> CmdOut {
-    let mut cmd = Command::new(require_tool(name));
-    cmd.args(args);
-    run(&mut cmd, TOOL_TIMEOUT)
 }
 
 /// The whole LUN at `url`, copied by `qemu-img convert` into the file `copy`.
@@ -45,16 +38,6 @@ fn read_lun(url: &str, copy: &std::path::Path) -> Vec<u8> {
     )
     .ok();
     fs::read(copy).unwrap()
-}
-
-/// qemu's iSCSI driver is a module from qemu-block-extra.
-fn require_qemu_iscsi() {
-    let out = tool("qemu-img", &["--help"]);
-    assert!(
-        out.all().contains("iscsi"),
-        "qemu-img has no iscsi driver: install qemu-block-extra\n{}",
-        out.all()
-    );
 }
 
 #[test]

@@ -7,13 +7,10 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::Command;
-use std::time::Duration;
 
 use common::*;
 
 const TARGET_PREFIX: &str = "iqn.2026-11.dev.weft:";
-const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
 const DB1: &str = "iqn.1994-05.com.redhat:db1";
 const DB2: &str = "iqn.1994-05.com.redhat:db2";
@@ -21,12 +18,6 @@ const STRANGER: &str = "iqn.1994-05.com.redhat:stranger";
 const DB1_SECRET: &str = "db1-chap-secret-0451";
 const DB3_SECRET: &str = "db3-chap-secret-7788";
 const DB3_TARGET_SECRET: &str = "db3-target-secret-99";
-
-fn tool(name: &str, args: &[&str]) -> CmdOut {
-    let mut cmd = Command::new(require_tool(name));
-    cmd.args(args);
-    run(&mut cmd, TOOL_TIMEOUT)
-}
 
 fn portal(srv: &Server) -> SocketAddr {
     srv.iscsi.expect("serve.json names an iSCSI portal")
@@ -336,14 +327,4 @@ fn array_target_of(srv: &Server, host: &str) -> String {
         .as_str()
         .expect("iscsi_target")
         .to_string()
-}
-
-/// qemu's iSCSI driver is a module from qemu-block-extra.
-fn require_qemu_iscsi() {
-    let out = tool("qemu-img", &["--help"]);
-    assert!(
-        out.all().contains("iscsi"),
-        "qemu-img has no iscsi driver: install qemu-block-extra\n{}",
-        out.all()
-    );
 }

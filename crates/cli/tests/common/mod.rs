@@ -1145,3 +1145,27 @@ pub fn first_diff(a: &[u8], b: &[u8]) -> Option<usize> {
     }
     a.iter().zip(b).position(|(x, y)| x != y)
 }
+
+// ------------------------------------------------------------------------------------------
+// iSCSI clients
+// ------------------------------------------------------------------------------------------
+
+/// How long one libiscsi or qemu tool may run.
+pub const ISCSI_TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Run a client tool (libiscsi's, qemu's) to completion, bounded.
+pub fn tool(name: &str, args: &[&str]) -> CmdOut {
+    let mut cmd = Command::new(require_tool(name));
+    cmd.args(args);
+    run(&mut cmd, ISCSI_TOOL_TIMEOUT)
+}
+
+/// qemu's iSCSI driver is a module from qemu-block-extra: fail with the fix when it is absent.
+pub fn require_qemu_iscsi() {
+    let out = tool("qemu-img", &["--help"]);
+    assert!(
+        out.all().contains("iscsi"),
+        "qemu-img has no iscsi driver: install qemu-block-extra\n{}",
+        out.all()
+    );
+}
