@@ -16,7 +16,7 @@ use crate::client::ApiClient;
 #[derive(Debug, Subcommand)]
 pub enum HostCommand {
     /// Define a host: its iSCSI initiator names, NBD client addresses and CHAP secrets.
-    Create(CreateHostArgs),
+    Create(Box<CreateHostArgs>),
     /// List hosts.
     List {
         #[arg(long)]
@@ -43,6 +43,10 @@ pub struct CreateHostArgs {
     /// 10.0.0.5 or 10.0.0.0/24.
     #[arg(long = "nbd-address", value_name = "ADDR")]
     nbd_addresses: Vec<String>,
+    /// Name its NBD TLS client certificate carries (subject CN or DNS name; repeat for
+    /// several): a verified certificate with it identifies the host from any address.
+    #[arg(long = "tls-name", value_name = "NAME")]
+    tls_names: Vec<String>,
     /// CHAP user name the initiator logs in with.
     #[arg(long)]
     chap_user: Option<String>,
@@ -118,6 +122,7 @@ pub fn host(client: &ApiClient, command: HostCommand) -> anyhow::Result<()> {
                 "name": a.name,
                 "iqns": a.iqns,
                 "nbd_addresses": a.nbd_addresses,
+                "tls_names": a.tls_names,
                 "chap_user": a.chap_user,
                 "chap_secret": secret(a.chap_secret, a.chap_secret_file)?,
                 "mutual_chap_user": a.mutual_user,
@@ -227,6 +232,7 @@ fn names(h: &Value) -> String {
             .into_iter()
             .map(|a| format!("nbd:{a}")),
     );
+    all.extend(list("tls_names").into_iter().map(|n| format!("tls:{n}")));
     all.join(", ")
 }
 
@@ -246,6 +252,7 @@ fn print_host(v: &Value) {
     };
     println!("  initiators:    {}", list("iqns"));
     println!("  nbd addresses: {}", list("nbd_addresses"));
+    println!("  tls names:     {}", list("tls_names"));
     match (v["chap_user"].as_str(), v["mutual_chap_user"].as_str()) {
         (Some(u), Some(m)) => println!("  chap:          user {u}, mutual (target answers as {m})"),
         (Some(u), None) => println!("  chap:          user {u}"),

@@ -132,6 +132,20 @@ struct EngineArgs {
     /// addresses).
     #[arg(long)]
     nbd_open_network: bool,
+    /// NBD over TLS: the server's certificate chain (PEM). Clients must then switch to TLS
+    /// (STARTTLS; `nbds://` URIs) before choosing an export, unless --nbd-tls-optional.
+    #[arg(long, value_name = "PEM", requires = "nbd_tls_key")]
+    nbd_tls_cert: Option<PathBuf>,
+    /// The private key of --nbd-tls-cert (PEM).
+    #[arg(long, value_name = "PEM", requires = "nbd_tls_cert")]
+    nbd_tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) that sign client certificates: every TLS client must present
+    /// one, and its CN or DNS names identify the host (weft host create --tls-name).
+    #[arg(long, value_name = "PEM", requires = "nbd_tls_cert")]
+    nbd_tls_client_ca: Option<PathBuf>,
+    /// Offer TLS without requiring it.
+    #[arg(long, requires = "nbd_tls_cert")]
+    nbd_tls_optional: bool,
     /// Management API listen address.
     #[arg(long, default_value = "127.0.0.1:10810")]
     api_listen: SocketAddr,
@@ -392,6 +406,15 @@ fn init_logging() {
         .init();
 }
 
+fn nbd_tls_files(args: &EngineArgs) -> Option<weft_server::nbd_listener::NbdTlsFiles> {
+    Some(weft_server::nbd_listener::NbdTlsFiles {
+        cert: args.nbd_tls_cert.clone()?,
+        key: args.nbd_tls_key.clone()?,
+        client_ca: args.nbd_tls_client_ca.clone(),
+        optional: args.nbd_tls_optional,
+    })
+}
+
 fn engine_config(global: &GlobalArgs, args: &EngineArgs) -> anyhow::Result<EngineConfig> {
     anyhow::ensure!(
         (64 << 10..=1 << 30).contains(&args.segment_size),
@@ -426,6 +449,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
         iscsi_listen: args.engine.iscsi_listen.0.clone(),
         iscsi_open_network: args.engine.iscsi_open_network,
         nbd_open_network: args.engine.nbd_open_network,
+        nbd_tls: nbd_tls_files(&args.engine),
         api_listen: args.engine.api_listen,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
@@ -456,6 +480,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
         iscsi_listen: args.engine.iscsi_listen.0.clone(),
         iscsi_open_network: args.engine.iscsi_open_network,
         nbd_open_network: args.engine.nbd_open_network,
+        nbd_tls: nbd_tls_files(&args.engine),
         api_listen: args.engine.api_listen,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,

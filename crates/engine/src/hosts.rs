@@ -1,7 +1,8 @@
 //! Hosts and LUN mappings: the storage-array model of who may reach which exports.
 //!
 //! A host is a database server as the array knows it: its iSCSI initiator names, the
-//! addresses its NBD connections come from, and optionally CHAP secrets (one-way, or mutual
+//! addresses its NBD connections come from, the names its NBD client certificates carry
+//! (NBD over TLS), and optionally CHAP secrets (one-way, or mutual
 //! so the host also authenticates the target). An export (volume or snapshot) is mapped to
 //! a host under a LUN number; the front ends serve a mapped export only to the hosts it is
 //! mapped to, and a host sees exactly its LUNs. Hosts live in the cluster state beside the
@@ -84,6 +85,9 @@ pub struct HostRecord {
     /// Networks NBD connections of this host come from, as `address/prefix`.
     #[serde(default)]
     pub nbd_addresses: Vec<String>,
+    /// Names its NBD client certificates carry (subject CN or a DNS name), for NBD over TLS.
+    #[serde(default)]
+    pub tls_names: Vec<String>,
     #[serde(default)]
     pub chap: Option<ChapRecord>,
     /// Sorted by LUN.
@@ -98,6 +102,7 @@ pub struct HostSpec {
     pub name: String,
     pub iqns: Vec<String>,
     pub nbd_addresses: Vec<String>,
+    pub tls_names: Vec<String>,
     pub chap_user: Option<String>,
     pub chap_secret: Option<String>,
     /// The name the target answers mutual CHAP with (default: the CHAP user).
@@ -111,6 +116,7 @@ pub struct HostInfo {
     pub name: String,
     pub iqns: Vec<String>,
     pub nbd_addresses: Vec<String>,
+    pub tls_names: Vec<String>,
     /// The CHAP user the initiator must log in as (`None`: no CHAP).
     pub chap_user: Option<String>,
     /// The name the target answers mutual CHAP with (`None`: one-way or no CHAP).
@@ -347,6 +353,7 @@ fn info_of(state: &ClusterState, h: &HostRecord) -> HostInfo {
         name: h.name.clone(),
         iqns: h.iqns.clone(),
         nbd_addresses: h.nbd_addresses.clone(),
+        tls_names: h.tls_names.clone(),
         chap_user: h.chap.as_ref().map(|c| c.user.clone()),
         mutual_chap_user: h
             .chap
@@ -379,17 +386,17 @@ fn host_record(state: &ClusterState, spec: &HostSpec) -> Result<HostRecord, Engi
         });
     }
     let invalid = |reason: String| EngineError::InvalidHost { reason };
-    if spec.iqns.is_empty() && spec.nbd_addresses.is_empty() {
+    if spec.iqns.is_empty() && spec.nbd_addresses.is_empty() && spec.tls_names.is_empty() {
         return Err(invalid(
-            "a host needs at least one initiator name (--iqn) or NBD client address (--nbd-address)".into(),
+            "a host needs at least one initiator name (--iqn), NBD client address (--nbd-address) or TLS client name (--tls-name)".into(),
         ));
     }
-    if spec.iqns.len() > validate::HOST_NAMES_MAX
-        || spec.nbd_addresses.len() > validate::HOST_NAMES_MAX
+    if [&spec.iqns, &spec.nbd_addresses, &spec.tls_names]
+        .iter()
+        .any(|l| l.len() > validate::HOST_NAMES_MAX)
     {
         return Err(invalid(format!(
-            "at most {} initiator names and {} NBD addresses per host",
-            validate::HOST_NAMES_MAX,
+            "at most {} initiator names, NBD addresses and TLS names each per host",
             validate::HOST_NAMES_MAX
         )));
     }
@@ -411,6 +418,13 @@ fn host_record(state: &ClusterState, spec: &HostSpec) -> Result<HostRecord, Engi
         let a = validate::client_address(a)?;
         if !nbd_addresses.contains(&a) {
             nbd_addresses.push(a);
+        }
+    }
+    let mut tls_names = Vec::new();
+    for n in &spec.tls_names {
+        let n = validate::tls_name(n)?;
+        if !tls_names.contains(&n) {
+            tls_names.push(n);
         }
     }
     let chap = match (&spec.chap_user, &spec.chap_secret) {
@@ -463,6 +477,7 @@ fn host_record(state: &ClusterState, spec: &HostSpec) -> Result<HostRecord, Engi
         name: spec.name.clone(),
         iqns,
         nbd_addresses,
+        tls_names,
         chap,
         luns: Vec::new(),
         created_unix_s: std::time::SystemTime::now()

@@ -10,11 +10,11 @@ use crate::wire::{
     CLIENT_FLAG_FIXED_NEWSTYLE, CLIENT_FLAG_NO_ZEROES, CMD_BLOCK_STATUS, CMD_DISC, CMD_FLAG_FUA,
     CMD_FLAG_NO_HOLE, CMD_FLUSH, CMD_READ, CMD_TRIM, CMD_WRITE, CMD_WRITE_ZEROES, IHAVEOPT_MAGIC,
     INFO_NAME, OPT_ABORT, OPT_EXPORT_NAME, OPT_GO, OPT_INFO, OPT_LIST, OPT_LIST_META_CONTEXT,
-    OPT_SET_META_CONTEXT, OPT_STRUCTURED_REPLY, REQUEST_HEADER_LEN_BYTES, STATE_HOLE,
+    OPT_SET_META_CONTEXT, OPT_STARTTLS, OPT_STRUCTURED_REPLY, REQUEST_HEADER_LEN_BYTES, STATE_HOLE,
 };
 use crate::{
     encode_reply, parse_request_header, ExportSummary, Extent, Negotiation, Parse, ReplyHead,
-    RequestHeader, Session, Step,
+    RequestHeader, Session, Step, TlsMode,
 };
 
 /// Target names; also the directory names under `fuzz/corpus/`.
@@ -41,16 +41,22 @@ fn fuzz_exports() -> Vec<ExportSummary> {
     ]
 }
 
-/// First byte picks how the rest is chopped into reads (1..=64 bytes each); the rest is what a
-/// client sends from the first byte after our greeting. After Go, the remaining bytes are fed
-/// to the request parser under the agreed session.
+/// First byte picks how the rest is chopped into reads (1..=64 bytes each, low six bits) and
+/// whether STARTTLS is off, offered or required (top two bits); the rest is what a client
+/// sends from the first byte after our greeting (after STARTTLS, as if decrypted). After Go,
+/// the remaining bytes are fed to the request parser under the agreed session.
 pub fn fuzz_negotiation(data: &[u8]) {
     let Some((&split, data)) = data.split_first() else {
         return;
     };
     let chunk = usize::from(split % 64) + 1;
     let exports = fuzz_exports();
-    let mut n = Negotiation::new();
+    let tls = match split >> 6 {
+        0 | 1 => TlsMode::Off,
+        2 => TlsMode::Optional,
+        _ => TlsMode::Required,
+    };
+    let mut n = Negotiation::with_tls(tls);
     let mut pending: Vec<u8> = Vec::new();
     let mut out = Vec::new();
     n.greeting(&mut out);
@@ -74,6 +80,12 @@ pub fn fuzz_negotiation(data: &[u8]) {
                 Ok(Step::Abort { consumed }) => {
                     assert!(consumed <= pending.len());
                     return;
+                }
+                Ok(Step::StartTls { consumed }) => {
+                    assert!(consumed > 0 && consumed <= pending.len());
+                    assert!(tls != TlsMode::Off && !n.tls_active());
+                    pending.drain(..consumed);
+                    n.tls_started();
                 }
                 Ok(Step::Go {
                     consumed,
@@ -228,8 +240,16 @@ fn negotiation_seeds() -> Vec<(&'static str, Vec<u8>)> {
     too_long.extend((70_000u32).to_be_bytes());
     too_long.extend([0u8; 300]);
 
+    // TLS required (split's top bits 11): LIST is refused in clear, then STARTTLS, then GO.
+    let mut starttls = client_flags();
+    encode_option(OPT_LIST, &[], &mut starttls);
+    encode_option(OPT_STARTTLS, &[], &mut starttls);
+    encode_option(OPT_GO, &encode_info_request("disk", &[]), &mut starttls);
+    starttls.extend(request(CMD_READ, 0, 0, 4096));
+
     vec![
         ("seed-go-default", with_split(63, go_default)),
+        ("seed-starttls-required", with_split(0xc0 | 7, starttls)),
         ("seed-structured-block-status", with_split(5, structured)),
         ("seed-list-info-abort", with_split(17, list)),
         ("seed-export-name-write", with_split(63, export_name)),

@@ -16,7 +16,7 @@ pub mod reply;
 pub mod request;
 pub mod wire;
 
-pub use negotiation::{Agreement, ExportSummary, Negotiation, NegotiationError, Step};
+pub use negotiation::{Agreement, ExportSummary, Negotiation, NegotiationError, Step, TlsMode};
 pub use reply::{encode_reply, Extent, ReplyHead};
 pub use request::{parse_request_header, Command, RequestError, RequestHeader, Session};
 pub use wire::Errno;

@@ -5,6 +5,14 @@
 //! [`Step::Go`] (enter transmission), [`Step::Abort`] (client soft-disconnected) or an error
 //! (hard disconnect). No I/O here and no clock: the driver owns timeouts.
 //!
+//! TLS (NBD_OPT_STARTTLS): a negotiation made with [`TlsMode::Optional`] or
+//! [`TlsMode::Required`] answers STARTTLS with an ACK and returns [`Step::StartTls`]; the
+//! driver sends the ACK, runs the TLS handshake on the socket, calls
+//! [`Negotiation::tls_started`] and goes on feeding the bytes it decrypts. What was agreed in
+//! clear (structured replies, meta contexts) is forgotten, as the spec asks. Under
+//! `Required`, every option but STARTTLS and ABORT is answered NBD_REP_ERR_TLS_REQD until TLS
+//! is up (EXPORT_NAME, which has no error reply, is a hard disconnect).
+//!
 //! States:
 //! - `ClientFlags`: waiting for the 32-bit client flags after our greeting.
 //! - `Options`: waiting for the next option header and its payload.
@@ -21,9 +29,9 @@ use crate::wire::{
     IHAVEOPT_MAGIC, INFO_BLOCK_SIZE, INFO_DESCRIPTION, INFO_EXPORT, INFO_NAME, NBD_MAGIC,
     OPTIONS_PER_CONNECTION_MAX, OPTION_HEADER_LEN_BYTES, OPTION_PAYLOAD_MAX_BYTES,
     OPTION_REPLY_MAGIC, OPT_ABORT, OPT_EXPORT_NAME, OPT_GO, OPT_INFO, OPT_LIST,
-    OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT, OPT_STRUCTURED_REPLY, PAYLOAD_MAX_BYTES, REP_ACK,
-    REP_ERR_INVALID, REP_ERR_TOO_BIG, REP_ERR_UNKNOWN, REP_ERR_UNSUP, REP_INFO, REP_META_CONTEXT,
-    REP_SERVER, STRING_MAX_BYTES,
+    OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT, OPT_STARTTLS, OPT_STRUCTURED_REPLY,
+    PAYLOAD_MAX_BYTES, REP_ACK, REP_ERR_INVALID, REP_ERR_TLS_REQD, REP_ERR_TOO_BIG,
+    REP_ERR_UNKNOWN, REP_ERR_UNSUP, REP_INFO, REP_META_CONTEXT, REP_SERVER, STRING_MAX_BYTES,
 };
 use crate::{Cursor, Parse};
 
@@ -61,6 +69,22 @@ pub enum Step {
         consumed: usize,
         agreement: Agreement,
     },
+    /// The client asked for TLS and we agreed: send `out` (the ACK), run the TLS handshake,
+    /// call [`Negotiation::tls_started`], and continue with the decrypted stream. Bytes the
+    /// client sent in clear after STARTTLS are a protocol violation (drop the connection).
+    StartTls { consumed: usize },
+}
+
+/// Whether this connection may, or must, switch to TLS before choosing an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsMode {
+    /// STARTTLS is not supported (NBD_REP_ERR_UNSUP).
+    #[default]
+    Off,
+    /// STARTTLS is offered; clients may also go on in clear.
+    Optional,
+    /// Nothing but STARTTLS (and ABORT) before TLS is up.
+    Required,
 }
 
 /// Why the server hangs up during negotiation (a hard disconnect, as the spec permits).
@@ -79,6 +103,8 @@ pub enum NegotiationError {
     TooManyOptions { max: u32 },
     #[error("input after negotiation finished")]
     AlreadyFinished,
+    #[error("NBD_OPT_EXPORT_NAME before STARTTLS on a server that requires TLS")]
+    TlsRequired,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +133,8 @@ pub struct OptionHeader {
 #[derive(Debug)]
 pub struct Negotiation {
     state: State,
+    tls: TlsMode,
+    tls_active: bool,
     no_zeroes: bool,
     structured_replies: bool,
     meta: Option<MetaSelection>,
@@ -121,13 +149,33 @@ impl Default for Negotiation {
 
 impl Negotiation {
     pub fn new() -> Self {
+        Self::with_tls(TlsMode::Off)
+    }
+
+    /// A negotiation that offers (or requires) STARTTLS.
+    pub fn with_tls(tls: TlsMode) -> Self {
         Negotiation {
             state: State::ClientFlags,
+            tls,
+            tls_active: false,
             no_zeroes: false,
             structured_replies: false,
             meta: None,
             options_seen: 0,
         }
+    }
+
+    /// The TLS handshake after [`Step::StartTls`] succeeded: negotiation starts over (what
+    /// was agreed in clear no longer holds) on the encrypted stream.
+    pub fn tls_started(&mut self) {
+        self.tls_active = true;
+        self.structured_replies = false;
+        self.meta = None;
+    }
+
+    /// Whether TLS is up on this connection.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
     }
 
     /// The first bytes the server sends.
@@ -221,6 +269,7 @@ impl Negotiation {
                     agreement,
                 }
             }
+            Applied::StartTls => Step::StartTls { consumed: total },
         })
     }
 
@@ -270,7 +319,33 @@ impl Negotiation {
         exports: &[ExportSummary],
         out: &mut Vec<u8>,
     ) -> Result<Applied, NegotiationError> {
+        if self.tls == TlsMode::Required
+            && !self.tls_active
+            && !matches!(option, OPT_STARTTLS | OPT_ABORT)
+        {
+            if option == OPT_EXPORT_NAME {
+                return Err(NegotiationError::TlsRequired);
+            }
+            write_option_reply(
+                out,
+                option,
+                REP_ERR_TLS_REQD,
+                b"TLS is required: STARTTLS first",
+            );
+            return Ok(Applied::Continue);
+        }
         match option {
+            OPT_STARTTLS if self.tls != TlsMode::Off => {
+                if self.tls_active {
+                    write_option_reply(out, option, REP_ERR_INVALID, b"TLS is already up");
+                } else if !payload.is_empty() {
+                    write_option_reply(out, option, REP_ERR_INVALID, b"STARTTLS takes no data");
+                } else {
+                    write_option_reply(out, option, REP_ACK, &[]);
+                    return Ok(Applied::StartTls);
+                }
+                Ok(Applied::Continue)
+            }
             OPT_EXPORT_NAME => {
                 let Some(export) = resolve_export(exports, payload) else {
                     return Err(NegotiationError::UnknownExportName {
@@ -447,6 +522,7 @@ enum Applied {
     Continue,
     Abort,
     Go(Agreement),
+    StartTls,
 }
 
 /// The transmission flags we advertise for an export.

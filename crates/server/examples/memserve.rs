@@ -41,7 +41,7 @@ fn main() -> anyhow::Result<()> {
             let _ = tokio::signal::ctrl_c().await;
             stopper.cancel();
         });
-        weft_server::nbd_listener::run(listener, Arc::new(backend), false, shutdown)
+        weft_server::nbd_listener::run(listener, Arc::new(backend), Default::default(), shutdown)
             .await
             .context("nbd listener")
     })

@@ -3,7 +3,8 @@
 //!
 //! The rules, the same for NBD and iSCSI:
 //! - an export mapped to hosts is served only to those hosts: on iSCSI to their initiator
-//!   names (with their CHAP, if set), on NBD to connections from their addresses;
+//!   names (with their CHAP, if set), on NBD to connections from their addresses or whose
+//!   verified TLS client certificate carries one of their TLS names;
 //! - an export mapped to nobody is served to anyone who reaches an *open* listener: one on
 //!   loopback (the quick start), or one the operator opened with `--iscsi-open-network` /
 //!   `--nbd-open-network`. On any other listener it is invisible.
@@ -52,17 +53,31 @@ impl AccessTable {
         }
     }
 
-    /// Whether an NBD client at `peer` may list and open `export`.
-    pub fn nbd_may_use(&self, peer: IpAddr, export: &str, open: bool) -> bool {
+    /// Whether an NBD client may list and open `export`.
+    pub fn nbd_may_use(&self, client: &NbdClient, export: &str) -> bool {
         if self.is_mapped(export) {
             self.hosts.iter().any(|h| {
                 h.luns.iter().any(|m| m.export == export)
-                    && h.nbd_addresses.iter().any(|n| network_contains(n, peer))
+                    && (h
+                        .nbd_addresses
+                        .iter()
+                        .any(|n| network_contains(n, client.peer))
+                        || h.tls_names.iter().any(|n| client.tls_names.contains(n)))
             })
         } else {
-            open
+            client.open
         }
     }
+}
+
+/// Who an NBD client is.
+#[derive(Debug, Clone)]
+pub struct NbdClient {
+    pub peer: IpAddr,
+    /// The subject CN and DNS names of its verified TLS client certificate (empty without).
+    pub tls_names: Vec<String>,
+    /// The connection sees unmapped exports.
+    pub open: bool,
 }
 
 /// Whether a connection that reached `local` on a listener opened with `open_network` is
@@ -88,6 +103,7 @@ mod tests {
             name: name.into(),
             iqns: vec![iqn.into()],
             nbd_addresses: vec![net.into()],
+            tls_names: vec![format!("{name}.example")],
             chap: None,
             luns: exports
                 .iter()
@@ -111,17 +127,30 @@ mod tests {
             ],
         );
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let client = |peer: &str, open: bool| NbdClient {
+            peer: ip(peer),
+            tls_names: Vec::new(),
+            open,
+        };
         assert!(t.iscsi_may_use("IQN.A:DB1", "pgdata", false));
         assert!(!t.iscsi_may_use("iqn.a:db1", "wal", true));
         assert!(!t.iscsi_may_use("iqn.a:other", "pgdata", true));
         assert!(t.iscsi_may_use("iqn.a:other", "scratch", true));
         assert!(!t.iscsi_may_use("iqn.a:db1", "scratch", false));
-        assert!(t.nbd_may_use(ip("10.0.0.9"), "pgdata", false));
-        assert!(!t.nbd_may_use(ip("10.0.0.9"), "wal", true));
-        assert!(t.nbd_may_use(ip("10.0.1.5"), "wal", false));
-        assert!(!t.nbd_may_use(ip("127.0.0.1"), "wal", true));
-        assert!(t.nbd_may_use(ip("127.0.0.1"), "scratch", true));
-        assert!(!t.nbd_may_use(ip("10.0.0.9"), "scratch", false));
+        assert!(t.nbd_may_use(&client("10.0.0.9", false), "pgdata"));
+        assert!(!t.nbd_may_use(&client("10.0.0.9", true), "wal"));
+        assert!(t.nbd_may_use(&client("10.0.1.5", false), "wal"));
+        assert!(!t.nbd_may_use(&client("127.0.0.1", true), "wal"));
+        assert!(t.nbd_may_use(&client("127.0.0.1", true), "scratch"));
+        assert!(!t.nbd_may_use(&client("10.0.0.9", false), "scratch"));
+        // A verified certificate name stands for the host wherever the client connects from.
+        let certified = NbdClient {
+            peer: ip("192.168.7.7"),
+            tls_names: vec!["db2.example".into()],
+            open: false,
+        };
+        assert!(t.nbd_may_use(&certified, "wal"));
+        assert!(!t.nbd_may_use(&certified, "scratch"));
     }
 
     #[test]

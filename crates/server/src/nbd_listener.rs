@@ -11,12 +11,20 @@
 //! payload bytes per connection are bounded by semaphores, which is the backpressure: the
 //! reader stops reading the socket when a bound is reached.
 //!
+//! Access and TLS: a client sees the exports the host model gives it ([`crate::access`]: by
+//! address, or by the names of its verified TLS client certificate); a client that sends
+//! STARTTLS switches to TLS before choosing an export ([`tls`]), and a listener that requires
+//! TLS refuses every other option until it does.
+//!
 //! Shutdown: cancelling the token stops accepting; every connection stops reading new
 //! requests, lets in-flight ones complete and their replies go out, then closes. `run` returns
 //! once every connection has finished.
 
 mod connection;
 mod execute;
+pub mod tls;
+
+pub use tls::{NbdTls, NbdTlsFiles};
 
 use std::sync::Arc;
 
@@ -32,23 +40,33 @@ use crate::workers;
 /// thread churn of tokio's blocking pool.
 const WORKER_THREADS: usize = 16;
 
+/// How a listener serves its clients.
+#[derive(Debug, Default)]
+pub struct NbdOptions {
+    /// Off loopback, exports mapped to no host are served to anyone too.
+    pub open_network: bool,
+    /// NBD over TLS (STARTTLS), when configured.
+    pub tls: Option<NbdTls>,
+}
+
 /// Serve NBD on an already-bound listener until `shutdown` is cancelled, then wait for every
 /// connection to drain.
 pub async fn run(
     listener: TcpListener,
     backend: Arc<dyn ExportBackend>,
-    open_network: bool,
+    options: NbdOptions,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
-    info!(%local, open_network, "nbd listener started");
+    info!(%local, open_network = options.open_network, tls = ?options.tls, "nbd listener started");
+    let options = Arc::new(options);
     let workers = Arc::new(workers::WorkerPool::new("nbd", WORKER_THREADS)?);
     crate::accept::serve_connections(listener, "nbd", &shutdown, |stream, _peer| {
         connection::serve(
             stream,
             Arc::clone(&backend),
             Arc::clone(&workers),
-            open_network,
+            Arc::clone(&options),
             shutdown.clone(),
         )
     })

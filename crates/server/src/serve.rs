@@ -73,6 +73,8 @@ pub struct ServeConfig {
     pub iscsi_open_network: bool,
     /// The NBD listener, off loopback, also serves exports mapped to no host, to anyone.
     pub nbd_open_network: bool,
+    /// NBD over TLS (STARTTLS, X.509), when configured.
+    pub nbd_tls: Option<crate::nbd_listener::NbdTlsFiles>,
     pub api_listen: SocketAddr,
     pub default_volume: String,
     pub default_volume_size_bytes: u64,
@@ -81,6 +83,13 @@ pub struct ServeConfig {
 /// Run until a signal; returns after a clean shutdown (destaged and checkpointed).
 pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     say_who_sees_what(&config);
+    // Before the data dir is touched: a bad certificate stops the start.
+    let nbd_tls = config
+        .nbd_tls
+        .as_ref()
+        .map(crate::nbd_listener::NbdTls::load)
+        .transpose()
+        .context("loading the NBD TLS certificate")?;
     let data_dir = absolute(&config.engine.data_dir)?;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
@@ -127,10 +136,26 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     let backend = Arc::new(EngineBackend::new(engine.clone()));
+    let nbd_tls_said = nbd_tls.as_ref().map(|t| {
+        let mode = if t.mode == weft_nbd::TlsMode::Required {
+            "required"
+        } else {
+            "optional"
+        };
+        let clients = if t.verifies_clients {
+            "client certificates verified"
+        } else {
+            "no client certificates"
+        };
+        format!("{mode}, {clients}")
+    });
     let nbd_task = tokio::spawn(crate::nbd_listener::run(
         nbd,
         backend.clone(),
-        config.nbd_open_network,
+        crate::nbd_listener::NbdOptions {
+            open_network: config.nbd_open_network,
+            tls: nbd_tls,
+        },
         shutdown.clone(),
     ));
     let iscsi_options = crate::iscsi_listener::IscsiOptions {
@@ -175,6 +200,9 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     )?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "weft: data dir {}", data_dir.display())?;
+    if let Some(tls) = &nbd_tls_said {
+        writeln!(out, "nbd tls: {tls} (nbds:// URIs)")?;
+    }
     for (name, size_bytes) in engine.volume_sizes() {
         writeln!(out, "nbd: nbd://{nbd_addr}/{name}  ({size_bytes} bytes)")?;
         if let Some(portal) = iscsi_addr {

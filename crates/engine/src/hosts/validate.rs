@@ -1,6 +1,6 @@
 //! What a host definition may hold: initiator names (RFC 3720 §3.2.6: `iqn.`, `eui.` or
 //! `naa.` names, compared case-insensitively), NBD client addresses (an IP address or a
-//! CIDR network), CHAP user names and secrets (RFC 7143 §12.1.3 asks for at least 96 bits
+//! CIDR network), TLS client names, CHAP user names and secrets (RFC 7143 §12.1.3 asks for at least 96 bits
 //! of secret; Windows' initiator takes 12 to 16 characters, so 12 is the minimum here).
 
 use std::net::IpAddr;
@@ -81,6 +81,22 @@ pub fn network_contains(text: &str, addr: IpAddr) -> bool {
             u128::from(n) & mask == u128::from(a) & mask
         }
         _ => false,
+    }
+}
+
+/// A TLS client name: what a client certificate's subject CN or DNS name must equal
+/// (compared as given; DNS names are lowercased). Printable ASCII, 1-255 characters.
+pub fn tls_name(name: &str) -> Result<String, EngineError> {
+    let name = name.trim();
+    let ok = !name.is_empty()
+        && name.len() <= CHAP_USER_MAX_BYTES
+        && name.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(invalid(format!(
+            "TLS client name {name:?}: use 1-255 printable characters (a certificate's CN or DNS name)"
+        )))
     }
 }
 

@@ -388,3 +388,72 @@ proptest! {
         crate::fuzzing::fuzz_negotiation(&data);
     }
 }
+
+/// A negotiation with `tls`, past the client flags.
+fn started_with(tls: TlsMode) -> Negotiation {
+    let mut n = Negotiation::with_tls(tls);
+    let mut out = Vec::new();
+    let flags = (CLIENT_FLAG_FIXED_NEWSTYLE | CLIENT_FLAG_NO_ZEROES).to_be_bytes();
+    n.advance(&flags, &exports(), &mut out).expect("flags");
+    n
+}
+
+#[test]
+fn starttls_is_acked_and_the_clear_text_agreement_is_forgotten() {
+    let mut n = started_with(TlsMode::Optional);
+    let (_, replies) = send(&mut n, OPT_STRUCTURED_REPLY, &[]);
+    assert_eq!(replies, [(REP_ACK, vec![])]);
+    let (step, replies) = send(&mut n, OPT_STARTTLS, &[]);
+    assert_eq!(step, Step::StartTls { consumed: 16 });
+    assert_eq!(replies, [(REP_ACK, vec![])]);
+    n.tls_started();
+    assert!(n.tls_active());
+    // Structured replies negotiated in clear no longer hold.
+    let payload = encode_info_request("disk", &[]);
+    let (step, _) = send(&mut n, OPT_GO, &payload);
+    let Step::Go { agreement, .. } = step else {
+        panic!("{step:?}")
+    };
+    assert!(!agreement.structured_replies);
+}
+
+#[test]
+fn starttls_twice_or_with_data_is_invalid_and_off_is_unsupported() {
+    let mut n = started_with(TlsMode::Optional);
+    let (_, replies) = send(&mut n, OPT_STARTTLS, b"x");
+    assert_eq!(replies[0].0, REP_ERR_INVALID);
+    send(&mut n, OPT_STARTTLS, &[]);
+    n.tls_started();
+    let (_, replies) = send(&mut n, OPT_STARTTLS, &[]);
+    assert_eq!(replies[0].0, REP_ERR_INVALID);
+    let mut off = started_with(TlsMode::Off);
+    let (_, replies) = send(&mut off, OPT_STARTTLS, &[]);
+    assert_eq!(replies[0].0, REP_ERR_UNSUP);
+}
+
+#[test]
+fn required_tls_refuses_every_option_until_starttls() {
+    let mut n = started_with(TlsMode::Required);
+    for option in [OPT_LIST, OPT_STRUCTURED_REPLY, OPT_INFO, OPT_GO, 99] {
+        let (step, replies) = send(&mut n, option, &[]);
+        assert_eq!(step, Step::Continue { consumed: 16 });
+        assert_eq!(replies[0].0, REP_ERR_TLS_REQD, "option {option}");
+    }
+    // EXPORT_NAME has no error reply: hang up.
+    let mut input = Vec::new();
+    encode_option(OPT_EXPORT_NAME, b"disk", &mut input);
+    assert_eq!(
+        n.advance(&input, &exports(), &mut Vec::new()),
+        Err(NegotiationError::TlsRequired)
+    );
+    // After TLS, the same options work.
+    let mut n = started_with(TlsMode::Required);
+    send(&mut n, OPT_STARTTLS, &[]);
+    n.tls_started();
+    let (_, replies) = send(&mut n, OPT_LIST, &[]);
+    assert_eq!(replies.last().unwrap().0, REP_ACK);
+    // ABORT is allowed in clear.
+    let mut n = started_with(TlsMode::Required);
+    let (step, _) = send(&mut n, OPT_ABORT, &[]);
+    assert_eq!(step, Step::Abort { consumed: 16 });
+}

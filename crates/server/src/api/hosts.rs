@@ -24,6 +24,8 @@ pub(super) struct CreateHost {
     iqns: Vec<String>,
     #[serde(default)]
     nbd_addresses: Vec<String>,
+    #[serde(default)]
+    tls_names: Vec<String>,
     chap_user: Option<String>,
     chap_secret: Option<String>,
     mutual_chap_user: Option<String>,
@@ -67,6 +69,7 @@ pub(super) async fn create(
         name: body.name,
         iqns: body.iqns,
         nbd_addresses: body.nbd_addresses,
+        tls_names: body.tls_names,
         chap_user: body.chap_user,
         chap_secret: body.chap_secret,
         mutual_user: body.mutual_chap_user,

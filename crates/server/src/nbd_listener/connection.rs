@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -21,10 +20,13 @@ use tracing::{debug, info, warn};
 use weft_nbd::wire::{OPTION_HEADER_LEN_BYTES, OPTION_PAYLOAD_MAX_BYTES, PAYLOAD_MAX_BYTES};
 use weft_nbd::{
     encode_reply, parse_request_header, Agreement, Command, ExportSummary, Negotiation, Parse,
-    ReplyHead, Session, Step,
+    ReplyHead, Session, Step, TlsMode,
 };
 
 use super::execute::{execute, Disposition, Outcome};
+use super::tls::NbdStream;
+use super::NbdOptions;
+use crate::access::NbdClient;
 use crate::backend::{ExportBackend, ExportHandle};
 use crate::workers::WorkerPool;
 
@@ -77,26 +79,20 @@ enum ConnError {
     Negotiation(#[from] weft_nbd::NegotiationError),
     #[error("handshake timed out")]
     HandshakeTimeout,
+    #[error("bytes in clear after STARTTLS")]
+    ClearTextAfterStartTls,
     #[error("handshake buffer over its limit")]
     HandshakeTooLarge,
     #[error("export {name:?} could not be opened after negotiation")]
     OpenFailed { name: String },
 }
 
-/// Who the client is, for [`crate::access`]: its address, and whether the connection sees
-/// unmapped exports.
-#[derive(Debug, Clone, Copy)]
-struct Viewer {
-    peer: std::net::IpAddr,
-    open: bool,
-}
-
 /// Serve one connection to completion. Errors are logged here.
 pub(super) async fn serve(
-    mut stream: TcpStream,
+    stream: TcpStream,
     backend: Arc<dyn ExportBackend>,
     workers: Arc<WorkerPool>,
-    open_network: bool,
+    options: Arc<NbdOptions>,
     shutdown: CancellationToken,
 ) {
     if let Err(error) = stream.set_nodelay(true) {
@@ -105,18 +101,20 @@ pub(super) async fn serve(
     let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) else {
         return;
     };
-    let viewer = Viewer {
+    let client = NbdClient {
         peer: peer.ip(),
-        open: crate::access::connection_is_open(local, open_network),
+        tls_names: Vec::new(),
+        open: crate::access::connection_is_open(local, options.open_network),
     };
     info!(%peer, "nbd client connected");
+    let handshake = handshake(NbdStream::Plain(stream), &backend, client, &options);
     let negotiated = tokio::select! {
         _ = shutdown.cancelled() => return,
-        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &backend, viewer)) => {
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake) => {
             r.unwrap_or(Err(ConnError::HandshakeTimeout))
         }
     };
-    let (agreement, export, leftover) = match negotiated {
+    let (stream, agreement, export, leftover) = match negotiated {
         Ok(Some(done)) => done,
         Ok(None) => {
             info!("nbd client left during negotiation");
@@ -131,39 +129,64 @@ pub(super) async fn serve(
         export = %agreement.export.name,
         structured = agreement.structured_replies,
         base_allocation = agreement.base_allocation,
+        tls = matches!(stream, NbdStream::Tls(_)),
         "nbd transmission started"
     );
-    match transmit(stream, &agreement, export, leftover, &workers, &shutdown).await {
+    let transmitted = match stream {
+        NbdStream::Plain(tcp) => {
+            let (rd, wr) = tcp.into_split();
+            transmit(rd, wr, &agreement, export, leftover, &workers, &shutdown).await
+        }
+        NbdStream::Tls(tls) => {
+            let (rd, wr) = tokio::io::split(*tls);
+            transmit(rd, wr, &agreement, export, leftover, &workers, &shutdown).await
+        }
+    };
+    match transmitted {
         Ok(()) => info!("nbd client disconnected"),
         Err(error) => info!(%error, "nbd connection closed"),
     }
 }
 
-/// Run option haggling. `Ok(None)` when the client aborted or left; otherwise the agreement,
-/// the opened export and any bytes the client already sent past the end of negotiation.
-async fn handshake(
-    stream: &mut TcpStream,
+/// The exports `client` may use: only these are listed, and only these can be opened.
+async fn visible_exports(
     backend: &Arc<dyn ExportBackend>,
-    viewer: Viewer,
-) -> Result<Option<(Agreement, Arc<dyn ExportHandle>, BytesMut)>, ConnError> {
+    client: NbdClient,
+) -> std::io::Result<Vec<ExportSummary>> {
     let lister = Arc::clone(backend);
-    // Only the exports this client may use are listed, and only those can be opened.
-    let exports: Vec<ExportSummary> = blocking(move || {
+    let exports = blocking(move || {
         let table = lister.access();
         let mut exports = lister.list_exports();
-        exports.retain(|e| table.nbd_may_use(viewer.peer, &e.name, viewer.open));
+        exports.retain(|e| table.nbd_may_use(&client, &e.name));
         exports
     })
-    .await?
-    .into_iter()
-    .map(|e| ExportSummary {
-        name: e.name,
-        description: e.description,
-        size_bytes: e.size_bytes,
-        read_only: e.read_only,
-    })
-    .collect();
-    let mut negotiation = Negotiation::new();
+    .await?;
+    Ok(exports
+        .into_iter()
+        .map(|e| ExportSummary {
+            name: e.name,
+            description: e.description,
+            size_bytes: e.size_bytes,
+            read_only: e.read_only,
+        })
+        .collect())
+}
+
+/// A finished negotiation: the stream (TLS or not), the agreement, the opened export and any
+/// bytes the client already sent past the end of negotiation.
+type Negotiated = (NbdStream, Agreement, Arc<dyn ExportHandle>, BytesMut);
+
+/// Run option haggling (and the TLS handshake if the client asks for it). `Ok(None)` when
+/// the client aborted or left.
+async fn handshake(
+    mut stream: NbdStream,
+    backend: &Arc<dyn ExportBackend>,
+    mut client: NbdClient,
+    options: &NbdOptions,
+) -> Result<Option<Negotiated>, ConnError> {
+    let mut exports = visible_exports(backend, client.clone()).await?;
+    let tls_mode = options.tls.as_ref().map_or(TlsMode::Off, |t| t.mode);
+    let mut negotiation = Negotiation::with_tls(tls_mode);
     let mut out = Vec::new();
     negotiation.greeting(&mut out);
     stream.write_all(&out).await?;
@@ -198,7 +221,23 @@ async fn handshake(
                         });
                     };
                     stream.write_all(&out).await?;
-                    return Ok(Some((agreement, export, buf)));
+                    return Ok(Some((stream, agreement, export, buf)));
+                }
+                Step::StartTls { consumed } => {
+                    buf.advance(consumed);
+                    stream.write_all(&out).await?;
+                    if !buf.is_empty() {
+                        return Err(ConnError::ClearTextAfterStartTls);
+                    }
+                    let (NbdStream::Plain(tcp), Some(tls)) = (stream, &options.tls) else {
+                        return Err(ConnError::ClearTextAfterStartTls);
+                    };
+                    let secured = tls.accept(tcp).await?;
+                    client.tls_names = super::tls::client_names(&secured);
+                    info!(names = ?client.tls_names, "nbd client switched to TLS");
+                    stream = NbdStream::Tls(Box::new(secured));
+                    negotiation.tls_started();
+                    exports = visible_exports(backend, client.clone()).await?;
                 }
             }
         }
@@ -213,16 +252,20 @@ async fn handshake(
 }
 
 /// The transmission phase: reader loop here, writer in its own task.
-async fn transmit(
-    stream: TcpStream,
+async fn transmit<R, W>(
+    mut rd: R,
+    wr: W,
     agreement: &Agreement,
     export: Arc<dyn ExportHandle>,
     mut buf: BytesMut,
     workers: &WorkerPool,
     shutdown: &CancellationToken,
-) -> Result<(), ConnError> {
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let session = Session::new(agreement);
-    let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Completion>(INFLIGHT_REQUESTS_MAX);
     // Cancelled when the connection must end: export gone, or the writer failed.
     let stop = CancellationToken::new();
@@ -403,7 +446,7 @@ async fn disconnect_when_gone(export: Arc<dyn ExportHandle>, stop: CancellationT
 }
 
 async fn read_more(
-    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    rd: &mut (impl AsyncRead + Unpin),
     buf: &mut BytesMut,
     want: usize,
     stop: &CancellationToken,
@@ -440,8 +483,8 @@ async fn acquire(requests: &Arc<Semaphore>, bytes: &Arc<Semaphore>, payload_byte
 }
 
 /// The writer task: encode completions in arrival order, flush once per batch.
-async fn write_replies(
-    wr: OwnedWriteHalf,
+async fn write_replies<W: AsyncWrite + Unpin>(
+    wr: W,
     mut rx: mpsc::Receiver<Completion>,
     structured: bool,
     stop: CancellationToken,
@@ -469,8 +512,8 @@ async fn write_replies(
     result
 }
 
-async fn write_one(
-    w: &mut BufWriter<OwnedWriteHalf>,
+async fn write_one<W: AsyncWrite + Unpin>(
+    w: &mut BufWriter<W>,
     scratch: &mut Vec<u8>,
     c: Completion,
     structured: bool,

@@ -37,7 +37,8 @@ impl TestServer {
                 runtime.block_on(async move {
                     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
                     tx.send(listener.local_addr()?).expect("test is waiting");
-                    weft_server::nbd_listener::run(listener, backend, false, shutdown).await
+                    weft_server::nbd_listener::run(listener, backend, Default::default(), shutdown)
+                        .await
                 })
             })
         };
