@@ -132,3 +132,68 @@ pub fn report_one_operation_code(options: u8, op: u8, service_action: u16) -> Ve
     cdb[4..6].copy_from_slice(&service_action.to_be_bytes());
     cdb
 }
+
+/// PERSISTENT RESERVE IN with a service action and a 16-bit allocation length.
+pub fn persistent_reserve_in(service_action: u16, allocation_len: u16) -> Vec<u8> {
+    let mut cdb = vec![0u8; 10];
+    cdb[0] = opcode::PERSISTENT_RESERVE_IN;
+    cdb[1] = u8::try_from(service_action).unwrap_or(0xff) & opcode::SERVICE_ACTION_MASK;
+    cdb[7..9].copy_from_slice(&allocation_len.to_be_bytes());
+    cdb
+}
+
+/// PERSISTENT RESERVE OUT with a service action, a reservation type (LU scope) and a
+/// parameter list length.
+pub fn persistent_reserve_out(service_action: u16, kind: u8, parameter_len: u32) -> Vec<u8> {
+    let mut cdb = vec![0u8; 10];
+    cdb[0] = opcode::PERSISTENT_RESERVE_OUT;
+    cdb[1] = u8::try_from(service_action).unwrap_or(0xff) & opcode::SERVICE_ACTION_MASK;
+    cdb[2] = kind & 0x0f;
+    cdb[5..9].copy_from_slice(&parameter_len.to_be_bytes());
+    cdb
+}
+
+/// PERSISTENT RESERVE OUT basic parameter list (24 bytes): RESERVATION KEY, SERVICE ACTION
+/// RESERVATION KEY, and byte 20's flags (SPEC_I_PT 08h, ALL_TG_PT 04h, APTPL 01h).
+pub fn prout_parameters(key: u64, service_action_key: u64, flags: u8) -> Vec<u8> {
+    let mut list = vec![0u8; 24];
+    list[0..8].copy_from_slice(&key.to_be_bytes());
+    list[8..16].copy_from_slice(&service_action_key.to_be_bytes());
+    list[20] = flags;
+    list
+}
+
+/// REGISTER AND MOVE parameter list: keys, UNREG, the destination's relative target port and
+/// an iSCSI TransportID (format 01b) for `initiator_port` (`<name>,i,0x<isid>`).
+pub fn register_and_move_parameters(
+    key: u64,
+    service_action_key: u64,
+    unregister: bool,
+    relative_target_port: u16,
+    initiator_port: &str,
+) -> Vec<u8> {
+    let mut name = initiator_port.as_bytes().to_vec();
+    name.push(0);
+    name.resize(name.len().next_multiple_of(4).max(20), 0);
+    let mut transport_id = vec![0x45, 0];
+    transport_id.extend(u16::try_from(name.len()).unwrap_or(u16::MAX).to_be_bytes());
+    transport_id.extend(name);
+    let mut list = vec![0u8; 24];
+    list[0..8].copy_from_slice(&key.to_be_bytes());
+    list[8..16].copy_from_slice(&service_action_key.to_be_bytes());
+    list[17] = if unregister { 0x02 } else { 0 };
+    list[18..20].copy_from_slice(&relative_target_port.to_be_bytes());
+    list[20..24].copy_from_slice(&u32::try_from(transport_id.len()).unwrap_or(0).to_be_bytes());
+    list.extend(transport_id);
+    list
+}
+
+/// RESERVE(6) of the whole logical unit.
+pub fn reserve6() -> Vec<u8> {
+    vec![opcode::RESERVE_6, 0, 0, 0, 0, 0]
+}
+
+/// RELEASE(6).
+pub fn release6() -> Vec<u8> {
+    vec![opcode::RELEASE_6, 0, 0, 0, 0, 0]
+}

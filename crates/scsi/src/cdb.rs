@@ -85,8 +85,13 @@ pub(crate) enum Command {
         save_pages: bool,
         parameter_len: u32,
     },
-    StartStopUnit,
-    PreventAllowMediumRemoval,
+    /// `starts`: START=1 with POWER CONDITION 0, which every reservation allows.
+    StartStopUnit {
+        starts: bool,
+    },
+    PreventAllowMediumRemoval {
+        prevent: bool,
+    },
     ReadCapacity10,
     ReadCapacity16 {
         allocation_len: u32,
@@ -137,6 +142,21 @@ pub(crate) enum Command {
         select_report: u8,
         allocation_len: u32,
     },
+    /// `service_action` is one of READ KEYS .. READ FULL STATUS.
+    PersistentReserveIn {
+        service_action: u16,
+        allocation_len: u32,
+    },
+    /// `service_action` is one of REGISTER .. REGISTER AND MOVE; `scope` and `kind` are the
+    /// raw SCOPE and TYPE fields, checked by the service actions that use them.
+    PersistentReserveOut {
+        service_action: u16,
+        scope: u8,
+        kind: u8,
+        parameter_len: u32,
+    },
+    Reserve6,
+    Release6,
 }
 
 type Decoder = fn(&Cdb) -> Result<Command, Sense>;
@@ -153,8 +173,8 @@ pub(crate) fn decode(cdb: &[u8]) -> Result<Command, Sense> {
         opcode::INQUIRY => inquiry,
         opcode::MODE_SENSE_6 | opcode::MODE_SENSE_10 => mode_sense,
         opcode::MODE_SELECT_6 | opcode::MODE_SELECT_10 => mode_select,
-        opcode::START_STOP_UNIT => |_| Ok(Command::StartStopUnit),
-        opcode::PREVENT_ALLOW_MEDIUM_REMOVAL => |_| Ok(Command::PreventAllowMediumRemoval),
+        opcode::START_STOP_UNIT => start_stop_unit,
+        opcode::PREVENT_ALLOW_MEDIUM_REMOVAL => prevent_allow_medium_removal,
         opcode::READ_CAPACITY_10 => read_capacity_10,
         opcode::SERVICE_ACTION_IN_16 => service_action_in,
         opcode::READ_6 | opcode::READ_10 | opcode::READ_12 | opcode::READ_16 => read,
@@ -169,11 +189,11 @@ pub(crate) fn decode(cdb: &[u8]) -> Result<Command, Sense> {
         opcode::COMPARE_AND_WRITE => compare_and_write,
         opcode::MAINTENANCE_IN => maintenance_in,
         opcode::REPORT_LUNS => report_luns,
-        // Persistent reservations are not implemented yet: they answer like any unknown opcode.
-        // Add decoders here (and rows in `maintenance_in::SUPPORTED`) when they are.
-        opcode::PERSISTENT_RESERVE_IN | opcode::PERSISTENT_RESERVE_OUT => {
-            return Err(Sense::invalid_opcode())
-        }
+        opcode::PERSISTENT_RESERVE_IN => persistent_reserve_in,
+        opcode::PERSISTENT_RESERVE_OUT => persistent_reserve_out,
+        opcode::RESERVE_6 | opcode::RELEASE_6 => reserve_release_6,
+        // New decoders need a row in `maintenance_in::SUPPORTED` and an access class in
+        // `reservations::access`.
         _ => return Err(Sense::invalid_opcode()),
     };
     decoder(&Cdb::new(cdb)?)
@@ -223,9 +243,9 @@ impl Command {
                 }
             }
             Command::CompareAndWrite { range, .. } => 2 * u64::from(range.count) * block,
-            Command::Unmap { parameter_len } | Command::ModeSelect { parameter_len, .. } => {
-                u64::from(parameter_len)
-            }
+            Command::Unmap { parameter_len }
+            | Command::ModeSelect { parameter_len, .. }
+            | Command::PersistentReserveOut { parameter_len, .. } => u64::from(parameter_len),
             _ => 0,
         }
     }
@@ -241,7 +261,8 @@ impl Command {
             | Command::GetLbaStatus { allocation_len, .. }
             | Command::ReportSupportedOperationCodes { allocation_len, .. }
             | Command::ReportTargetPortGroups { allocation_len, .. }
-            | Command::ReportLuns { allocation_len, .. } => u64::from(allocation_len),
+            | Command::ReportLuns { allocation_len, .. }
+            | Command::PersistentReserveIn { allocation_len, .. } => u64::from(allocation_len),
             Command::ReadCapacity10 => crate::capacity::READ_CAPACITY_10_LEN_BYTES as u64,
             Command::Read(range) => u64::from(range.count) * u64::from(geometry.block_size_bytes),
             _ => 0,
@@ -409,6 +430,19 @@ fn mode_select(c: &Cdb) -> Result<Command, Sense> {
     })
 }
 
+fn start_stop_unit(c: &Cdb) -> Result<Command, Sense> {
+    // START in byte 4 bit 0, POWER CONDITION in byte 4 bits 7..4.
+    Ok(Command::StartStopUnit {
+        starts: c.bit(4, 0x01) && c.byte(4) >> 4 == 0,
+    })
+}
+
+fn prevent_allow_medium_removal(c: &Cdb) -> Result<Command, Sense> {
+    Ok(Command::PreventAllowMediumRemoval {
+        prevent: c.byte(4) & 0x03 != 0,
+    })
+}
+
 fn read_capacity_10(c: &Cdb) -> Result<Command, Sense> {
     // SBC-3: with PMI clear the LBA field must be zero.
     if !c.bit(8, 0x01) && c.be32(2) != 0 {
@@ -562,6 +596,53 @@ fn report_luns(c: &Cdb) -> Result<Command, Sense> {
     })
 }
 
+fn persistent_reserve_in(c: &Cdb) -> Result<Command, Sense> {
+    let service_action = c.service_action();
+    if service_action > opcode::SA_READ_FULL_STATUS {
+        return Err(invalid_pr_service_action());
+    }
+    Ok(Command::PersistentReserveIn {
+        service_action,
+        allocation_len: u32::from(c.be16(7)),
+    })
+}
+
+fn persistent_reserve_out(c: &Cdb) -> Result<Command, Sense> {
+    let service_action = c.service_action();
+    if service_action > opcode::SA_REGISTER_AND_MOVE {
+        return Err(invalid_pr_service_action());
+    }
+    Ok(Command::PersistentReserveOut {
+        service_action,
+        scope: c.byte(2) >> 4,
+        kind: c.byte(2) & 0x0f,
+        parameter_len: c.be32(5),
+    })
+}
+
+/// RESERVE(6) and RELEASE(6) of the whole logical unit: the SPC-2 third-party (byte 1 bit
+/// 4) and extent (bit 0) forms are not supported.
+fn reserve_release_6(c: &Cdb) -> Result<Command, Sense> {
+    if c.bit(1, 0x10) {
+        return Err(Sense::invalid_cdb_field(1, Some(4)));
+    }
+    if c.bit(1, 0x01) {
+        return Err(Sense::invalid_cdb_field(1, Some(0)));
+    }
+    Ok(if c.opcode() == opcode::RESERVE_6 {
+        Command::Reserve6
+    } else {
+        Command::Release6
+    })
+}
+
+/// A service action PERSISTENT RESERVE IN/OUT do not have: INVALID FIELD IN CDB pointing at
+/// it (SPC-4 6.16.1; libiscsi's PrinServiceactionRange wants anything but INVALID COMMAND
+/// OPERATION CODE, which would mean the command is not supported at all).
+pub(crate) fn invalid_pr_service_action() -> Sense {
+    Sense::invalid_cdb_field(1, Some(4))
+}
+
 /// An unknown service action of a known opcode: INVALID COMMAND OPERATION CODE, as for an
 /// unknown opcode, pointing at the service action field.
 fn invalid_service_action() -> Sense {
@@ -632,12 +713,86 @@ mod tests {
         assert_eq!((s.key, s.asc), (5, 0x20));
         let s = decode(&[0xff; 16]).unwrap_err();
         assert_eq!(s.asc, 0x20);
-        let s = decode(&[opcode::PERSISTENT_RESERVE_IN; 10]).unwrap_err();
+        let s = decode(&[0x7e; 10]).unwrap_err();
         assert_eq!(s.asc, 0x20);
         // A 16-byte buffer for a 6-byte CDB: the tail is not the control byte.
         assert_eq!(
             decode(&cdb(&[(0, opcode::TEST_UNIT_READY), (15, 0xff)], 16)),
             Ok(Command::TestUnitReady)
+        );
+    }
+
+    #[test]
+    fn persistent_reserve_cdbs_decode_and_refuse_unknown_service_actions() {
+        let prin = cdb(
+            &[(0, opcode::PERSISTENT_RESERVE_IN), (1, 3), (7, 1), (8, 2)],
+            10,
+        );
+        assert_eq!(
+            decode(&prin),
+            Ok(Command::PersistentReserveIn {
+                service_action: 3,
+                allocation_len: 0x102
+            })
+        );
+        let bad = cdb(&[(0, opcode::PERSISTENT_RESERVE_IN), (1, 4)], 10);
+        let s = decode(&bad).unwrap_err();
+        assert_eq!(
+            (s.asc, s.field.map(|f| (f.byte, f.bit))),
+            (0x24, Some((1, Some(4))))
+        );
+        let prout = cdb(
+            &[
+                (0, opcode::PERSISTENT_RESERVE_OUT),
+                (1, 7),
+                (2, 0x15),
+                (8, 24),
+            ],
+            10,
+        );
+        assert_eq!(
+            decode(&prout),
+            Ok(Command::PersistentReserveOut {
+                service_action: 7,
+                scope: 1,
+                kind: 5,
+                parameter_len: 24
+            })
+        );
+        let g = geometry(512);
+        assert_eq!(decode(&prout).map(|c| c.data_out_len_bytes(&g)), Ok(24));
+        let bad = cdb(&[(0, opcode::PERSISTENT_RESERVE_OUT), (1, 8)], 10);
+        assert_eq!(decode(&bad).unwrap_err().asc, 0x24);
+        assert_eq!(
+            decode(&[opcode::RESERVE_6, 0, 0, 0, 0, 0]),
+            Ok(Command::Reserve6)
+        );
+        assert_eq!(
+            decode(&[opcode::RELEASE_6, 0, 0, 0, 0, 0]),
+            Ok(Command::Release6)
+        );
+        let s = decode(&[opcode::RESERVE_6, 0x10, 0, 0, 0, 0]).unwrap_err();
+        assert_eq!(s.field.map(|f| f.bit), Some(Some(4)), "third party");
+        assert!(
+            decode(&[opcode::RELEASE_6, 0x01, 0, 0, 0, 0]).is_err(),
+            "extent"
+        );
+    }
+
+    #[test]
+    fn start_stop_and_prevent_allow_fields() {
+        let ssu = |b4| decode(&[opcode::START_STOP_UNIT, 0, 0, 0, b4, 0]);
+        assert_eq!(ssu(0x01), Ok(Command::StartStopUnit { starts: true }));
+        assert_eq!(ssu(0x00), Ok(Command::StartStopUnit { starts: false }));
+        assert_eq!(ssu(0x11), Ok(Command::StartStopUnit { starts: false }));
+        let pamr = |b4| decode(&[opcode::PREVENT_ALLOW_MEDIUM_REMOVAL, 0, 0, 0, b4, 0]);
+        assert_eq!(
+            pamr(0),
+            Ok(Command::PreventAllowMediumRemoval { prevent: false })
+        );
+        assert_eq!(
+            pamr(1),
+            Ok(Command::PreventAllowMediumRemoval { prevent: true })
         );
     }
 

@@ -1,12 +1,15 @@
-//! Command execution: [`execute`] decodes a CDB, checks it against the LU's geometry and
-//! dispatches it; this file also runs the block data commands (READ, WRITE, WRITE AND VERIFY,
-//! VERIFY, SYNCHRONIZE CACHE, COMPARE AND WRITE). Provisioning commands live in
-//! [`crate::provisioning`], INQUIRY in [`crate::inquiry`], mode pages in [`crate::mode`].
+//! Command execution: [`execute`] decodes a CDB, checks it against the LU's geometry and the
+//! reservations, and dispatches it; this file also runs the block data commands (READ, WRITE,
+//! WRITE AND VERIFY, VERIFY, SYNCHRONIZE CACHE, COMPARE AND WRITE). Provisioning commands live
+//! in [`crate::provisioning`], INQUIRY in [`crate::inquiry`], mode pages in [`crate::mode`],
+//! reservations in [`crate::reservations`] and the `persistent_reserve_*` modules.
 //!
 //! Order of checks, as SBC-3 4.2 and the Linux and libiscsi test suites expect: CDB fields and
-//! transfer limits (INVALID FIELD IN CDB), then write protection (DATA PROTECT), then the LBA
-//! range (LOGICAL BLOCK ADDRESS OUT OF RANGE), then the data-out buffer's length, then I/O. A
-//! zero-length transfer that passes those checks is GOOD without touching the LU.
+//! transfer limits (INVALID FIELD IN CDB), then reservations (RESERVATION CONFLICT), then
+//! write protection (DATA PROTECT), then the LBA range (LOGICAL BLOCK ADDRESS OUT OF RANGE),
+//! then the data-out buffer's length, then I/O. A zero-length transfer that passes those
+//! checks is GOOD without touching the LU. (Pending unit attentions come before all of these:
+//! the transport asks [`LunState::unit_attention`] first.)
 //!
 //! Every block read and write holds [`LunState`]'s I/O lock shared; COMPARE AND WRITE holds it
 //! exclusive. Data-out longer than the CDB implies is ignored past what the CDB names (the
@@ -18,7 +21,11 @@ use crate::inquiry;
 use crate::lun::{Geometry, LogicalUnit, LunState};
 use crate::maintenance_in::{self, RsocRequest};
 use crate::mode::{self, SelectRequest, SenseRequest};
+use crate::nexus::Nexus;
+use crate::persistent_reserve_in::persistent_reserve_in;
+use crate::persistent_reserve_out::{persistent_reserve_out, reserve_release_6, ProutRequest};
 use crate::provisioning;
+use crate::reservations::access;
 use crate::sense::{asc, key, medium_error_sense, IoKind, Response, Sense};
 
 /// How many data-out bytes the command carries, from the CDB alone, so the transport can check
@@ -31,12 +38,21 @@ pub fn data_out_len(cdb: &[u8], geometry: &Geometry) -> Option<u64> {
     Some(command.data_out_len_bytes(geometry))
 }
 
-/// Execute one command against a logical unit. `data_out` is the whole data-out buffer the
-/// transport gathered. The response's data-in is already cut to the CDB's allocation length.
+/// Execute one command from `nexus` against a logical unit. `data_out` is the whole data-out
+/// buffer the transport gathered. The response's data-in is already cut to the CDB's
+/// allocation length. Status is GOOD, CHECK CONDITION (with sense) or RESERVATION CONFLICT.
 ///
 /// REPORT LUNS is not answered here (the transport knows which LUNs the initiator sees; see
-/// [`crate::report_luns`]): it gets INVALID COMMAND OPERATION CODE.
-pub fn execute(state: &LunState, lu: &dyn LogicalUnit, cdb: &[u8], data_out: &[u8]) -> Response {
+/// [`crate::report_luns`]): it gets INVALID COMMAND OPERATION CODE. Unit attentions are the
+/// transport's to report first ([`LunState::unit_attention`]); REQUEST SENSE returns the next
+/// one pending for `nexus` as its parameter data.
+pub fn execute(
+    state: &LunState,
+    lu: &dyn LogicalUnit,
+    nexus: &Nexus,
+    cdb: &[u8],
+    data_out: &[u8],
+) -> Response {
     let geometry = lu.geometry();
     if !geometry.is_valid() {
         return Response::check(Sense::new(
@@ -48,28 +64,65 @@ pub fn execute(state: &LunState, lu: &dyn LogicalUnit, cdb: &[u8], data_out: &[u
         Ok(command) => command,
         Err(sense) => return Response::check(sense),
     };
-    run(state, lu, &geometry, command, data_out).unwrap_or_else(Response::check)
+    match command {
+        Command::PersistentReserveOut {
+            service_action,
+            scope,
+            kind,
+            parameter_len,
+        } => {
+            let request = ProutRequest {
+                service_action,
+                scope,
+                kind,
+                parameter_len,
+            };
+            return persistent_reserve_out(state, lu.identity(), nexus, request, data_out);
+        }
+        Command::Reserve6 => return reserve_release_6(state, nexus, true),
+        Command::Release6 => return reserve_release_6(state, nexus, false),
+        _ => {}
+    }
+    // Held to the end of the command: a PERSISTENT RESERVE OUT waits for it.
+    let reservations = state.reservations();
+    if reservations.conflicts(nexus, access(&command)) {
+        return Response::reservation_conflict();
+    }
+    if let Command::PersistentReserveIn {
+        service_action,
+        allocation_len,
+    } = command
+    {
+        return persistent_reserve_in(&reservations, service_action, allocation_len);
+    }
+    run(state, lu, nexus, &geometry, command, data_out).unwrap_or_else(Response::check)
 }
 
 fn run(
     state: &LunState,
     lu: &dyn LogicalUnit,
+    nexus: &Nexus,
     geometry: &Geometry,
     command: Command,
     data_out: &[u8],
 ) -> Result<Response, Sense> {
     let response = match command {
-        Command::TestUnitReady | Command::StartStopUnit | Command::PreventAllowMediumRemoval => {
-            Response::good(Vec::new())
-        }
+        Command::TestUnitReady
+        | Command::StartStopUnit { .. }
+        | Command::PreventAllowMediumRemoval { .. } => Response::good(Vec::new()),
         Command::RequestSense {
             descriptor,
             allocation_len,
-        } => request_sense(
-            &Sense::new(key::NO_SENSE, asc::NO_ADDITIONAL_SENSE),
-            descriptor,
-            allocation_len,
-        ),
+        } => {
+            let pending = state
+                .take_attention(nexus)
+                .map(|code| Sense::new(key::UNIT_ATTENTION, code));
+            request_sense(
+                &pending.unwrap_or_else(|| Sense::new(key::NO_SENSE, asc::NO_ADDITIONAL_SENSE)),
+                descriptor,
+                allocation_len,
+            )
+        }
         Command::Inquiry {
             evpd,
             page_code,
@@ -161,6 +214,11 @@ fn run(
             allocation_len,
         ),
         Command::ReportLuns { .. } => return Err(Sense::invalid_opcode()),
+        // Answered by `execute` before `run`.
+        Command::PersistentReserveIn { .. }
+        | Command::PersistentReserveOut { .. }
+        | Command::Reserve6
+        | Command::Release6 => return Err(Sense::invalid_opcode()),
     };
     Ok(response)
 }
@@ -351,8 +409,12 @@ mod tests {
     use crate::sense::Status;
     use crate::MediumError;
 
+    fn nexus() -> Nexus {
+        Nexus::new("iqn.2024-01.test:host,i,0x800000000001", 1)
+    }
+
     fn run(lu: &MemLun, cdb: &[u8], data_out: &[u8]) -> Response {
-        execute(&LunState::new(), lu, cdb, data_out)
+        execute(&LunState::new(), lu, &nexus(), cdb, data_out)
     }
 
     fn assert_sense(r: &Response, key: u8, (asc, ascq): (u8, u8)) {
@@ -452,11 +514,11 @@ mod tests {
         let lu = MemLun::with_blocks(512, 16);
         let state = LunState::new();
         let cdb = build::rw10(opcode::WRITE_10, 0x08, 0, 1);
-        assert_good(&execute(&state, &lu, &cdb, &[1; 512]));
+        assert_good(&execute(&state, &lu, &nexus(), &cdb, &[1; 512]));
         let plain = build::rw10(opcode::WRITE_10, 0, 0, 1);
-        assert_good(&execute(&state, &lu, &plain, &[1; 512]));
+        assert_good(&execute(&state, &lu, &nexus(), &plain, &[1; 512]));
         state.set_write_cache_enabled(false);
-        assert_good(&execute(&state, &lu, &plain, &[1; 512]));
+        assert_good(&execute(&state, &lu, &nexus(), &plain, &[1; 512]));
         let fuas: Vec<bool> = lu
             .take_calls()
             .into_iter()
@@ -635,13 +697,24 @@ mod tests {
             for _ in 0..4 {
                 s.spawn(|| {
                     for _ in 0..200 {
-                        let current =
-                            execute(&state, &lu, &build::rw10(opcode::READ_10, 0, 0, 1), &[]);
+                        let current = execute(
+                            &state,
+                            &lu,
+                            &nexus(),
+                            &build::rw10(opcode::READ_10, 0, 0, 1),
+                            &[],
+                        );
                         let n = u32::from_be_bytes(current.data_in[0..4].try_into().expect("4"));
                         let mut data = current.data_in.clone();
                         data.extend((n + 1).to_be_bytes());
                         data.resize(1024, 0);
-                        let r = execute(&state, &lu, &build::compare_and_write(0, 1), &data);
+                        let r = execute(
+                            &state,
+                            &lu,
+                            &nexus(),
+                            &build::compare_and_write(0, 1),
+                            &data,
+                        );
                         if r.status == Status::Good {
                             successes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
@@ -688,7 +761,8 @@ mod tests {
             key::ILLEGAL_REQUEST,
             asc::INVALID_COMMAND_OPERATION_CODE,
         );
-        let r = run(&lu, &[opcode::PERSISTENT_RESERVE_OUT; 10], &[]);
+        // RESERVE(10): only the 6-byte SPC-2 form is supported.
+        let r = run(&lu, &[0x56, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[]);
         assert_sense(
             &r,
             key::ILLEGAL_REQUEST,

@@ -3,10 +3,11 @@
 //!
 //! [`fuzz_cdb`] runs arbitrary bytes as one command against a small [`MemLun`] and asserts
 //! what must hold for any input: no panic; CHECK CONDITION always with sense and no data, GOOD
-//! never with sense; data-in never longer than the CDB allows (its allocation length, its
-//! transfer length for reads); a read-only LU never receives a write; [`data_out_len`] agrees
-//! with [`execute`] about which CDBs are valid. The same CDB also goes through [`report_luns`]
-//! and [`execute_no_lun`].
+//! and RESERVATION CONFLICT never with sense; data-in never longer than the CDB allows (its
+//! allocation length, its transfer length for reads); a read-only LU never receives a write;
+//! the LU is never touched while another nexus holds an Exclusive Access reservation;
+//! [`data_out_len`] agrees with [`execute`] about which CDBs are valid. The same CDB also goes
+//! through [`report_luns`] and [`execute_no_lun`].
 
 use crate::build;
 use crate::cdb::decode;
@@ -14,6 +15,7 @@ use crate::execute::{data_out_len, execute};
 use crate::lun::{LogicalUnit, LunState, MediumError};
 use crate::luns::{execute_no_lun, report_luns};
 use crate::mem_lun::{Call, MemLun};
+use crate::nexus::Nexus;
 use crate::opcode;
 use crate::sense::{Response, Status};
 
@@ -32,10 +34,19 @@ const SHAPE_4K_BLOCKS: u8 = 0x01;
 const SHAPE_READ_ONLY: u8 = 0x02;
 const SHAPE_WRITE_CACHE_OFF: u8 = 0x04;
 const SHAPE_FAULT: u8 = 0x08;
+const SHAPE_REGISTERED: u8 = 0x40;
+const SHAPE_RESERVED_BY_OTHER: u8 = 0x80;
+/// Reservation keys of the fuzzed nexus (when registered) and of the other one.
+const FUZZ_OWN_KEY: u64 = 1;
+const FUZZ_OTHER_KEY: u64 = 2;
+/// Reservation type code of Exclusive Access.
+const EXCLUSIVE_ACCESS: u8 = 0x3;
 
 /// Input: byte 0 is the shape (bit 0: 4096-byte blocks, else 512; bit 1: read-only; bit 2:
-/// write cache disabled; bit 3: every storage call fails, bits 4..5 pick the error); byte 1 is
-/// the CDB length (mod 33); then the CDB; the rest is data-out.
+/// write cache disabled; bit 3: every storage call fails, bits 4..5 pick the error; bit 6: the
+/// nexus is registered with key 1; bit 7: another nexus, registered with key 2, holds an
+/// Exclusive Access reservation); byte 1 is the CDB length (mod 33); then the CDB; the rest is
+/// data-out.
 pub fn fuzz_cdb(data: &[u8]) {
     let Some((&shape, rest)) = data.split_first() else {
         return;
@@ -66,13 +77,22 @@ pub fn fuzz_cdb(data: &[u8]) {
         state.set_write_cache_enabled(false);
     }
     let geometry = lu.geometry();
+    let nexus = Nexus::iscsi("iqn.2024-01.fuzz:initiator", [0x80, 0, 0, 0, 0, 1], 1);
+    let other = Nexus::iscsi("iqn.2024-01.fuzz:other", [0x80, 0, 0, 0, 0, 2], 2);
+    if shape & SHAPE_REGISTERED != 0 {
+        register(&state, &lu, &nexus, FUZZ_OWN_KEY);
+    }
+    let reserved_by_other = shape & SHAPE_RESERVED_BY_OTHER != 0;
+    if reserved_by_other {
+        register(&state, &lu, &other, FUZZ_OTHER_KEY);
+        let reserve = build::persistent_reserve_out(opcode::SA_RESERVE, EXCLUSIVE_ACCESS, 24);
+        let list = build::prout_parameters(FUZZ_OTHER_KEY, 0, 0);
+        let r = execute(&state, &lu, &other, &reserve, &list);
+        assert_eq!(r.status, Status::Good, "fuzz setup: reserve");
+    }
 
-    let response = execute(&state, &lu, cdb, data_out);
+    let response = execute(&state, &lu, &nexus, cdb, data_out);
     check_status_and_sense(&response);
-    assert!(
-        matches!(response.status, Status::Good | Status::CheckCondition),
-        "execute returns GOOD or CHECK CONDITION"
-    );
     let decoded = decode(cdb).and_then(|c| c.check_limits(&geometry).map(|()| c));
     assert_eq!(
         data_out_len(cdb, &geometry).is_some(),
@@ -90,8 +110,9 @@ pub fn fuzz_cdb(data: &[u8]) {
         }
         Err(_) => assert_eq!(response.status, Status::CheckCondition),
     }
+    let calls = lu.take_calls();
     if geometry.read_only {
-        let wrote = lu.take_calls().into_iter().any(|c| {
+        let wrote = calls.iter().any(|c| {
             matches!(
                 c,
                 Call::Write { .. } | Call::Unmap { .. } | Call::WriteZeroes { .. }
@@ -99,11 +120,26 @@ pub fn fuzz_cdb(data: &[u8]) {
         });
         assert!(!wrote, "a read-only LU received a write");
     }
+    if reserved_by_other {
+        assert!(
+            calls.is_empty(),
+            "another nexus holds Exclusive Access, yet the LU saw {calls:?}"
+        );
+    }
+    // Whatever the command did, the unit attention queue answers without panicking.
+    let _ = state.unit_attention(&other, &[opcode::TEST_UNIT_READY]);
 
     let luns = report_luns(cdb, &FUZZ_LUNS);
     check_status_and_sense(&luns);
     let no_lun = execute_no_lun(cdb);
     check_status_and_sense(&no_lun);
+}
+
+/// Fuzz setup: REGISTER `nexus` with `key`; it must succeed.
+fn register(state: &LunState, lu: &MemLun, nexus: &Nexus, key: u64) {
+    let cdb = build::persistent_reserve_out(opcode::SA_REGISTER, 0, 24);
+    let r = execute(state, lu, nexus, &cdb, &build::prout_parameters(0, key, 0));
+    assert_eq!(r.status, Status::Good, "fuzz setup: register");
 }
 
 fn check_status_and_sense(response: &Response) {
@@ -117,7 +153,11 @@ fn check_status_and_sense(response: &Response) {
             assert_eq!(sense.encode_fixed().len(), 18);
             assert!(sense.encode_descriptor().len() >= 8);
         }
-        _ => assert!(response.sense.is_none(), "sense only with CHECK CONDITION"),
+        Status::ReservationConflict => {
+            assert!(response.sense.is_none() && response.data_in.is_empty());
+        }
+        Status::Good => assert!(response.sense.is_none(), "sense only with CHECK CONDITION"),
+        other => panic!("execute returned {other:?}"),
     }
 }
 
@@ -127,6 +167,25 @@ fn seed(shape: u8, cdb: &[u8], data_out: &[u8]) -> Vec<u8> {
     v.extend_from_slice(cdb);
     v.extend_from_slice(data_out);
     v
+}
+
+fn prout(service_action: u16, kind: u8, parameter_len: u32) -> Vec<u8> {
+    build::persistent_reserve_out(service_action, kind, parameter_len)
+}
+
+fn pr_list(key: u64, service_action_key: u64, flags: u8) -> Vec<u8> {
+    build::prout_parameters(key, service_action_key, flags)
+}
+
+/// REGISTER AND MOVE of the reservation to a third initiator through `port`.
+fn pr_move(key: u64, service_action_key: u64, port: u16) -> Vec<u8> {
+    build::register_and_move_parameters(
+        key,
+        service_action_key,
+        true,
+        port,
+        "iqn.2024-01.fuzz:third,i,0x800000000003",
+    )
 }
 
 /// A seed per supported command, plus the interesting refusals.
@@ -225,6 +284,71 @@ pub fn seed_corpus() -> Vec<Vec<u8>> {
         ),
         seed(0, &build::maintenance_in(0x0a, 0x20, 256), &[]),
         seed(0, &build::report_luns(256), &[]),
+        // Persistent reservations: each service action, from unregistered, registered and
+        // conflicting nexuses, with well-formed and malformed parameter lists.
+        seed(0xc0, &build::persistent_reserve_in(0, 0x2000), &[]),
+        seed(0xc0, &build::persistent_reserve_in(1, 0x2000), &[]),
+        seed(0, &build::persistent_reserve_in(2, 0x2000), &[]),
+        seed(0xc0, &build::persistent_reserve_in(3, 0x2000), &[]),
+        seed(0x40, &build::persistent_reserve_in(3, 9), &[]),
+        seed(0, &build::persistent_reserve_in(4, 0x2000), &[]),
+        seed(0, &prout(opcode::SA_REGISTER, 0, 24), &pr_list(0, 7, 0)),
+        seed(
+            0x40,
+            &prout(opcode::SA_REGISTER, 0, 24),
+            &pr_list(1, 7, 0x04),
+        ),
+        seed(
+            0x40,
+            &prout(opcode::SA_REGISTER_AND_IGNORE_EXISTING_KEY, 0, 24),
+            &pr_list(9, 0, 0),
+        ),
+        seed(0x40, &prout(opcode::SA_RESERVE, 5, 24), &pr_list(1, 0, 0)),
+        seed(0xc0, &prout(opcode::SA_RESERVE, 3, 24), &pr_list(1, 0, 0)),
+        seed(0x40, &prout(opcode::SA_RESERVE, 2, 24), &pr_list(1, 0, 0)),
+        seed(
+            0x40,
+            &prout(opcode::SA_RESERVE, 0x11, 24),
+            &pr_list(1, 0, 0),
+        ),
+        seed(0xc0, &prout(opcode::SA_RELEASE, 3, 24), &pr_list(1, 0, 0)),
+        seed(0xc0, &prout(opcode::SA_CLEAR, 0, 24), &pr_list(1, 0, 0)),
+        seed(0xc0, &prout(opcode::SA_PREEMPT, 1, 24), &pr_list(1, 2, 0)),
+        seed(
+            0xc0,
+            &prout(opcode::SA_PREEMPT_AND_ABORT, 8, 24),
+            &pr_list(1, 0, 0),
+        ),
+        seed(
+            0xc0,
+            &prout(opcode::SA_REGISTER_AND_MOVE, 3, 68),
+            &pr_move(1, 5, 2),
+        ),
+        seed(
+            0x40,
+            &prout(opcode::SA_REGISTER_AND_MOVE, 3, 68),
+            &pr_move(1, 5, 1),
+        ),
+        seed(0, &prout(opcode::SA_REGISTER, 0, 24), &pr_list(0, 7, 0x08)),
+        seed(0, &prout(opcode::SA_REGISTER, 0, 24), &pr_list(0, 7, 0x01)),
+        seed(0, &prout(opcode::SA_REGISTER, 0, 20), &pr_list(0, 7, 0)),
+        seed(
+            0,
+            &prout(opcode::SA_REGISTER, 0, 28),
+            &[pr_list(0, 7, 0), vec![0; 4]].concat(),
+        ),
+        seed(0, &prout(opcode::SA_REGISTER, 0, 24), &[0; 10]),
+        seed(
+            0,
+            &prout(opcode::SA_REGISTER, 0, u32::MAX),
+            &pr_list(0, 7, 0),
+        ),
+        seed(0x40, &build::reserve6(), &[]),
+        seed(0, &build::reserve6(), &[]),
+        seed(0x80, &build::release6(), &[]),
+        seed(0x80, &build::rw10(opcode::READ_10, 0, 0, 1), &[]),
+        seed(0xc0, &build::rw10(opcode::WRITE_10, 0, 0, 1), &b512(1)),
+        seed(0x80, &[opcode::REQUEST_SENSE, 0, 0, 0, 252, 0], &[]),
         // Refusals: unknown opcode, short CDB, write to a read-only LU, a failing LU, NACA.
         seed(0, &[0x7e, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[]),
         seed(0, &[opcode::READ_16, 0, 0, 0], &[]),

@@ -3,11 +3,16 @@
 //! This crate is the SCSI layer of the iSCSI target: it decodes CDBs, executes them against a
 //! [`LogicalUnit`] trait object that stores the data, and builds data-in buffers and sense
 //! data. It never touches a socket, a thread or a clock; the iSCSI PDU/login crate and the
-//! tokio listener call [`data_out_len`], [`execute`], [`report_luns`] and [`execute_no_lun`].
+//! tokio listener call [`data_out_len`], [`execute`], [`report_luns`] and [`execute_no_lun`],
+//! and on each LU's [`LunState`]: [`LunState::unit_attention`] before every command,
+//! [`LunState::logical_unit_reset`] on LUN and target resets, [`LunState::nexus_lost`] when a
+//! session ends. Every command carries its I_T nexus ([`Nexus`]).
 //!
 //! Modules and what each owns:
 //! - [`lun`]: the [`LogicalUnit`] trait, [`Geometry`], [`Identity`], [`MediumError`], and
-//!   [`LunState`] (mode values and the COMPARE AND WRITE lock shared by all sessions).
+//!   [`LunState`] (mode values, the COMPARE AND WRITE lock, reservations and pending unit
+//!   attentions, shared by all sessions).
+//! - [`nexus`]: [`Nexus`], the I_T nexus, and iSCSI TransportIDs.
 //! - [`sense`]: [`Status`], [`Sense`] (fixed and descriptor formats), [`Response`], the named
 //!   sense keys and codes, and the one mapping from [`MediumError`] to sense.
 //! - [`opcode`]: operation codes and service actions.
@@ -22,6 +27,11 @@
 //! - `maintenance_in`: REPORT SUPPORTED OPERATION CODES (and the supported-command table),
 //!   REPORT TARGET PORT GROUPS.
 //! - `luns`: REPORT LUNS, commands to a LUN with no logical unit, LUN encoding.
+//! - `reservations`: persistent reservation and RESERVE(6) state, their service actions, and
+//!   which commands conflict with which reservation.
+//! - `persistent_reserve_in`, `persistent_reserve_out`: PERSISTENT RESERVE IN/OUT parameter
+//!   data and lists, RESERVE(6)/RELEASE(6).
+//! - `unit_attention`: the bounded per-nexus queue of unit attentions reservations cause.
 //! - [`limits`]: the Block Limits values reported and enforced.
 //! - [`mem_lun`]: [`MemLun`], an in-memory logical unit for tests.
 //! - [`build`]: CDB and parameter-list builders for tests and seeds.
@@ -29,9 +39,14 @@
 //!
 //! Invariants kept here: nothing an initiator sends can make these functions panic or allocate
 //! more than the transfer limits in [`limits`]; every length field is checked before it is
-//! used; a CHECK CONDITION always carries sense and a GOOD never does. Persistent reservations
-//! are not implemented (PERSISTENT RESERVE IN/OUT answer INVALID COMMAND OPERATION CODE), nor
-//! are unit attentions, ACA, or protection information.
+//! used; a CHECK CONDITION always carries sense and a GOOD or RESERVATION CONFLICT never does.
+//!
+//! Persistent reservations (SPC-4 5.13) are implemented with every type, ALL_TG_PT and
+//! REGISTER AND MOVE; not SPEC_I_PT, APTPL (state lives as long as the process) or REPLACE
+//! LOST RESERVATION, and PREEMPT AND ABORT leaves aborting the preempted tasks to the
+//! transport. SPC-2 RESERVE(6)/RELEASE(6) are implemented; RESERVE(10)/RELEASE(10) are not.
+//! Not implemented either: ACA, protection information, and unit attentions other than those
+//! reservations cause (the transport reports resets itself).
 
 pub mod build;
 mod capacity;
@@ -45,12 +60,18 @@ mod luns;
 mod maintenance_in;
 pub mod mem_lun;
 mod mode;
+pub mod nexus;
 pub mod opcode;
+mod persistent_reserve_in;
+mod persistent_reserve_out;
 mod provisioning;
+mod reservations;
 pub mod sense;
+mod unit_attention;
 
 pub use execute::{data_out_len, execute};
 pub use lun::{Geometry, Identity, LogicalUnit, LunState, MediumError};
 pub use luns::{decode_lun, encode_lun, execute_no_lun, report_luns, LUN_MAX};
 pub use mem_lun::MemLun;
+pub use nexus::Nexus;
 pub use sense::{FieldPointer, Response, Sense, Status};

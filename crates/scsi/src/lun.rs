@@ -1,14 +1,21 @@
 //! The seam between SCSI and storage: the [`LogicalUnit`] trait a volume implements, the facts
 //! about it the command set reports ([`Geometry`], [`Identity`]), the errors it may return
 //! ([`MediumError`]), and the SCSI state of one logical unit shared by every session
-//! ([`LunState`]).
+//! ([`LunState`]): mode values, the COMPARE AND WRITE lock, reservations and the unit
+//! attentions they cause.
 //!
 //! Nothing here does I/O; the trait is implemented elsewhere (by the engine, and by
 //! [`crate::MemLun`] for tests).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::nexus::Nexus;
+use crate::opcode;
+use crate::reservations::{Attention, Reservations};
+use crate::sense::{key, Response, Sense};
+use crate::unit_attention::UnitAttentions;
 
 /// Errors a logical unit's storage reports. [`crate::execute`] maps each to sense data in one
 /// place (`sense::medium_error_sense`).
@@ -148,18 +155,34 @@ pub trait LogicalUnit: Send + Sync {
     ) -> Result<Vec<(u64, bool)>, MediumError>;
 }
 
-/// Mutable SCSI state of one logical unit, shared by every session that reaches it: the mode
-/// page values MODE SELECT may change, and the lock that makes COMPARE AND WRITE atomic.
+/// Mutable SCSI state of one logical unit, shared by every session (I_T nexus) that reaches
+/// it: the mode page values MODE SELECT may change, the lock that makes COMPARE AND WRITE
+/// atomic, the persistent and RESERVE(6) reservations, and the unit attentions pending per
+/// nexus.
 ///
 /// Every command that reads or writes blocks through [`crate::execute`] holds `io_lock` shared;
 /// COMPARE AND WRITE holds it exclusive between its read and its write, so no read or write
 /// issued through this crate on the same `LunState` sees or splits it. Writes that bypass this
 /// crate (another front end on the same volume) are not covered.
+///
+/// Every command but PERSISTENT RESERVE OUT, RESERVE(6) and RELEASE(6) holds `reservations`
+/// shared from its conflict check to its end; those three hold it exclusive. So when a
+/// PREEMPT returns, no command of the preempted nexus that passed the check before it is still
+/// running, and every later one meets the new reservation.
+///
+/// What the transport calls besides [`crate::execute`]: [`LunState::unit_attention`] before
+/// each command, [`LunState::logical_unit_reset`] on LUN RESET and target resets, and
+/// [`LunState::nexus_lost`] when a session ends.
 #[derive(Debug)]
 pub struct LunState {
     /// Caching mode page WCE bit. When cleared, every write is issued with `fua`.
     write_cache_enabled: AtomicBool,
     io_lock: RwLock<()>,
+    reservations: RwLock<Reservations>,
+    /// Locked after `reservations` when both are.
+    attentions: Mutex<UnitAttentions>,
+    /// Whether `attentions` may hold anything: spares every command the mutex when not.
+    attentions_pending: AtomicBool,
 }
 
 impl Default for LunState {
@@ -174,7 +197,76 @@ impl LunState {
         LunState {
             write_cache_enabled: AtomicBool::new(true),
             io_lock: RwLock::new(()),
+            reservations: RwLock::new(Reservations::default()),
+            attentions: Mutex::new(UnitAttentions::default()),
+            attentions_pending: AtomicBool::new(false),
         }
+    }
+
+    /// The next unit attention pending for `nexus` (one a persistent reservation change on
+    /// another nexus established), as the CHECK CONDITION to answer this command with, and
+    /// removed from the queue. `None` when nothing is pending, and for INQUIRY, REPORT LUNS
+    /// and REQUEST SENSE, which SPC-4 answers without it (REQUEST SENSE returns it as its
+    /// parameter data instead, through [`crate::execute`]). The transport calls this before
+    /// each command, after its own reset unit attention, which has the higher priority.
+    pub fn unit_attention(&self, nexus: &Nexus, cdb: &[u8]) -> Option<Response> {
+        if matches!(
+            cdb.first(),
+            Some(&(opcode::INQUIRY | opcode::REPORT_LUNS | opcode::REQUEST_SENSE))
+        ) {
+            return None;
+        }
+        let code = self.take_attention(nexus)?;
+        Some(Response::check(Sense::new(key::UNIT_ATTENTION, code)))
+    }
+
+    /// A LUN reset, target warm reset or target cold reset happened: the RESERVE(6)
+    /// reservation is released. Persistent reservations and registrations survive resets
+    /// (SPC-4 5.13.1); the transport reports the reset's own unit attention.
+    pub fn logical_unit_reset(&self) {
+        self.reservations.write().reset();
+    }
+
+    /// `nexus` is gone (logout, connection lost, session reinstated): its RESERVE(6)
+    /// reservation is released. Its registrations and pending unit attentions stay, for when
+    /// it logs in again.
+    pub fn nexus_lost(&self, nexus: &Nexus) {
+        self.reservations.write().nexus_lost(nexus);
+    }
+
+    /// Held from a command's conflict check to its end.
+    pub(crate) fn reservations(&self) -> RwLockReadGuard<'_, Reservations> {
+        self.reservations.read()
+    }
+
+    /// Held by the commands that change reservations.
+    pub(crate) fn reservations_mut(&self) -> RwLockWriteGuard<'_, Reservations> {
+        self.reservations.write()
+    }
+
+    /// Queue unit attentions a service action established.
+    pub(crate) fn queue_attentions(&self, attentions: Vec<Attention>) {
+        if attentions.is_empty() {
+            return;
+        }
+        let mut queue = self.attentions.lock();
+        for a in attentions {
+            queue.push(&a.nexus, a.code);
+        }
+        self.attentions_pending
+            .store(!queue.is_empty(), Ordering::Release);
+    }
+
+    /// The oldest unit attention pending for `nexus`, removed.
+    pub(crate) fn take_attention(&self, nexus: &Nexus) -> Option<(u8, u8)> {
+        if !self.attentions_pending.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut queue = self.attentions.lock();
+        let code = queue.take(nexus);
+        self.attentions_pending
+            .store(!queue.is_empty(), Ordering::Release);
+        code
     }
 
     /// Caching mode page WCE bit as MODE SELECT last left it.

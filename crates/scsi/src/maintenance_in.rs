@@ -44,6 +44,8 @@ pub(crate) const SUPPORTED: &[Supported] = &[
     row(opcode::WRITE_6, &[0x0a, 0x1f, 0xff, 0xff, 0xff, 0]),
     row(opcode::INQUIRY, &[0x12, 0x01, 0xff, 0xff, 0xff, 0]),
     row(opcode::MODE_SELECT_6, &[0x15, 0x11, 0, 0, 0xff, 0]),
+    row(opcode::RESERVE_6, &[0x16, 0x11, 0, 0, 0, 0]),
+    row(opcode::RELEASE_6, &[0x17, 0x11, 0, 0, 0, 0]),
     row(opcode::MODE_SENSE_6, &[0x1a, 0x08, 0xff, 0xff, 0xff, 0]),
     row(opcode::START_STOP_UNIT, &[0x1b, 0x01, 0, 0x0f, 0xf7, 0]),
     row(
@@ -86,6 +88,69 @@ pub(crate) const SUPPORTED: &[Supported] = &[
     row(
         opcode::MODE_SENSE_10,
         &[0x5a, 0x18, 0xff, 0xff, 0, 0, 0, 0xff, 0xff, 0],
+    ),
+    // PERSISTENT RESERVE IN: service action, allocation length.
+    row_sa(
+        opcode::PERSISTENT_RESERVE_IN,
+        opcode::SA_READ_KEYS,
+        &[0x5e, 0x00, 0, 0, 0, 0, 0, 0xff, 0xff, 0],
+    ),
+    row_sa(
+        opcode::PERSISTENT_RESERVE_IN,
+        opcode::SA_READ_RESERVATION,
+        &[0x5e, 0x01, 0, 0, 0, 0, 0, 0xff, 0xff, 0],
+    ),
+    row_sa(
+        opcode::PERSISTENT_RESERVE_IN,
+        opcode::SA_REPORT_CAPABILITIES,
+        &[0x5e, 0x02, 0, 0, 0, 0, 0, 0xff, 0xff, 0],
+    ),
+    row_sa(
+        opcode::PERSISTENT_RESERVE_IN,
+        opcode::SA_READ_FULL_STATUS,
+        &[0x5e, 0x03, 0, 0, 0, 0, 0, 0xff, 0xff, 0],
+    ),
+    // PERSISTENT RESERVE OUT: service action, SCOPE and TYPE for the service actions that
+    // use them, parameter list length.
+    row_sa(
+        opcode::PERSISTENT_RESERVE_OUT,
+        opcode::SA_REGISTER,
+        &[0x5f, 0x00, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0],
+    ),
+    row_sa(
+        opcode::PERSISTENT_RESERVE_OUT,
+        opcode::SA_RESERVE,
+        &[0x5f, 0x01, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, 0],
+    ),
+    row_sa(
+        opcode::PERSISTENT_RESERVE_OUT,
+        opcode::SA_RELEASE,
+        &[0x5f, 0x02, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, 0],
+    ),
+    row_sa(
+        opcode::PERSISTENT_RESERVE_OUT,
+        opcode::SA_CLEAR,
+        &[0x5f, 0x03, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0],
+    ),
+    row_sa(
+        opcode::PERSISTENT_RESERVE_OUT,
+        opcode::SA_PREEMPT,
+        &[0x5f, 0x04, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, 0],
+    ),
+    row_sa(
+        opcode::PERSISTENT_RESERVE_OUT,
+        opcode::SA_PREEMPT_AND_ABORT,
+        &[0x5f, 0x05, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, 0],
+    ),
+    row_sa(
+        opcode::PERSISTENT_RESERVE_OUT,
+        opcode::SA_REGISTER_AND_IGNORE_EXISTING_KEY,
+        &[0x5f, 0x06, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0],
+    ),
+    row_sa(
+        opcode::PERSISTENT_RESERVE_OUT,
+        opcode::SA_REGISTER_AND_MOVE,
+        &[0x5f, 0x07, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, 0],
     ),
     row(opcode::READ_16, &LBA16_USAGE_READ),
     row(
@@ -390,7 +455,12 @@ mod tests {
             cdb[0] = op;
             for sa in 0..32u8 {
                 cdb[1] = sa;
-                let known = decode(&cdb).map_or_else(|s| s.asc != 0x20, |_| true);
+                // Refused for the opcode (20h) or for the service action (a field pointer at
+                // byte 1 bit 4, as PERSISTENT RESERVE IN/OUT answer): not a command.
+                let known = decode(&cdb).map_or_else(
+                    |s| s.asc != 0x20 && s.field.is_none_or(|f| (f.byte, f.bit) != (1, Some(4))),
+                    |_| true,
+                );
                 if known {
                     assert!(
                         SUPPORTED.iter().any(|s| s.opcode == op

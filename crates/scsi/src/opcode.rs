@@ -7,6 +7,8 @@ pub const READ_6: u8 = 0x08;
 pub const WRITE_6: u8 = 0x0a;
 pub const INQUIRY: u8 = 0x12;
 pub const MODE_SELECT_6: u8 = 0x15;
+pub const RESERVE_6: u8 = 0x16;
+pub const RELEASE_6: u8 = 0x17;
 pub const MODE_SENSE_6: u8 = 0x1a;
 pub const START_STOP_UNIT: u8 = 0x1b;
 pub const PREVENT_ALLOW_MEDIUM_REMOVAL: u8 = 0x1e;
@@ -45,7 +47,24 @@ pub const SA_GET_LBA_STATUS: u16 = 0x12;
 pub const SA_REPORT_TARGET_PORT_GROUPS: u16 = 0x0a;
 pub const SA_REPORT_SUPPORTED_OPERATION_CODES: u16 = 0x0c;
 
-/// The service action field of SERVICE ACTION IN(16) and MAINTENANCE IN: byte 1, bits 4..0.
+/// PERSISTENT RESERVE IN service actions.
+pub const SA_READ_KEYS: u16 = 0x00;
+pub const SA_READ_RESERVATION: u16 = 0x01;
+pub const SA_REPORT_CAPABILITIES: u16 = 0x02;
+pub const SA_READ_FULL_STATUS: u16 = 0x03;
+
+/// PERSISTENT RESERVE OUT service actions (08h, REPLACE LOST RESERVATION, is not supported).
+pub const SA_REGISTER: u16 = 0x00;
+pub const SA_RESERVE: u16 = 0x01;
+pub const SA_RELEASE: u16 = 0x02;
+pub const SA_CLEAR: u16 = 0x03;
+pub const SA_PREEMPT: u16 = 0x04;
+pub const SA_PREEMPT_AND_ABORT: u16 = 0x05;
+pub const SA_REGISTER_AND_IGNORE_EXISTING_KEY: u16 = 0x06;
+pub const SA_REGISTER_AND_MOVE: u16 = 0x07;
+
+/// The service action field of SERVICE ACTION IN(16), MAINTENANCE IN and PERSISTENT RESERVE
+/// IN/OUT: byte 1, bits 4..0.
 pub const SERVICE_ACTION_MASK: u8 = 0x1f;
 
 /// CDB length implied by the operation code's group (SPC-4 4.2.5.1), or `None` for groups

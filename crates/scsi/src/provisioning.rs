@@ -206,11 +206,12 @@ mod tests {
     use crate::build;
     use crate::execute::execute;
     use crate::mem_lun::{Call, MemLun};
+    use crate::nexus::Nexus;
     use crate::opcode;
     use crate::sense::{key, Status};
 
     fn run(lu: &MemLun, cdb: &[u8], data_out: &[u8]) -> Response {
-        execute(&LunState::new(), lu, cdb, data_out)
+        execute(&LunState::new(), lu, &Nexus::new("test", 1), cdb, data_out)
     }
 
     fn asc_of(r: &Response) -> Option<(u8, u8, u8)> {
@@ -450,6 +451,7 @@ mod tests {
         let r = execute(
             &LunState::new(),
             &lu,
+            &Nexus::new("test", 1),
             &build::service_action_in(0x12, 3, 64),
             &[],
         );

@@ -4,7 +4,7 @@
 //! [`MediumError`] to sense data.
 //!
 //! Invariant kept by the constructors: a [`Response`] with `CheckCondition` carries sense and no
-//! data; every other status carries no sense.
+//! data; every other status carries no sense (RESERVATION CONFLICT carries nothing).
 
 use crate::lun::MediumError;
 
@@ -33,10 +33,15 @@ pub mod asc {
     pub const INVALID_FIELD_IN_CDB: (u8, u8) = (0x24, 0x00);
     pub const LOGICAL_UNIT_NOT_SUPPORTED: (u8, u8) = (0x25, 0x00);
     pub const INVALID_FIELD_IN_PARAMETER_LIST: (u8, u8) = (0x26, 0x00);
+    pub const INVALID_RELEASE_OF_PERSISTENT_RESERVATION: (u8, u8) = (0x26, 0x04);
     pub const WRITE_PROTECTED: (u8, u8) = (0x27, 0x00);
     pub const SPACE_ALLOCATION_FAILED_WRITE_PROTECT: (u8, u8) = (0x27, 0x07);
+    pub const RESERVATIONS_PREEMPTED: (u8, u8) = (0x2a, 0x03);
+    pub const RESERVATIONS_RELEASED: (u8, u8) = (0x2a, 0x04);
+    pub const REGISTRATIONS_PREEMPTED: (u8, u8) = (0x2a, 0x05);
     pub const SAVING_PARAMETERS_NOT_SUPPORTED: (u8, u8) = (0x39, 0x00);
     pub const INTERNAL_TARGET_FAILURE: (u8, u8) = (0x44, 0x00);
+    pub const INSUFFICIENT_REGISTRATION_RESOURCES: (u8, u8) = (0x55, 0x04);
 }
 
 /// Fixed-format sense data length: response code through the sense-key-specific bytes.
@@ -261,6 +266,15 @@ impl Response {
             status: Status::CheckCondition,
             data_in: Vec::new(),
             sense: Some(sense),
+        }
+    }
+
+    /// RESERVATION CONFLICT: no sense, no data.
+    pub fn reservation_conflict() -> Self {
+        Response {
+            status: Status::ReservationConflict,
+            data_in: Vec::new(),
+            sense: None,
         }
     }
 

@@ -5,6 +5,11 @@
 //! and hands whole commands to the portal's worker pool. A job executes its command with
 //! `weft-scsi` and encodes its Data-In and status; encoding and queueing happen under the
 //! session's sequence lock, so responses leave in StatSN order. The writer task sends them.
+//!
+//! The session is one I_T nexus (`weft_scsi::Nexus`: InitiatorName and ISID, the portal's
+//! relative target port): every command carries it, so each LU's persistent reservations
+//! and RESERVE(6) reservation know who is asking. A LUN reset releases RESERVE(6) only, and
+//! so does the end of the session; registrations and persistent reservations survive both.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,7 +29,7 @@ use weft_iscsi::session::{CmdSnCheck, Sequence};
 use weft_iscsi::text::{parse_pairs, push_pair};
 use weft_iscsi::wire::*;
 use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Numbers, Parse, Request, SessionParams};
-use weft_scsi::LogicalUnit;
+use weft_scsi::{LogicalUnit, Nexus};
 
 use super::connection::{ConnError, READ_BUFFER_BYTES};
 use super::lun::ExportLun;
@@ -90,9 +95,11 @@ struct Lun {
 impl Lun {
     /// A unit attention this nexus has not reported yet: a reset (POWER ON, RESET, OR BUS
     /// DEVICE RESET OCCURRED), then a LUN inventory change (REPORTED LUNS DATA HAS CHANGED),
-    /// on any command but INQUIRY, REPORT LUNS and REQUEST SENSE, which SPC-4 answers
-    /// without it.
-    fn unit_attention(&self, cdb: &[u8]) -> Option<weft_scsi::Response> {
+    /// then one a persistent reservation change on another nexus left for this one
+    /// (RESERVATIONS PREEMPTED or RELEASED, REGISTRATIONS PREEMPTED), on any command but
+    /// INQUIRY, REPORT LUNS and REQUEST SENSE, which SPC-4 answers without it (REQUEST SENSE
+    /// returns the reservation ones as its data, in `weft_scsi::execute`).
+    fn unit_attention(&self, nexus: &Nexus, cdb: &[u8]) -> Option<weft_scsi::Response> {
         const INQUIRY: u8 = 0x12;
         const REQUEST_SENSE: u8 = 0x03;
         if matches!(cdb[0], INQUIRY | REPORT_LUNS | REQUEST_SENSE) {
@@ -105,9 +112,10 @@ impl Lun {
         if seen != resets {
             return Some(attention(RESET_OCCURRED));
         }
-        self.luns_changed
-            .swap(false, Ordering::AcqRel)
-            .then(|| attention(REPORTED_LUNS_CHANGED))
+        if self.luns_changed.swap(false, Ordering::AcqRel) {
+            return Some(attention(REPORTED_LUNS_CHANGED));
+        }
+        self.shared.state.unit_attention(nexus, cdb)
     }
 }
 
@@ -140,6 +148,11 @@ struct Reader<'a> {
     /// `None` before the first look.
     generation: Option<u64>,
     initiator: String,
+    /// This session's I_T nexus.
+    nexus: Arc<Nexus>,
+    /// LUs the session reached and no longer sees (unmapped): it is still an I_T nexus of
+    /// theirs until it ends.
+    departed: Vec<Arc<SharedLu>>,
     /// The connection sees unmapped exports ([`crate::access`]).
     open: bool,
     /// The relative target port of the portal the session came in on.
@@ -185,6 +198,8 @@ pub(super) async fn run(
         luns: BTreeMap::new(),
         generation: None,
         initiator: login.initiator.clone(),
+        nexus: Arc::new(Nexus::iscsi(&login.initiator, login.isid, port)),
+        departed: Vec::new(),
         open,
         port,
         discovery: login.target.is_none(),
@@ -240,10 +255,33 @@ pub(super) async fn run(
         .inflight
         .acquire_many(INFLIGHT_COMMANDS_MAX as u32)
         .await;
+    nexus_lost(&reader).await;
     drop(reader);
     drop(shared);
     let _ = writer.await;
     result
+}
+
+/// The session (I_T nexus) ended, by logout or by losing its connection: each LU it reached
+/// releases the RESERVE(6) reservation it held. That waits for commands of other sessions
+/// still running on the LU, so it runs off the async threads.
+async fn nexus_lost(reader: &Reader<'_>) {
+    let lus: Vec<Arc<SharedLu>> = reader
+        .luns
+        .values()
+        .map(|l| Arc::clone(&l.shared))
+        .chain(reader.departed.iter().cloned())
+        .collect();
+    if lus.is_empty() {
+        return;
+    }
+    let nexus = Arc::clone(&reader.nexus);
+    let _ = tokio::task::spawn_blocking(move || {
+        for lu in lus {
+            lu.state.nexus_lost(&nexus);
+        }
+    })
+    .await;
 }
 
 /// Open `export` as a LUN of a session logged in to `target` (`None`: it vanished).
@@ -578,7 +616,17 @@ impl Reader<'_> {
                 luns.insert(n, lun);
             }
         }
-        self.luns = luns;
+        let previous = std::mem::replace(&mut self.luns, luns);
+        for gone in previous.into_values() {
+            let still_seen = self
+                .luns
+                .values()
+                .any(|l| Arc::ptr_eq(&l.shared, &gone.shared));
+            let known = self.departed.iter().any(|d| Arc::ptr_eq(d, &gone.shared));
+            if !still_seen && !known {
+                self.departed.push(Arc::clone(&gone.shared));
+            }
+        }
     }
 
     /// Run a whole command on the worker pool.
@@ -587,6 +635,7 @@ impl Reader<'_> {
         let shared = Arc::clone(&self.shared);
         shared.executing.lock().insert(c.itt);
         let lun = self.luns.get(&lun_number(c.lun)).cloned();
+        let nexus = Arc::clone(&self.nexus);
         let lun_list: Vec<u64> = if c.cdb[0] == REPORT_LUNS {
             // REPORT LUNS tells the initiator what changed: the attention is spent.
             for l in self.luns.values() {
@@ -613,15 +662,15 @@ impl Reader<'_> {
                     data_out_len = weft_scsi::data_out_len(&c.cdb, &geometry);
                     let state = &lun.shared.state;
                     match (
-                        lun.unit_attention(&c.cdb),
+                        lun.unit_attention(&nexus, &c.cdb),
                         transfer(&c, data_out_len, geometry.block_size_bytes),
                     ) {
                         (Some(attention), _) => attention,
                         (None, Transfer::AsIs) => {
-                            weft_scsi::execute(state, &*lun.lu, &c.cdb, &c.data)
+                            weft_scsi::execute(state, &*lun.lu, &nexus, &c.cdb, &c.data)
                         }
                         (None, Transfer::Truncated(cdb)) => {
-                            weft_scsi::execute(state, &*lun.lu, &cdb, &c.data)
+                            weft_scsi::execute(state, &*lun.lu, &nexus, &cdb, &c.data)
                         }
                         (None, Transfer::Refused(refusal)) => refusal,
                     }
@@ -703,8 +752,19 @@ impl Reader<'_> {
                     TMF_TARGET_WARM_RESET => self.luns.values().cloned().collect(),
                     _ => Vec::new(),
                 };
-                for lun in reset {
+                for lun in &reset {
                     lun.shared.resets.fetch_add(1, Ordering::AcqRel);
+                }
+                // A reset releases RESERVE(6) reservations, not persistent ones (SPC-4
+                // 5.13.1). Releasing waits for other sessions' commands on the LU, so it
+                // runs off the async threads.
+                if !reset.is_empty() {
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for lun in reset {
+                            lun.shared.state.logical_unit_reset();
+                        }
+                    })
+                    .await;
                 }
                 TMF_RESPONSE_COMPLETE
             }
