@@ -127,6 +127,10 @@ struct EngineArgs {
     /// portal (without it, initiators there see only what is mapped to their host).
     #[arg(long)]
     iscsi_open_network: bool,
+    /// Ping an idle iSCSI session with a NOP-In after this long; a session that then stays
+    /// silent twice as long is closed (a vanished host frees its tasks).
+    #[arg(long, default_value = "15s", value_parser = cluster_cmd::parse_duration)]
+    iscsi_nop_interval: std::time::Duration,
     /// Off loopback, serve volumes mapped to no host to every NBD client that reaches the
     /// listener (without it, clients there see only what is mapped to their host's
     /// addresses).
@@ -448,6 +452,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
         nbd_listen: args.engine.nbd_listen,
         iscsi_listen: args.engine.iscsi_listen.0.clone(),
         iscsi_open_network: args.engine.iscsi_open_network,
+        iscsi_nop_interval: args.engine.iscsi_nop_interval,
         nbd_open_network: args.engine.nbd_open_network,
         nbd_tls: nbd_tls_files(&args.engine),
         api_listen: args.engine.api_listen,
@@ -479,6 +484,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
         nbd_listen: args.engine.nbd_listen,
         iscsi_listen: args.engine.iscsi_listen.0.clone(),
         iscsi_open_network: args.engine.iscsi_open_network,
+        iscsi_nop_interval: args.engine.iscsi_nop_interval,
         nbd_open_network: args.engine.nbd_open_network,
         nbd_tls: nbd_tls_files(&args.engine),
         api_listen: args.engine.api_listen,

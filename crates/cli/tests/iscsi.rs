@@ -272,3 +272,66 @@ fn acknowledged_iscsi_writes_survive_kill9() {
     }
     assert!(cut_mid_run > 0, "no kill landed while the writer ran");
 }
+
+/// Read one PDU (BHS, then its data segment padded to 4 bytes; no digests): its opcode, or
+/// `None` at end of stream.
+fn read_pdu(stream: &mut std::net::TcpStream) -> Option<u8> {
+    use std::io::Read;
+    let mut bhs = [0u8; weft_iscsi::wire::BHS_BYTES];
+    stream.read_exact(&mut bhs).ok()?;
+    let data_len = u32::from_be_bytes([0, bhs[5], bhs[6], bhs[7]]) as usize;
+    let ahs_len = usize::from(bhs[4]) * 4;
+    let mut rest = vec![0u8; ahs_len + data_len.div_ceil(4) * 4];
+    stream.read_exact(&mut rest).ok()?;
+    Some(bhs[0] & 0x3f)
+}
+
+#[test]
+fn a_silent_initiator_is_pinged_then_disconnected() {
+    use std::io::Write;
+    let srv = Server::start_with(
+        "iscsi-nop",
+        ServeOpts::default()
+            .volume_size("64M")
+            .arg("--iscsi-nop-interval")
+            .arg("1s"),
+    );
+    let mut stream = std::net::TcpStream::connect(portal(&srv)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    // A discovery login straight from the security stage to full feature phase.
+    let text = b"InitiatorName=iqn.2026-01.test:silent\0SessionType=Discovery\0AuthMethod=None\0";
+    let mut out = Vec::new();
+    weft_iscsi::initiator::login_request(
+        &weft_iscsi::initiator::LoginRequestPdu {
+            transit: true,
+            current_stage: 0,
+            next_stage: 3,
+            isid: [0x80, 0, 0, 0, 0, 1],
+            itt: 1,
+            cmd_sn: 1,
+            exp_stat_sn: 0,
+            text,
+        },
+        &mut out,
+    );
+    stream.write_all(&out).unwrap();
+    assert_eq!(
+        read_pdu(&mut stream),
+        Some(weft_iscsi::wire::OP_LOGIN_RESPONSE)
+    );
+    // Silent from here: a NOP-In ping after about a second, then the target hangs up.
+    let started = std::time::Instant::now();
+    assert_eq!(read_pdu(&mut stream), Some(weft_iscsi::wire::OP_NOP_IN));
+    assert_eq!(
+        read_pdu(&mut stream),
+        None,
+        "the target kept a dead session"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(15),
+        "closed after {waited:?}"
+    );
+}

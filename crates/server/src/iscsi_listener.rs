@@ -14,6 +14,7 @@
 //! commands finish and their responses go out, then closes.
 
 mod connection;
+mod keepalive;
 mod lun;
 mod respond;
 mod session;
@@ -48,6 +49,8 @@ pub(crate) struct Portal {
     array_target: String,
     /// Connections off loopback see unmapped exports too (`--iscsi-open-network`).
     open_network: bool,
+    /// A session idle this long gets a NOP-In ping ([`keepalive`]).
+    nop_interval: std::time::Duration,
     /// The relative target port identifier of each portal (1, 2, ...): one target port
     /// group holds them all.
     ports: Vec<u16>,
@@ -97,6 +100,9 @@ pub struct IscsiOptions {
     pub array_target: String,
     /// Portals off loopback serve unmapped exports to any initiator too.
     pub open_network: bool,
+    /// Ping a session idle this long with a NOP-In; close it after twice as long without
+    /// an answer.
+    pub nop_interval: std::time::Duration,
 }
 
 /// Serve iSCSI on bound listeners (the portals, all paths to the same targets) until
@@ -114,6 +120,7 @@ pub async fn run(
         backend,
         array_target: options.array_target,
         open_network: options.open_network,
+        nop_interval: options.nop_interval,
         ports: ports.clone(),
         workers: WorkerPool::new("iscsi", WORKER_THREADS)?,
         limits: TargetLimits::default(),

@@ -71,6 +71,9 @@ pub struct ServeConfig {
     /// Portals off loopback also serve exports mapped to no host, to any initiator
     /// (otherwise they serve hosts their mapped exports only).
     pub iscsi_open_network: bool,
+    /// Ping an idle iSCSI session after this long (NOP-In); close it after twice as long
+    /// without an answer.
+    pub iscsi_nop_interval: Duration,
     /// The NBD listener, off loopback, also serves exports mapped to no host, to anyone.
     pub nbd_open_network: bool,
     /// NBD over TLS (STARTTLS, X.509), when configured.
@@ -82,6 +85,10 @@ pub struct ServeConfig {
 
 /// Run until a signal; returns after a clean shutdown (destaged and checkpointed).
 pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        config.iscsi_nop_interval >= Duration::from_secs(1),
+        "--iscsi-nop-interval must be at least 1s"
+    );
     say_who_sees_what(&config);
     // Before the data dir is touched: a bad certificate stops the start.
     let nbd_tls = config
@@ -161,6 +168,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let iscsi_options = crate::iscsi_listener::IscsiOptions {
         array_target: array_target.clone(),
         open_network: config.iscsi_open_network,
+        nop_interval: config.iscsi_nop_interval,
     };
     let iscsi_task = (!iscsi.is_empty()).then(|| {
         tokio::spawn(crate::iscsi_listener::run(

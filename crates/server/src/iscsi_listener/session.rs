@@ -32,6 +32,7 @@ use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Numbers, Parse, Request, 
 use weft_scsi::{LogicalUnit, Nexus};
 
 use super::connection::{ConnError, READ_BUFFER_BYTES};
+use super::keepalive::{Due, Keepalive};
 use super::lun::ExportLun;
 use super::respond::{
     respond, transfer, Transfer, ABORTED_COMMAND, DATA_OFFSET_ERROR, DATA_PHASE_ERROR,
@@ -45,6 +46,8 @@ const INFLIGHT_COMMANDS_MAX: usize = 2 * weft_iscsi::login::COMMAND_WINDOW as us
 /// The most data-out this target gathers for one command: the SCSI layer's transfer limit
 /// (reported in the Block Limits VPD page), which also bounds every parameter list.
 const WRITE_GATHER_MAX_BYTES: u32 = weft_scsi::limits::MAX_TRANSFER_BYTES;
+/// The largest read or write run on the connection's task (see [`runs_inline`]).
+const INLINE_TRANSFER_MAX_BYTES: u32 = 64 * 1024;
 /// Opcode of REPORT LUNS, which the transport answers (it knows the LUN list).
 const REPORT_LUNS: u8 = 0xa0;
 
@@ -163,6 +166,8 @@ struct Reader<'a> {
     pending: HashMap<u32, PendingWrite>,
     next_ttt: u32,
     inflight: Arc<Semaphore>,
+    /// Nothing is buffered behind the PDU being handled (the initiator is waiting on it).
+    input_idle: bool,
 }
 
 pub(super) async fn run(
@@ -208,14 +213,17 @@ pub(super) async fn run(
         pending: HashMap::new(),
         next_ttt: 1,
         inflight: Arc::new(Semaphore::new(INFLIGHT_COMMANDS_MAX)),
+        input_idle: false,
     };
     reader.refresh_luns();
     let data_max = params.target_max_recv as usize;
+    let mut keepalive = Keepalive::new(portal.nop_interval);
     let result: Result<(), ConnError> = async {
         loop {
             let pdu = match parse_pdu(&buf, digests, data_max) {
                 Parse::Complete(pdu, used) => {
                     let _ = buf.split_to(used);
+                    reader.input_idle = buf.is_empty();
                     pdu
                 }
                 Parse::Incomplete => {
@@ -223,11 +231,23 @@ pub(super) async fn run(
                     let n = tokio::select! {
                         _ = shutdown.cancelled() => return Ok(()),
                         _ = shared.closing.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep_until(keepalive.deadline()) => {
+                            match keepalive.due() {
+                                Due::Ping(ttt) => shared.send_plain(|n, out| {
+                                    response::nop_in(0, TAG_NONE, ttt, &[], n, digests, out)
+                                }),
+                                Due::Dead => return Err(ConnError::Protocol(
+                                    "the initiator did not answer a NOP-In",
+                                )),
+                            }
+                            continue;
+                        }
                         n = read_half.read_buf(&mut buf) => n?,
                     };
                     if n == 0 {
                         return Ok(());
                     }
+                    keepalive.heard();
                     continue;
                 }
                 Parse::Invalid(e) => return Err(e.into()),
@@ -322,6 +342,29 @@ async fn write_responses(write_half: OwnedWriteHalf, mut rx: mpsc::UnboundedRece
     let _ = w.shutdown().await;
 }
 
+/// Commands small enough to run on the connection's task when they are alone: reads and
+/// writes of at most [`INLINE_TRANSFER_MAX_BYTES`], SYNCHRONIZE CACHE, TEST UNIT READY.
+/// Nothing that may wait on another session (reservations, COMPARE AND WRITE).
+fn runs_inline(c: &ScsiCommand) -> bool {
+    const TEST_UNIT_READY: u8 = 0x00;
+    const READ_10: u8 = 0x28;
+    const WRITE_10: u8 = 0x2a;
+    const SYNCHRONIZE_CACHE_10: u8 = 0x35;
+    const READ_16: u8 = 0x88;
+    const WRITE_16: u8 = 0x8a;
+    const SYNCHRONIZE_CACHE_16: u8 = 0x91;
+    matches!(
+        c.cdb[0],
+        TEST_UNIT_READY
+            | READ_10
+            | WRITE_10
+            | SYNCHRONIZE_CACHE_10
+            | READ_16
+            | WRITE_16
+            | SYNCHRONIZE_CACHE_16
+    ) && c.expected_len <= INLINE_TRANSFER_MAX_BYTES
+}
+
 /// The LUN number of an 8-byte LUN field (`u64::MAX`: no LUN we could have).
 fn lun_number(field: u64) -> u64 {
     weft_scsi::decode_lun(field.to_be_bytes()).unwrap_or(u64::MAX)
@@ -371,6 +414,9 @@ impl Reader<'_> {
                     .inflight
                     .acquire_many(INFLIGHT_COMMANDS_MAX as u32)
                     .await;
+                // The nexus ends before the initiator hears so: a RESERVE(6) it held is
+                // released by the time another initiator, told of the logout, asks.
+                nexus_lost(self).await;
                 let reply =
                     if l.reason == LOGOUT_CLOSE_SESSION || l.reason == LOGOUT_CLOSE_CONNECTION {
                         LOGOUT_SUCCESS
@@ -645,7 +691,10 @@ impl Reader<'_> {
         } else {
             Vec::new()
         };
-        self.portal.workers.submit(Box::new(move || {
+        let inline = self.input_idle
+            && self.inflight.available_permits() == INFLIGHT_COMMANDS_MAX - 1
+            && runs_inline(&c);
+        let job = move || {
             let mut data_out_len = None;
             let result = match &lun {
                 _ if c.cdb[0] == REPORT_LUNS => weft_scsi::report_luns(&c.cdb, &lun_list),
@@ -681,7 +730,14 @@ impl Reader<'_> {
             shared.executing.lock().remove(&c.itt);
             shared.answered.notify_waiters();
             drop(permit);
-        }));
+        };
+        if inline {
+            // The session's only command and a small one: a hand-off to a worker and back
+            // would cost two thread wake-ups, more than the command (QD1 latency).
+            job();
+        } else {
+            self.portal.workers.submit(Box::new(job));
+        }
     }
 
     fn text_reply(&self, text: &[u8]) -> Vec<u8> {
