@@ -84,12 +84,14 @@ pub fn main_exit_code(args: BenchArgs) -> i32 {
         Err(e) => {
             let mut msg = format!("weft bench: error: {e}");
             let mut source = std::error::Error::source(&e);
-            // Transparent variants already print their source's text; skip repeating it.
-            if matches!(e, BenchError::Target(_)) {
-                source = source.and_then(|s| s.source());
-            }
+            // Some messages already include their source's text (`Run` prints it); append
+            // only what is not there yet, so the cause (an io::Error's "Connection refused")
+            // shows once.
             while let Some(s) = source {
-                msg.push_str(&format!(": {s}"));
+                let text = s.to_string();
+                if !msg.contains(&text) {
+                    msg.push_str(&format!(": {text}"));
+                }
                 source = s.source();
             }
             eprintln!("{msg}");

@@ -458,6 +458,8 @@ fn unreachable_port_is_a_clear_target_error() {
     let port = free_port(); // nothing listens once the probe listener is dropped
     let uri = format!("nbd://127.0.0.1:{port}/");
     expect_usage_error(&[&uri, "--no-progress"], "cannot connect to NBD server");
+    // The cause follows the message.
+    expect_usage_error(&[&uri, "--no-progress"], "Connection refused");
 }
 
 #[test]
