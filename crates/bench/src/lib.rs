@@ -1,8 +1,10 @@
-//! `weft bench`: an ORION-style I/O benchmark against an NBD export, a file or a block device.
+//! `weft bench`: an ORION-style I/O benchmark against an NBD export, an iSCSI LUN, a file or a
+//! block device.
 //!
 //! The crate owns the load generator (`runner`), the targets it drives (`target`: our own small
-//! NBD client and an O_DIRECT file/device backend), the statistics (`stats`), the result files
-//! (`results`: JSON and CSV) and the self-contained HTML report (`report`).
+//! NBD client, our own iSCSI initiator over the sans-IO `weft-iscsi` and `weft-scsi` crates, and
+//! an O_DIRECT file/device backend), the statistics (`stats`), the result files (`results`: JSON
+//! and CSV) and the self-contained HTML report (`report`).
 //!
 //! Entry points for the `weft` binary: [`BenchArgs`], [`run`] and [`main_exit_code`].
 //! Exit codes: 0 success, 2 bad arguments or an unusable target, 1 any other failure.
