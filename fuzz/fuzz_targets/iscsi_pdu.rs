@@ -1,4 +1,5 @@
-//! iSCSI PDU framing (digests chosen by the first byte) and decoding of every PDU, with a re-encode round trip.
+//! iSCSI PDU framing (digests chosen by the first byte) and decoding of every PDU, as an
+//! initiator PDU and as a target PDU, with a re-encode round trip.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-/// `weft bench`: an ORION-style I/O benchmark against an NBD export, a file or a block device.
+/// `weft bench`: an ORION-style I/O benchmark against an NBD export, an iSCSI LUN, a file or a
+/// block device.
 #[derive(Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct BenchArgs {
@@ -66,7 +67,9 @@ impl Mode {
 /// Arguments of a benchmark run.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// What to measure: nbd://HOST[:PORT]/EXPORT, a file, or a block device.
+    /// What to measure: nbd://HOST[:PORT]/EXPORT,
+    /// iscsi://[USER[%SECRET]@]HOST[:PORT]/TARGET-IQN/LUN[?initiator=IQN], a file, or a block
+    /// device.
     #[arg(value_name = "TARGET", required = true)]
     pub target: Option<String>,
 
@@ -106,8 +109,8 @@ pub struct RunArgs {
     #[arg(long = "warmup", value_parser = parse_duration, default_value = "2s")]
     pub warmup: Duration,
 
-    /// Connections (NBD) over which each point's outstanding I/Os are spread. Files and block
-    /// devices use one thread per outstanding I/O regardless.
+    /// Connections (NBD) or sessions (iSCSI) over which each point's outstanding I/Os are
+    /// spread. Files and block devices use one thread per outstanding I/O regardless.
     #[arg(long = "workers", default_value_t = 1, value_parser = parse_count)]
     pub workers: u32,
 

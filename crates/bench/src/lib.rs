@@ -1,8 +1,10 @@
-//! `weft bench`: an ORION-style I/O benchmark against an NBD export, a file or a block device.
+//! `weft bench`: an ORION-style I/O benchmark against an NBD export, an iSCSI LUN, a file or a
+//! block device.
 //!
 //! The crate owns the load generator (`runner`), the targets it drives (`target`: our own small
-//! NBD client and an O_DIRECT file/device backend), the statistics (`stats`), the result files
-//! (`results`: JSON and CSV) and the self-contained HTML report (`report`).
+//! NBD client, our own iSCSI initiator over the sans-IO `weft-iscsi` and `weft-scsi` crates, and
+//! an O_DIRECT file/device backend), the statistics (`stats`), the result files (`results`: JSON
+//! and CSV) and the self-contained HTML report (`report`).
 //!
 //! Entry points for the `weft` binary: [`BenchArgs`], [`run`] and [`main_exit_code`].
 //! Exit codes: 0 success, 2 bad arguments or an unusable target, 1 any other failure.
@@ -84,12 +86,14 @@ pub fn main_exit_code(args: BenchArgs) -> i32 {
         Err(e) => {
             let mut msg = format!("weft bench: error: {e}");
             let mut source = std::error::Error::source(&e);
-            // Transparent variants already print their source's text; skip repeating it.
-            if matches!(e, BenchError::Target(_)) {
-                source = source.and_then(|s| s.source());
-            }
+            // Some messages already include their source's text (`Run` prints it); append
+            // only what is not there yet, so the cause (an io::Error's "Connection refused")
+            // shows once.
             while let Some(s) = source {
-                msg.push_str(&format!(": {s}"));
+                let text = s.to_string();
+                if !msg.contains(&text) {
+                    msg.push_str(&format!(": {text}"));
+                }
                 source = s.source();
             }
             eprintln!("{msg}");

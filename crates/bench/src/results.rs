@@ -68,7 +68,7 @@ pub(crate) struct PointResult {
     pub(crate) write_pct: u8,
     /// Measured window in seconds (warm-up excluded).
     pub(crate) duration_s: f64,
-    /// Queues (NBD connections or file threads) the point used.
+    /// Queues (NBD connections, iSCSI sessions or file threads) the point used.
     pub(crate) queues: u32,
     pub(crate) total: DirStats,
     pub(crate) read: DirStats,

@@ -1,9 +1,9 @@
 //! The load generator: runs each point of a [`Plan`] against a [`Target`] and gathers results.
 //!
 //! Model: closed loop, like ORION and fio. Each point keeps exactly `small_qd` small random and
-//! `large_qd` large sequential I/Os outstanding, spread over queues (NBD connections, or one
-//! thread per outstanding I/O for files). Each queue is driven by one thread that owns its
-//! recorders, so the hot path has no locks and no allocation.
+//! `large_qd` large sequential I/Os outstanding, spread over queues (NBD connections, iSCSI
+//! sessions, or one thread per outstanding I/O for files). Each queue is driven by one thread
+//! that owns its recorders, so the hot path has no locks and no allocation.
 //!
 //! Latency is measured per I/O from the moment the batch carrying it is handed to the transport
 //! to the moment its completion is seen, with the monotonic clock (`Instant`, CLOCK_MONOTONIC).
@@ -72,6 +72,8 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
         .expect("clap requires TARGET without a subcommand");
     let target = open_target(uri, plan.writes())?;
     let info = target.info().clone();
+    // From here on the URI is shown and recorded without any secret it holds.
+    let uri = info.uri.clone();
     if plan.writes() && info.read_only {
         return Err(BenchError::Usage(format!(
             "target {uri} is read-only but the plan writes (write percentages {:?})",
@@ -120,7 +122,7 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
     let knees = results::find_knees(&points, threshold_us);
     let res = Results {
         schema_version: SCHEMA_VERSION,
-        label: a.label.clone().unwrap_or_else(|| uri.to_string()),
+        label: a.label.clone().unwrap_or_else(|| uri.clone()),
         tool: Tool {
             name: "weft-bench".into(),
             version: env!("CARGO_PKG_VERSION").into(),

@@ -1,6 +1,8 @@
-//! What the load generator drives: a [`Target`] (an NBD export, a file, a block device; iSCSI
-//! later) hands out [`IoQueue`]s, each owned by one worker thread and carrying up to a fixed
+//! What the load generator drives: a [`Target`] (an NBD export, an iSCSI LUN, a file, a block
+//! device) hands out [`IoQueue`]s, each owned by one worker thread and carrying up to a fixed
 //! number of outstanding I/Os. The runner owns timing and statistics; a queue only moves bytes.
+//! Also here: the errors every target reports ([`TargetError`]) and [`open_target`], which
+//! picks the target from the URI's scheme.
 
 use std::io;
 use std::path::Path;
@@ -8,10 +10,20 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 mod file;
+mod iscsi;
 mod nbd;
 
 pub(crate) use file::FileTarget;
+pub(crate) use iscsi::IscsiTarget;
 pub(crate) use nbd::NbdTarget;
+
+/// What errors call each kind of peer.
+pub(crate) const NBD_SERVER: &str = "NBD server";
+pub(crate) const ISCSI_TARGET: &str = "iSCSI target";
+/// The URI forms, for error messages.
+pub(crate) const NBD_URI_FORM: &str = "nbd://HOST[:PORT]/EXPORT";
+pub(crate) const ISCSI_URI_FORM: &str =
+    "iscsi://[USER[%SECRET]@]HOST[:PORT]/TARGET-IQN/LUN[?initiator=IQN]";
 
 /// Direction of one I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,9 +53,9 @@ pub(crate) struct IoRequest {
 /// Facts about a target, recorded in the results.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct TargetInfo {
-    /// As given on the command line.
+    /// As given on the command line, with any iSCSI CHAP secret replaced by `***`.
     pub(crate) uri: String,
-    /// "nbd", "file" or "block".
+    /// "nbd", "iscsi", "file" or "block".
     pub(crate) kind: String,
     pub(crate) size_bytes: u64,
     /// Smallest I/O size and alignment the target accepts.
@@ -87,12 +99,18 @@ pub(crate) trait IoQueue: Send {
     fn wait(&mut self, done: &mut Vec<u32>) -> Result<(), TargetError>;
 }
 
-/// Errors from opening or driving a target.
+/// Errors from opening or driving a target. `peer` is [`NBD_SERVER`] or [`ISCSI_TARGET`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TargetError {
-    #[error("target '{uri}' is not a valid NBD URI ({reason}); use nbd://HOST[:PORT]/EXPORT")]
-    BadUri { uri: String, reason: &'static str },
+    #[error("target '{uri}' is not a valid {scheme} URI ({reason}); use {form}")]
+    BadUri {
+        uri: String,
+        /// "NBD", "iSCSI", or "target" when the scheme itself is unknown.
+        scheme: &'static str,
+        reason: &'static str,
+        form: &'static str,
+    },
     #[error("target '{path}' cannot be opened")]
     Open {
         path: String,
@@ -101,22 +119,43 @@ pub enum TargetError {
     },
     #[error("target '{path}' is neither a regular file nor a block device")]
     NotAFileOrDevice { path: String },
-    #[error("cannot connect to NBD server {addr}")]
+    #[error("cannot connect to {peer} {addr}")]
     Connect {
+        peer: &'static str,
         addr: String,
         #[source]
         source: io::Error,
     },
-    #[error("NBD server {addr} violated the protocol: {reason}")]
-    Protocol { addr: String, reason: String },
+    #[error("{peer} {addr} violated the protocol: {reason}")]
+    Protocol {
+        peer: &'static str,
+        addr: String,
+        reason: String,
+    },
     #[error("NBD server {addr} refused export '{export}': {reason}")]
     ExportRefused {
         addr: String,
         export: String,
         reason: String,
     },
-    #[error("connection to NBD server {addr} failed")]
+    #[error("iSCSI target {addr} refused the login to '{target}': {reason}")]
+    LoginRefused {
+        addr: String,
+        target: String,
+        /// RFC 7143 login status (class << 8 | detail); 0 when the login failed otherwise.
+        status: u16,
+        reason: String,
+    },
+    #[error("LUN {lun} of iSCSI target '{target}' at {addr} cannot be benchmarked: {reason}")]
+    UnusableLun {
+        addr: String,
+        target: String,
+        lun: u64,
+        reason: String,
+    },
+    #[error("connection to {peer} {addr} failed")]
     Connection {
+        peer: &'static str,
         addr: String,
         #[source]
         source: io::Error,
@@ -128,6 +167,13 @@ pub enum TargetError {
         len_bytes: u32,
         errno: u32,
     },
+    #[error("{op} of {len_bytes} bytes at offset {offset_bytes} failed with {failure}")]
+    ScsiFailed {
+        op: &'static str,
+        offset_bytes: u64,
+        len_bytes: u32,
+        failure: ScsiFailure,
+    },
     #[error("{op} of {len_bytes} bytes at offset {offset_bytes} failed")]
     Io {
         op: &'static str,
@@ -138,16 +184,95 @@ pub enum TargetError {
     },
 }
 
-/// Opens `uri`: `nbd://...` is NBD, anything else a path to a file or block device.
+/// How a SCSI command failed at an iSCSI target: a target failure (the iSCSI response code)
+/// or a SCSI status other than GOOD, with the sense data when the target sent some.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScsiFailure {
+    /// iSCSI response code: 00h means the command completed and `status` says how.
+    pub response: u8,
+    pub status: u8,
+    pub sense: Option<weft_scsi::Sense>,
+}
+
+impl std::fmt::Display for ScsiFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.response != weft_iscsi::wire::RESPONSE_COMPLETED {
+            return write!(f, "iSCSI response {:02x}h (target failure)", self.response);
+        }
+        let name = match self.status {
+            0x00 => "GOOD",
+            0x02 => "CHECK CONDITION",
+            0x04 => "CONDITION MET",
+            0x08 => "BUSY",
+            0x18 => "RESERVATION CONFLICT",
+            0x28 => "TASK SET FULL",
+            0x30 => "ACA ACTIVE",
+            0x40 => "TASK ABORTED",
+            _ => "unknown status",
+        };
+        write!(f, "SCSI status {name} ({:02x}h)", self.status)?;
+        match &self.sense {
+            Some(sense) => write!(f, ", sense {sense}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Opens `uri`: `nbd://...` is NBD, `iscsi://...` an iSCSI LUN, anything else a path to a file
+/// or block device.
 pub(crate) fn open_target(uri: &str, want_write: bool) -> Result<Box<dyn Target>, TargetError> {
     if uri.starts_with("nbd://") {
         Ok(Box::new(NbdTarget::open(uri)?))
+    } else if uri.starts_with("iscsi://") {
+        Ok(Box::new(IscsiTarget::open(uri)?))
     } else if uri.contains("://") {
         Err(TargetError::BadUri {
             uri: uri.to_string(),
+            scheme: "target",
             reason: "unsupported scheme",
+            form: "nbd://HOST[:PORT]/EXPORT, \
+                   iscsi://[USER[%SECRET]@]HOST[:PORT]/TARGET-IQN/LUN or a file or device path",
         })
     } else {
         Ok(Box::new(FileTarget::open(Path::new(uri), want_write)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scsi_failures_name_status_and_sense() {
+        let failure = ScsiFailure {
+            response: 0,
+            status: 2,
+            sense: Some(weft_scsi::Sense::lba_out_of_range()),
+        };
+        assert_eq!(
+            failure.to_string(),
+            "SCSI status CHECK CONDITION (02h), sense ILLEGAL REQUEST, ASC/ASCQ 21h/00h \
+             (LOGICAL BLOCK ADDRESS OUT OF RANGE)"
+        );
+        let busy = ScsiFailure {
+            response: 0,
+            status: 8,
+            sense: None,
+        };
+        assert_eq!(busy.to_string(), "SCSI status BUSY (08h)");
+        let failed = ScsiFailure {
+            response: 1,
+            status: 0,
+            sense: None,
+        };
+        assert_eq!(failed.to_string(), "iSCSI response 01h (target failure)");
+    }
+
+    #[test]
+    fn unknown_schemes_are_refused_with_every_form() {
+        let err = open_target("ftp://x/y", false).err().expect("refused");
+        let text = err.to_string();
+        assert!(text.contains("unsupported scheme"), "{text}");
+        assert!(text.contains("iscsi://"), "{text}");
     }
 }

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `weft-bench` binary against nbdkit's memory plugin and a file:
 //! every mode writes JSON valid against `schema/results.schema.json`, CSV and HTML; the HTML
-//! renders its charts in headless Chromium; bad targets fail with exit code 2 and a message.
+//! renders its charts in headless Chromium; bad targets (NBD, iSCSI, files) fail with exit
+//! code 2 and a message. iSCSI runs against a real target are `crates/cli/tests/bench_iscsi.rs`.
 //!
 //! Needs nbdkit and chromium on PATH (Debian packages `nbdkit`, `chromium`).
 
@@ -458,6 +459,8 @@ fn unreachable_port_is_a_clear_target_error() {
     let port = free_port(); // nothing listens once the probe listener is dropped
     let uri = format!("nbd://127.0.0.1:{port}/");
     expect_usage_error(&[&uri, "--no-progress"], "cannot connect to NBD server");
+    // The cause follows the message.
+    expect_usage_error(&[&uri, "--no-progress"], "Connection refused");
 }
 
 #[test]
@@ -471,6 +474,38 @@ fn non_nbd_server_is_a_clear_target_error() {
     let uri = format!("nbd://127.0.0.1:{port}/");
     expect_usage_error(&[&uri, "--no-progress"], "not an NBD server");
     server.join().unwrap();
+}
+
+#[test]
+fn unreachable_or_non_iscsi_portals_and_bad_iscsi_uris_are_clear_target_errors() {
+    let port = free_port();
+    let uri = format!("iscsi://127.0.0.1:{port}/iqn.2026-11.dev.weft:vol0/0");
+    expect_usage_error(&[&uri, "--no-progress"], "cannot connect to iSCSI target");
+    expect_usage_error(&[&uri, "--no-progress"], "Connection refused");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        // Take the whole Login Request first: closing with unread bytes would reset the
+        // connection instead of ending it.
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        while matches!(std::io::Read::read(&mut s, &mut buf), Ok(n) if n > 0) {}
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+    });
+    let uri = format!("iscsi://127.0.0.1:{port}/iqn.2026-11.dev.weft:vol0/0");
+    expect_usage_error(
+        &[&uri, "--no-progress"],
+        "violated the protocol: the target closed the connection during login",
+    );
+    server.join().unwrap();
+    expect_usage_error(
+        &["iscsi://u%hush@127.0.0.1/iqn.x", "--no-progress"],
+        "not a valid iSCSI URI (missing LUN after the target name",
+    );
+    let out = bench(&["iscsi://u%hush@127.0.0.1/iqn.x", "--no-progress"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("hush"));
 }
 
 #[test]

@@ -46,7 +46,8 @@ impl Access for FuzzAccess {
     }
 }
 
-/// First byte: bit 0 header digest, bit 1 data digest. The rest: PDUs back to back.
+/// First byte: bit 0 header digest, bit 1 data digest. The rest: PDUs back to back, each
+/// decoded both as an initiator PDU (the target's side) and as a target PDU (the initiator's).
 pub fn fuzz_pdu(data: &[u8]) {
     let Some((&flags, mut rest)) = data.split_first() else {
         return;
@@ -63,6 +64,8 @@ pub fn fuzz_pdu(data: &[u8]) {
             assert_eq!(&again[..BHS_BYTES], &rest[..BHS_BYTES]);
             assert_eq!(again.len(), used);
         }
+        // The same bytes as a target PDU, as weft's benchmark initiator decodes them.
+        let _ = crate::target_pdu::decode_target_pdu(&pdu.borrowed());
         let _ = decode(pdu);
         rest = &rest[used..];
     }
@@ -203,6 +206,7 @@ pub fn seed_corpus() -> Vec<(&'static str, Vec<u8>)> {
             lun: 0,
             itt: 1,
             ttt: 2,
+            exp_stat_sn: 0,
             data_sn: 0,
             offset: 0,
             final_: true,

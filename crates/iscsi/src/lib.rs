@@ -4,9 +4,11 @@
 //! ([`pdu`]), what each initiator PDU says ([`request`]), the target PDUs ([`response`]), the
 //! `key=value` text of login and discovery ([`text`]), operational negotiation
 //! ([`negotiate`]), the login phase with CHAP ([`login`], [`chap`]) and the session's sequence
-//! numbers ([`session`]); [`initiator`] encodes initiator PDUs for tests and our benchmark. It never touches a socket, a clock, a thread or a random source:
-//! callers feed bytes and get bytes to send. SCSI itself is `weft-scsi`'s; the tokio glue is
-//! `weft-server`'s `iscsi_listener`.
+//! numbers ([`session`]). For tests and weft's own benchmark initiator (`weft bench
+//! iscsi://...`) it also speaks the other side: [`initiator`] encodes initiator PDUs,
+//! [`target_pdu`] decodes target PDUs and [`initiator_login`] logs in. It never touches a
+//! socket, a clock, a thread or a random source: callers feed bytes and get bytes to send.
+//! SCSI itself is `weft-scsi`'s; the tokio glue is `weft-server`'s `iscsi_listener`.
 //!
 //! Invariants kept here: nothing an initiator sends can make these functions panic or
 //! allocate more than the limits in [`wire`]; every length field is checked before it is used.
@@ -14,18 +16,20 @@
 pub mod chap;
 pub mod fuzzing;
 pub mod initiator;
+pub mod initiator_login;
 pub mod login;
 pub mod negotiate;
 pub mod pdu;
 pub mod request;
 pub mod response;
 pub mod session;
+pub mod target_pdu;
 pub mod text;
 pub mod wire;
 
 pub use login::{Access, ChapCredentials, LoggedIn, Login, LoginProgress};
 pub use negotiate::{SessionParams, TargetLimits};
-pub use pdu::{encode_pdu, parse_pdu, Digests, FrameError, Pdu};
+pub use pdu::{encode_pdu, parse_pdu, parse_pdu_ref, Digests, FrameError, Pdu, PduRef};
 pub use request::{decode, Request, RequestError};
 pub use response::Numbers;
 

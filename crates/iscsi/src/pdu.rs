@@ -1,7 +1,9 @@
 //! PDU framing: cutting PDUs out of a byte stream (BHS, AHS, header digest, data segment and
-//! its padding, data digest) with every length checked before use, and writing target PDUs
-//! the same way. What the fields of each PDU mean lives in [`crate::request`] (initiator
-//! PDUs) and [`crate::response`] (target PDUs).
+//! its padding, data digest) with every length checked before use, and writing PDUs the same
+//! way. The target takes owned [`Pdu`]s; an initiator's read path borrows them ([`PduRef`]) so
+//! read data is not copied twice. What the fields of each PDU mean lives in [`crate::request`]
+//! (initiator PDUs), [`crate::response`] (target PDUs, encoded) and [`crate::target_pdu`]
+//! (target PDUs, decoded).
 
 use crate::wire::{AHS_MAX_BYTES, BHS_BYTES, DATA_SEGMENT_MAX_BYTES, DIGEST_BYTES};
 use crate::Parse;
@@ -33,7 +35,56 @@ pub enum FrameError {
     DataTooLong { len: usize, max: usize },
 }
 
+/// One PDU borrowed from the receive buffer, digests checked and padding dropped: what an
+/// initiator's hot path decodes without copying a data segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PduRef<'a> {
+    pub bhs: &'a [u8; BHS_BYTES],
+    pub ahs: &'a [u8],
+    pub data: &'a [u8],
+}
+
 impl Pdu {
+    /// The same PDU, borrowed.
+    pub fn borrowed(&self) -> PduRef<'_> {
+        PduRef {
+            bhs: &self.bhs,
+            ahs: &self.ahs,
+            data: &self.data,
+        }
+    }
+
+    pub fn opcode(&self) -> u8 {
+        self.borrowed().opcode()
+    }
+
+    pub fn immediate(&self) -> bool {
+        self.borrowed().immediate()
+    }
+
+    pub fn flags(&self) -> u8 {
+        self.borrowed().flags()
+    }
+
+    pub fn u16_at(&self, at: usize) -> u16 {
+        self.borrowed().u16_at(at)
+    }
+
+    pub fn u32_at(&self, at: usize) -> u32 {
+        self.borrowed().u32_at(at)
+    }
+
+    pub fn u64_at(&self, at: usize) -> u64 {
+        self.borrowed().u64_at(at)
+    }
+
+    /// Initiator task tag (bytes 16..20 of every PDU).
+    pub fn itt(&self) -> u32 {
+        self.borrowed().itt()
+    }
+}
+
+impl PduRef<'_> {
     pub fn opcode(&self) -> u8 {
         self.bhs[0] & 0x3f
     }
@@ -64,6 +115,15 @@ impl Pdu {
     pub fn itt(&self) -> u32 {
         self.u32_at(16)
     }
+
+    /// An owned copy.
+    pub fn to_owned_pdu(&self) -> Pdu {
+        Pdu {
+            bhs: *self.bhs,
+            ahs: self.ahs.to_vec(),
+            data: self.data.to_vec(),
+        }
+    }
 }
 
 fn be_u32(b: &[u8]) -> u32 {
@@ -86,6 +146,19 @@ fn padded(len: usize) -> usize {
 /// (what we declared as MaxRecvDataSegmentLength, or the login limit); anything above it,
 /// or above [`DATA_SEGMENT_MAX_BYTES`], is refused before it is buffered.
 pub fn parse_pdu(buf: &[u8], digests: Digests, data_max: usize) -> Parse<Pdu, FrameError> {
+    match parse_pdu_ref(buf, digests, data_max) {
+        Parse::Complete(pdu, len) => Parse::Complete(pdu.to_owned_pdu(), len),
+        Parse::Incomplete => Parse::Incomplete,
+        Parse::Invalid(e) => Parse::Invalid(e),
+    }
+}
+
+/// [`parse_pdu`] without copying: the PDU borrows `buf`.
+pub fn parse_pdu_ref(
+    buf: &[u8],
+    digests: Digests,
+    data_max: usize,
+) -> Parse<PduRef<'_>, FrameError> {
     match frame_len(buf, digests, data_max) {
         Ok(Some(len)) => match cut(&buf[..len], digests) {
             Ok(pdu) => Parse::Complete(pdu, len),
@@ -123,13 +196,14 @@ pub fn frame_len(
 }
 
 /// Split a whole frame and check its digests.
-fn cut(frame: &[u8], digests: Digests) -> Result<Pdu, FrameError> {
-    let mut bhs = [0u8; BHS_BYTES];
-    bhs.copy_from_slice(&frame[..BHS_BYTES]);
+fn cut(frame: &[u8], digests: Digests) -> Result<PduRef<'_>, FrameError> {
+    let bhs: &[u8; BHS_BYTES] = frame[..BHS_BYTES]
+        .try_into()
+        .expect("frame_len counted the BHS");
     let ahs_len = usize::from(bhs[4]) * 4;
     let data_len = (usize::from(bhs[5]) << 16) | (usize::from(bhs[6]) << 8) | usize::from(bhs[7]);
     let mut at = BHS_BYTES + ahs_len;
-    let ahs = frame[BHS_BYTES..at].to_vec();
+    let ahs = &frame[BHS_BYTES..at];
     if digests.header {
         let got = &frame[at..at + DIGEST_BYTES];
         if digest(&[&frame[..at]]) != got {
@@ -137,7 +211,7 @@ fn cut(frame: &[u8], digests: Digests) -> Result<Pdu, FrameError> {
         }
         at += DIGEST_BYTES;
     }
-    let data = frame[at..at + data_len].to_vec();
+    let data = &frame[at..at + data_len];
     let padded_end = at + padded(data_len);
     if digests.data && data_len > 0 {
         let got = &frame[padded_end..padded_end + DIGEST_BYTES];
@@ -145,7 +219,7 @@ fn cut(frame: &[u8], digests: Digests) -> Result<Pdu, FrameError> {
             return Err(FrameError::DataDigest);
         }
     }
-    Ok(Pdu { bhs, ahs, data })
+    Ok(PduRef { bhs, ahs, data })
 }
 
 /// Append a PDU: `bhs` with its data segment length filled in, the header digest, `data`

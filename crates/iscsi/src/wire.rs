@@ -25,6 +25,7 @@ pub const OP_TEXT_RESPONSE: u8 = 0x24;
 pub const OP_DATA_IN: u8 = 0x25;
 pub const OP_LOGOUT_RESPONSE: u8 = 0x26;
 pub const OP_R2T: u8 = 0x31;
+pub const OP_ASYNC_MESSAGE: u8 = 0x32;
 pub const OP_REJECT: u8 = 0x3f;
 
 /// BHS byte 0: the PDU is for immediate delivery (does not advance CmdSN).
@@ -43,6 +44,8 @@ pub const FLAG_RESIDUAL_OVERFLOW: u8 = 0x04;
 pub const FLAG_RESIDUAL_UNDERFLOW: u8 = 0x02;
 /// Data-In: the PDU carries the command's status (S).
 pub const FLAG_STATUS: u8 = 0x01;
+/// SCSI Command byte 1, ATTR field: a simple task.
+pub const TASK_ATTRIBUTE_SIMPLE: u8 = 0x01;
 
 /// The target transfer tag / initiator task tag that means "none".
 pub const TAG_NONE: u32 = 0xffff_ffff;

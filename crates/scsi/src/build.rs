@@ -90,6 +90,24 @@ pub fn inquiry(evpd: bool, page_code: u8, allocation_len: u16) -> Vec<u8> {
     vec![opcode::INQUIRY, u8::from(evpd), page_code, high, low, 0]
 }
 
+/// MODE SENSE(6): DBD (no block descriptors), page control, page and subpage codes.
+pub fn mode_sense6(
+    dbd: bool,
+    page_control: u8,
+    page_code: u8,
+    subpage: u8,
+    allocation_len: u8,
+) -> Vec<u8> {
+    vec![
+        opcode::MODE_SENSE_6,
+        if dbd { 0x08 } else { 0 },
+        ((page_control & 0x3) << 6) | (page_code & 0x3f),
+        subpage,
+        allocation_len,
+        0,
+    ]
+}
+
 /// REPORT LUNS, SELECT REPORT 00h.
 pub fn report_luns(allocation_len: u32) -> Vec<u8> {
     let mut cdb = vec![0u8; 12];

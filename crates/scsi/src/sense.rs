@@ -1,7 +1,8 @@
 //! What a command returns: [`Status`], [`Sense`] data (fixed and descriptor formats, SPC-4
 //! 4.5) and the [`Response`] that carries them with the data-in buffer; plus the named sense
 //! keys and additional sense codes used by this crate, and the one function that maps a
-//! [`MediumError`] to sense data.
+//! [`MediumError`] to sense data. For an initiator (weft's benchmark) it also reads sense data
+//! back ([`Sense::decode`]) and names keys and codes for error messages.
 //!
 //! Invariant kept by the constructors: a [`Response`] with `CheckCondition` carries sense and no
 //! data; every other status carries no sense (RESERVATION CONFLICT carries nothing).
@@ -19,6 +20,27 @@ pub mod key {
     pub const DATA_PROTECT: u8 = 0x07;
     pub const ABORTED_COMMAND: u8 = 0x0b;
     pub const MISCOMPARE: u8 = 0x0e;
+
+    /// The sense key's name as SPC-4 writes it.
+    pub fn name(key: u8) -> &'static str {
+        match key & 0x0f {
+            NO_SENSE => "NO SENSE",
+            0x01 => "RECOVERED ERROR",
+            NOT_READY => "NOT READY",
+            MEDIUM_ERROR => "MEDIUM ERROR",
+            HARDWARE_ERROR => "HARDWARE ERROR",
+            ILLEGAL_REQUEST => "ILLEGAL REQUEST",
+            UNIT_ATTENTION => "UNIT ATTENTION",
+            DATA_PROTECT => "DATA PROTECT",
+            0x08 => "BLANK CHECK",
+            0x09 => "VENDOR SPECIFIC",
+            0x0a => "COPY ABORTED",
+            ABORTED_COMMAND => "ABORTED COMMAND",
+            0x0d => "VOLUME OVERFLOW",
+            MISCOMPARE => "MISCOMPARE",
+            _ => "RESERVED",
+        }
+    }
 }
 
 /// Additional sense code and qualifier pairs (SPC-4 table 28) this crate reports.
@@ -42,14 +64,55 @@ pub mod asc {
     pub const SAVING_PARAMETERS_NOT_SUPPORTED: (u8, u8) = (0x39, 0x00);
     pub const INTERNAL_TARGET_FAILURE: (u8, u8) = (0x44, 0x00);
     pub const INSUFFICIENT_REGISTRATION_RESOURCES: (u8, u8) = (0x55, 0x04);
+
+    /// The name of an additional sense code and qualifier: this crate's, and the ones an
+    /// initiator commonly meets from other targets. `None` for the rest.
+    pub fn name(code: (u8, u8)) -> Option<&'static str> {
+        Some(match code {
+            NO_ADDITIONAL_SENSE => "NO ADDITIONAL SENSE INFORMATION",
+            (0x04, 0x00) => "LOGICAL UNIT NOT READY, CAUSE NOT REPORTABLE",
+            (0x04, 0x01) => "LOGICAL UNIT IS IN PROCESS OF BECOMING READY",
+            (0x04, 0x02) => "LOGICAL UNIT NOT READY, INITIALIZING COMMAND REQUIRED",
+            (0x04, 0x03) => "LOGICAL UNIT NOT READY, MANUAL INTERVENTION REQUIRED",
+            WRITE_ERROR => "WRITE ERROR",
+            (0x0e, 0x03) => "INVALID FIELD IN INFORMATION UNIT",
+            UNRECOVERED_READ_ERROR => "UNRECOVERED READ ERROR",
+            PARAMETER_LIST_LENGTH_ERROR => "PARAMETER LIST LENGTH ERROR",
+            MISCOMPARE_DURING_VERIFY => "MISCOMPARE DURING VERIFY OPERATION",
+            INVALID_COMMAND_OPERATION_CODE => "INVALID COMMAND OPERATION CODE",
+            LBA_OUT_OF_RANGE => "LOGICAL BLOCK ADDRESS OUT OF RANGE",
+            INVALID_FIELD_IN_CDB => "INVALID FIELD IN CDB",
+            LOGICAL_UNIT_NOT_SUPPORTED => "LOGICAL UNIT NOT SUPPORTED",
+            INVALID_FIELD_IN_PARAMETER_LIST => "INVALID FIELD IN PARAMETER LIST",
+            WRITE_PROTECTED => "WRITE PROTECTED",
+            SPACE_ALLOCATION_FAILED_WRITE_PROTECT => "SPACE ALLOCATION FAILED WRITE PROTECT",
+            (0x29, 0x00) => "POWER ON, RESET, OR BUS DEVICE RESET OCCURRED",
+            (0x2a, 0x01) => "MODE PARAMETERS CHANGED",
+            (0x2a, 0x09) => "CAPACITY DATA HAS CHANGED",
+            SAVING_PARAMETERS_NOT_SUPPORTED => "SAVING PARAMETERS NOT SUPPORTED",
+            (0x3f, 0x0e) => "REPORTED LUNS DATA HAS CHANGED",
+            INTERNAL_TARGET_FAILURE => "INTERNAL TARGET FAILURE",
+            (0x47, 0x00) => "SCSI PARITY ERROR",
+            (0x4b, 0x00) => "DATA PHASE ERROR",
+            (0x4b, 0x05) => "DATA OFFSET ERROR",
+            (0x55, 0x03) => "INSUFFICIENT RESOURCES",
+            _ => return None,
+        })
+    }
 }
 
 /// Fixed-format sense data length: response code through the sense-key-specific bytes.
 pub const FIXED_SENSE_LEN_BYTES: usize = 18;
-/// Fixed format, current error.
+/// Fixed format, current error (and, when reading sense back, 71h: deferred).
 const RESPONSE_CODE_FIXED: u8 = 0x70;
-/// Descriptor format, current error.
+const RESPONSE_CODE_FIXED_DEFERRED: u8 = 0x71;
+/// Descriptor format, current error (and 73h: deferred).
 const RESPONSE_CODE_DESCRIPTOR: u8 = 0x72;
+const RESPONSE_CODE_DESCRIPTOR_DEFERRED: u8 = 0x73;
+/// Byte 0 of sense data: the response code, without fixed format's VALID bit.
+const RESPONSE_CODE_MASK: u8 = 0x7f;
+/// Fixed format: bytes up to and including the ASC and ASCQ.
+const FIXED_THROUGH_ASCQ_BYTES: usize = 14;
 /// Fixed format byte 0: the INFORMATION field is valid.
 const FIXED_VALID: u8 = 0x80;
 /// Bytes after the ADDITIONAL SENSE LENGTH field in fixed format.
@@ -225,7 +288,98 @@ impl Sense {
     }
 }
 
+impl Sense {
+    /// Read sense data from a target, fixed or descriptor format: the key, the codes, the
+    /// INFORMATION field and, for ILLEGAL REQUEST, the field pointer. `None` when the bytes are
+    /// not sense data (too short, or an unknown response code).
+    pub fn decode(bytes: &[u8]) -> Option<Sense> {
+        let code = *bytes.first()? & RESPONSE_CODE_MASK;
+        match code {
+            RESPONSE_CODE_FIXED | RESPONSE_CODE_FIXED_DEFERRED => {
+                // Short fixed sense (fewer additional bytes) still names its key.
+                let key = bytes.get(2)? & 0x0f;
+                let asc = bytes.get(12).copied().unwrap_or(0);
+                let ascq = bytes.get(13).copied().unwrap_or(0);
+                let information = (bytes[0] & FIXED_VALID != 0 && bytes.len() >= 7).then(|| {
+                    u64::from(u32::from_be_bytes([bytes[3], bytes[4], bytes[5], bytes[6]]))
+                });
+                let field = if key == key::ILLEGAL_REQUEST {
+                    bytes
+                        .get(FIXED_THROUGH_ASCQ_BYTES + 1..FIXED_SENSE_LEN_BYTES)
+                        .and_then(FieldPointer::decode)
+                } else {
+                    None
+                };
+                Some(Sense {
+                    key,
+                    asc,
+                    ascq,
+                    information,
+                    field,
+                })
+            }
+            RESPONSE_CODE_DESCRIPTOR | RESPONSE_CODE_DESCRIPTOR_DEFERRED => {
+                let header = bytes.get(..DESCRIPTOR_HEADER_LEN_BYTES)?;
+                let key = header[1] & 0x0f;
+                let end = (DESCRIPTOR_HEADER_LEN_BYTES + usize::from(header[7])).min(bytes.len());
+                let mut sense = Sense::new(key, (header[2], header[3]));
+                let mut at = DESCRIPTOR_HEADER_LEN_BYTES;
+                while at + 2 <= end {
+                    let len = 2 + usize::from(bytes[at + 1]);
+                    let Some(d) = bytes.get(at..(at + len).min(end)) else {
+                        break;
+                    };
+                    match d[0] {
+                        DESC_INFORMATION if d.len() >= 12 && d[2] & FIXED_VALID != 0 => {
+                            let mut info = [0u8; 8];
+                            info.copy_from_slice(&d[4..12]);
+                            sense.information = Some(u64::from_be_bytes(info));
+                        }
+                        DESC_SENSE_KEY_SPECIFIC if key == key::ILLEGAL_REQUEST && d.len() >= 7 => {
+                            sense.field = FieldPointer::decode(&d[4..7]);
+                        }
+                        _ => {}
+                    }
+                    at += len;
+                }
+                Some(sense)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Sense {
+    /// `ILLEGAL REQUEST, ASC/ASCQ 21h/00h (LOGICAL BLOCK ADDRESS OUT OF RANGE)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}, ASC/ASCQ {:02x}h/{:02x}h",
+            key::name(self.key),
+            self.asc,
+            self.ascq
+        )?;
+        if let Some(name) = asc::name((self.asc, self.ascq)) {
+            write!(f, " ({name})")?;
+        }
+        Ok(())
+    }
+}
+
 impl FieldPointer {
+    /// Three sense-key-specific bytes, if SKSV says they hold a field pointer.
+    fn decode(bytes: &[u8]) -> Option<FieldPointer> {
+        let (&first, rest) = bytes.split_first()?;
+        if first & SKSV == 0 || rest.len() < 2 {
+            return None;
+        }
+        Some(FieldPointer {
+            in_cdb: first & FIELD_IN_CDB != 0,
+            byte: u16::from_be_bytes([rest[0], rest[1]]),
+            bit: (first & BIT_POINTER_VALID != 0).then_some(first & 7),
+        })
+    }
+
     /// The three sense-key-specific bytes, SKSV set.
     fn encode(self) -> [u8; 3] {
         let mut first = SKSV;
@@ -387,6 +541,47 @@ mod tests {
         assert_eq!((ro.key, ro.asc, ro.ascq), (7, 0x27, 0));
         let gone = medium_error_sense(&MediumError::Gone, IoKind::Read);
         assert_eq!((gone.key, gone.asc), (5, 0x25));
+    }
+
+    #[test]
+    fn sense_reads_back_from_both_formats() {
+        let mut wide = Sense::invalid_parameter_field(9);
+        wide.information = Some(u64::from(u32::MAX) + 7);
+        for sense in [
+            Sense::lba_out_of_range(),
+            Sense::invalid_cdb_field(2, Some(5)),
+            Sense::invalid_opcode(),
+            Sense::miscompare(0x1234),
+            Sense::write_protected(),
+            wide.clone(),
+        ] {
+            assert_eq!(
+                Sense::decode(&sense.encode_descriptor()),
+                Some(sense.clone())
+            );
+            let mut fixed = sense.clone();
+            if fixed.information.is_some_and(|i| u32::try_from(i).is_err()) {
+                fixed.information = None; // fixed format cannot carry it
+            }
+            assert_eq!(Sense::decode(&sense.encode_fixed()), Some(fixed));
+        }
+        assert_eq!(Sense::decode(&[]), None);
+        assert_eq!(Sense::decode(&[0x12, 0, 5]), None);
+        assert_eq!(Sense::decode(&[0x72, 5]), None);
+        let short = Sense::decode(&[0x70, 0, 6]).unwrap();
+        assert_eq!((short.key, short.asc), (key::UNIT_ATTENTION, 0));
+    }
+
+    #[test]
+    fn sense_displays_its_key_and_codes_by_name() {
+        assert_eq!(
+            Sense::lba_out_of_range().to_string(),
+            "ILLEGAL REQUEST, ASC/ASCQ 21h/00h (LOGICAL BLOCK ADDRESS OUT OF RANGE)"
+        );
+        assert_eq!(
+            Sense::new(0x0b, (0x99, 0x01)).to_string(),
+            "ABORTED COMMAND, ASC/ASCQ 99h/01h"
+        );
     }
 
     #[test]

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use crate::datagen::Rng;
 use crate::sys;
-use crate::target::{IoQueue, IoRequest, Op, Target, TargetError, TargetInfo};
+use crate::target::{
+    IoQueue, IoRequest, Op, Target, TargetError, TargetInfo, NBD_SERVER, NBD_URI_FORM,
+};
 
 const NBD_MAGIC: u64 = 0x4e42_444d_4147_4943; // "NBDMAGIC"
 const IHAVEOPT: u64 = 0x4948_4156_454f_5054; // "IHAVEOPT"
@@ -87,11 +89,13 @@ impl NbdTarget {
         let addr = (host.as_str(), port)
             .to_socket_addrs()
             .map_err(|source| TargetError::Connect {
+                peer: NBD_SERVER,
                 addr: addr_text.clone(),
                 source,
             })?
             .next()
             .ok_or_else(|| TargetError::Connect {
+                peer: NBD_SERVER,
                 addr: addr_text.clone(),
                 source: io::Error::new(io::ErrorKind::NotFound, "host has no address"),
             })?;
@@ -123,11 +127,13 @@ impl NbdTarget {
     fn connect(&self) -> Result<(TcpStream, ExportFacts), TargetError> {
         let stream = TcpStream::connect_timeout(&self.addr, CONNECT_TIMEOUT).map_err(|source| {
             TargetError::Connect {
+                peer: NBD_SERVER,
                 addr: self.addr_text.clone(),
                 source,
             }
         })?;
         let conn_err = |source| TargetError::Connection {
+            peer: NBD_SERVER,
             addr: self.addr_text.clone(),
             source,
         };
@@ -138,10 +144,12 @@ impl NbdTarget {
         let mut stream = stream;
         let facts = handshake(&mut stream, &self.export).map_err(|e| match e {
             HandshakeError::Io(source) => TargetError::Connection {
+                peer: NBD_SERVER,
                 addr: self.addr_text.clone(),
                 source,
             },
             HandshakeError::Protocol(reason) => TargetError::Protocol {
+                peer: NBD_SERVER,
                 addr: self.addr_text.clone(),
                 reason,
             },
@@ -186,7 +194,9 @@ impl Target for NbdTarget {
 fn parse_uri(uri: &str) -> Result<(String, u16, String), TargetError> {
     let bad = |reason| TargetError::BadUri {
         uri: uri.to_string(),
+        scheme: "NBD",
         reason,
+        form: NBD_URI_FORM,
     };
     let rest = uri
         .strip_prefix("nbd://")
@@ -542,6 +552,7 @@ impl NbdQueue {
 
     fn conn_err(&self, source: io::Error) -> TargetError {
         TargetError::Connection {
+            peer: NBD_SERVER,
             addr: self.addr.clone(),
             source,
         }
@@ -555,6 +566,7 @@ impl NbdQueue {
                 self.parser
                     .step(buf, &self.inflight)
                     .map_err(|reason| TargetError::Protocol {
+                        peer: NBD_SERVER,
                         addr: self.addr.clone(),
                         reason,
                     })?;
