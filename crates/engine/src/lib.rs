@@ -47,4 +47,4 @@ pub use engine::{Backends, Engine, EngineConfig, LocalStoreConfig};
 pub use error::{EngineError, IoFailure};
 pub use space::{FamilyReduction, SpaceUsage};
 pub use stats::{EngineStats, GcReport, GcStats, ReductionStats};
-pub use units::{BlockId, FamilyId, Lba, SegmentId, VolumeId, BLOCK_SIZE_BYTES};
+pub use units::{BlockId, FamilyId, Lba, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES};
