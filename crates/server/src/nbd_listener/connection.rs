@@ -115,6 +115,7 @@ pub(super) async fn serve(
         export = %agreement.export.name,
         structured = agreement.structured_replies,
         base_allocation = agreement.base_allocation,
+        block_size_min = agreement.export.block_size_min(),
         "nbd transmission started"
     );
     match transmit(stream, &agreement, export, leftover, &workers, &shutdown).await {
@@ -138,6 +139,7 @@ async fn handshake(
             description: e.description,
             size_bytes: e.size_bytes,
             read_only: e.read_only,
+            block_size_min_bytes: e.logical_block_size_bytes,
         })
         .collect();
     let mut negotiation = Negotiation::new();
