@@ -16,6 +16,8 @@ pub enum Request {
         name: String,
         size_bytes: u64,
         pool: Option<String>,
+        /// 512 or 4096 (checked by the parser); `None`: the server's default (512).
+        logical_block_size: Option<u32>,
     },
     List {
         json: bool,
@@ -197,16 +199,21 @@ pub fn run(client: &ApiClient, request: Request) -> anyhow::Result<()> {
             name,
             size_bytes,
             pool,
+            logical_block_size,
         } => {
             let mut body = json!({ "name": name, "size_bytes": size_bytes });
             if let Some(pool) = pool {
                 body["pool"] = pool.into();
             }
+            if let Some(b) = logical_block_size {
+                body["logical_block_size"] = b.into();
+            }
             let v = client.call("POST", "/volumes", Some(body))?;
             println!(
-                "created {} ({}): {}",
+                "created {} ({}, {}-byte blocks): {}",
                 v["name"].as_str().unwrap_or(""),
                 human(size_bytes),
+                v["logical_block_size"].as_u64().unwrap_or(0),
                 v["nbd_uri"].as_str().unwrap_or("")
             );
         }

@@ -187,6 +187,10 @@ enum VolumeCommand {
         /// Pool of a cluster (default: the c.node's pool).
         #[arg(long)]
         pool: Option<String>,
+        /// Logical block (sector) size hosts see: 512 (512e, the default) or 4096 (4Kn).
+        /// Writes smaller than 4 KiB are read-modify-writes.
+        #[arg(long, value_parser = parse_block_size)]
+        block_size: Option<u32>,
     },
     /// List volumes.
     List {
@@ -321,6 +325,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--block-size`: 512 or 4096, nothing else.
+fn parse_block_size(text: &str) -> Result<u32, String> {
+    match text.trim() {
+        "512" => Ok(512),
+        "4096" | "4K" | "4k" => Ok(4096),
+        _ => Err(format!("{text:?}: the block size is 512 or 4096")),
+    }
+}
+
 fn clamp_exit(code: i32) -> u8 {
     u8::try_from(code).unwrap_or(1)
 }
@@ -328,10 +341,16 @@ fn clamp_exit(code: i32) -> u8 {
 fn command_to_request(command: Command) -> client::Request {
     use client::Request as R;
     match command {
-        Command::Volume(VolumeCommand::Create { name, size, pool }) => R::Create {
+        Command::Volume(VolumeCommand::Create {
+            name,
+            size,
+            pool,
+            block_size,
+        }) => R::Create {
             name,
             size_bytes: size,
             pool,
+            logical_block_size: block_size,
         },
         Command::Volume(VolumeCommand::List { json }) => R::List { json },
         Command::Volume(VolumeCommand::Info { name, json }) => R::Info { name, json },

@@ -209,10 +209,21 @@ fn family(v: &Value) {
     );
 }
 
+/// The sector size a host sees, and what it means.
+fn block_size(v: &Value) -> String {
+    match v.as_u64() {
+        Some(512) => "512 (512e: 4 KiB physical)".into(),
+        Some(4096) => "4096 (4Kn)".into(),
+        Some(other) => other.to_string(),
+        None => "-".into(),
+    }
+}
+
 /// `weft volume info`.
 pub fn volume_details(v: &Value) {
     field("name", text(&v["name"]));
     field("size", size(&v["size_bytes"]));
+    field("block size", block_size(&v["logical_block_size"]));
     field("origin", text(&v["origin"]));
     field("snapshots", names(&v["snapshots"]));
     field("chain", count(&v["chain_layers"], "layer"));
@@ -227,6 +238,7 @@ pub fn snapshot_details(v: &Value) {
     field("name", text(&v["name"]));
     field("volume", text(&v["volume"]));
     field("size", size(&v["size_bytes"]));
+    field("block size", block_size(&v["logical_block_size"]));
     field("clones", names(&v["clones"]));
     field("chain", count(&v["chain_layers"], "layer"));
     space(v);

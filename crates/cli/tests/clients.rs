@@ -42,9 +42,10 @@ fn nbdinfo_sees_export_size_and_flags() {
         "base:allocation not offered: {e}"
     );
     if srv.is_weft() {
+        // vol0 is 512e (the default): 512-byte sectors, 4 KiB preferred.
         assert_eq!(
             e["block_size_minimum"].as_u64(),
-            Some(4096),
+            Some(512),
             "minimum block size: {e}"
         );
         assert_eq!(

@@ -1,13 +1,14 @@
 //! A real file system on a weft volume: nbdfuse exposes the export as a file, mkfs.ext4 and a
 //! loop mount put ext4 on it, files go in, and after unmount + kill -9 + restart they read back
-//! identical. Needs root (mount) and /dev/fuse (package fuse3).
+//! identical. And mkfs.ext4 straight on the nbdfuse file of a 512e volume. Needs root (mount)
+//! and /dev/fuse (package fuse3).
 //!
-//! Why a loop device with 4096-byte sectors between ext4 and the nbdfuse file: weft's exports
-//! have a minimum block size of 4096 and answer misaligned requests with EINVAL (the contract).
-//! nbdfuse 1.14 passes the file's I/O through unaligned, and mkfs.ext4 writes the 1 KiB
-//! superblock at offset 1024 and zeroes 512-byte sectors, so `mkfs.ext4 nbdfuse-file` fails
-//! with "Invalid argument". `losetup -b 4096` makes every request to the file 4 KiB-aligned,
-//! which is what a kernel NBD client with a 4096 block size would do.
+//! nbdfuse 1.14 passes the file's I/O through unaligned: mkfs.ext4 writes the 1 KiB superblock
+//! at offset 1024 and zeroes 512-byte sectors. A 512e volume (the default) takes those as
+//! read-modify-writes, so `mkfs.ext4 nbdfuse-file` works; a 4Kn one answers them with EINVAL
+//! (the contract), and `losetup -b 4096` is what makes every request 4 KiB-aligned there, as
+//! a kernel NBD client with a 4096 block size would. The kill -9 test keeps that loop device,
+//! so it runs the aligned path whatever the volume's block size.
 
 mod common;
 
@@ -154,9 +155,9 @@ fn is_root() -> bool {
         == "0"
 }
 
-/// Without /dev/fuse or root this test cannot run: outside CI it says so and returns; on CI
-/// (CI=true), where .ci/run sets both up, it fails.
-fn fs_prerequisites() -> bool {
+/// Without /dev/fuse or root these tests cannot run: outside CI they say so and return; on CI
+/// (CI=true), where .ci/run sets both up, they fail.
+fn fs_prerequisites(test: &str) -> bool {
     let missing = if !Path::new("/dev/fuse").exists() {
         Some("/dev/fuse is absent")
     } else if !is_root() {
@@ -168,7 +169,7 @@ fn fs_prerequisites() -> bool {
         if std::env::var("CI").is_ok() {
             panic!("file system test cannot run on CI: {why}");
         }
-        eprintln!("SKIPPED ext4_over_nbdfuse_survives_kill9: {why}");
+        eprintln!("SKIPPED {test}: {why}");
         return false;
     }
     true
@@ -176,7 +177,7 @@ fn fs_prerequisites() -> bool {
 
 #[test]
 fn ext4_over_nbdfuse_survives_kill9() {
-    if !fs_prerequisites() {
+    if !fs_prerequisites("ext4_over_nbdfuse_survives_kill9") {
         return;
     }
     require_tools(&[
@@ -258,5 +259,46 @@ fn ext4_over_nbdfuse_survives_kill9() {
         }
     }
     m.umount();
+    m.unexpose();
+}
+
+#[test]
+fn mkfs_ext4_directly_on_a_512e_export_checks_clean() {
+    if !fs_prerequisites("mkfs_ext4_directly_on_a_512e_export_checks_clean") {
+        return;
+    }
+    require_tools(&["nbdfuse", "fusermount3", "mkfs.ext4", "e2fsck"]);
+    let mut srv = Server::start_with("ext4-direct", ServeOpts::default().volume_size("256M"));
+    if srv.is_weft() {
+        let info = srv.api_json("GET", "/api/v1/volumes/vol0", None);
+        assert_eq!(info["logical_block_size"], 512, "vol0 is 512e: {info}");
+    }
+    let uri = srv.nbd_uri("vol0");
+    let mut m = Mounts::new(srv.scratch.join("fuse"), srv.scratch.join("mnt"));
+    m.expose(&uri);
+    // Exit 0: nothing to fix (`ok` fails the test otherwise, with e2fsck's output).
+    let e2fsck = |disk: &Path| {
+        run(
+            Command::new(require_tool("e2fsck"))
+                .args(["-f", "-n"])
+                .arg(disk),
+            Duration::from_secs(300),
+        )
+        .ok();
+    };
+    // No loop device: the file system's sub-4 KiB writes reach weft as they are.
+    run(
+        Command::new(require_tool("mkfs.ext4"))
+            .args(["-F", "-q"])
+            .arg(m.disk()),
+        Duration::from_secs(300),
+    )
+    .ok();
+    e2fsck(&m.disk());
+    m.unexpose();
+    // What mkfs wrote (read-modify-writes included) is still there after kill -9.
+    srv.kill9_and_restart();
+    m.expose(&uri);
+    e2fsck(&m.disk());
     m.unexpose();
 }

@@ -76,12 +76,14 @@ fn inquiry_and_capacity_through_libiscsi_tools() {
             "VPD page {page} not listed:\n{pages}"
         );
     }
+    // vol0 is 512e: 512-byte logical blocks, 8 to a 4 KiB physical block (4Kn: sectors.rs).
     let cap = tool("iscsi-readcapacity16", &[&url]).ok().all();
-    assert!(cap.contains("LOGICAL BLOCK LENGTH IN BYTES:4096"), "{cap}");
+    assert!(cap.contains("LOGICAL BLOCK LENGTH IN BYTES:512"), "{cap}");
+    assert!(cap.contains("PHYSICAL BLOCK EXPONENT:3"), "{cap}");
     assert!(
         cap.contains(&format!(
             "RETURNED LOGICAL BLOCK ADDRESS:{}",
-            (1u64 << 30) / 4096 - 1
+            (1u64 << 30) / 512 - 1
         )),
         "{cap}"
     );

@@ -22,7 +22,9 @@ use crate::journal::{RecordHeader, RecordKind};
 use crate::layers::{LayerOp, CHAIN_LAYERS_MAX};
 use crate::metastore::{ClusterState, ClusterStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
 use crate::state::{Image, State};
-use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
+use crate::units::{
+    FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64,
+};
 
 mod report;
 
@@ -55,17 +57,20 @@ struct Switch {
 impl Engine {
     // ---- volumes -------------------------------------------------------------------------
 
+    /// Create a volume with the default logical block size (512) in the default pool.
     pub fn create_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
-        self.create_volume_in(name, size_bytes, None)
+        self.create_volume_in(name, size_bytes, None, LogicalBlockSize::default())
     }
 
-    /// Create a volume in a pool (`None`: the placement's default). Its snapshots and clones
-    /// stay in the same pool: a family's stripes all have one redundancy.
+    /// Create a volume in a pool (`None`: the placement's default) with the sector size hosts
+    /// will see. Its snapshots and clones stay in the same pool (a family's stripes all have
+    /// one redundancy) and have the same logical block size.
     pub fn create_volume_in(
         &self,
         name: &str,
         size_bytes: u64,
         pool: Option<&str>,
+        logical_block_size: LogicalBlockSize,
     ) -> Result<VolumeInfo, EngineError> {
         check_name(name)?;
         check_size(size_bytes)?;
@@ -93,6 +98,7 @@ impl Engine {
             base: None,
             origin: None,
             created_unix_s: now_unix_s(),
+            logical_block_size,
         };
         next.next_family_id = record.family.0 + 1;
         next.volumes.push(record.clone());
@@ -243,6 +249,7 @@ impl Engine {
                 name: i.name.clone(),
                 size_bytes: i.size_bytes,
                 read_only: !i.writable,
+                logical_block_size: i.logical_block_size,
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -263,6 +270,7 @@ impl Engine {
             id: key,
             name: image.name.clone(),
             read_only: !image.writable,
+            logical_block_size: image.logical_block_size,
             gone: image.gone.clone(),
         })
     }
@@ -289,6 +297,7 @@ impl Engine {
             size_bytes: v.size_bytes,
             created_unix_s: now_unix_s(),
             hidden: false,
+            logical_block_size: v.logical_block_size,
         };
         let top = alloc_layer(&mut next);
         for r in &mut next.volumes {
@@ -407,6 +416,7 @@ impl Engine {
             base: Some(s.layer),
             origin: Some(s.name.clone()),
             created_unix_s: now_unix_s(),
+            logical_block_size: s.logical_block_size,
         };
         next.volumes.push(record.clone());
         let switch = Switch {
@@ -454,6 +464,8 @@ impl Engine {
         record.base = Some(s.layer);
         record.origin = Some(s.name.clone());
         record.size_bytes = s.size_bytes;
+        // The same within a family today; the volume reads as the snapshot in every respect.
+        record.logical_block_size = s.logical_block_size;
         for r in &mut next.volumes {
             if r.id == v.id {
                 *r = record.clone();

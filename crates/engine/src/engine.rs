@@ -23,7 +23,7 @@ use crate::read::{resolve, Resolved};
 use crate::state::{map_io, Command, Shared, State};
 use crate::stats::{EngineStats, GcReport, GcStats, ReductionStats};
 use crate::stripe::SingleStore;
-use crate::units::{FamilyId, LayerId, VolumeId, BLOCK_SIZE_U64};
+use crate::units::{FamilyId, LayerId, LogicalBlockSize, VolumeId, BLOCK_SIZE_U64};
 
 /// A read that finds its segment gone (moved by GC meanwhile) looks the blocks up again.
 const READ_RETRIES_MAX: usize = 4;
@@ -56,6 +56,8 @@ pub struct VolumeHandle {
     pub name: String,
     /// Snapshots are read-only: writes fail with [`EngineError::ReadOnly`].
     pub read_only: bool,
+    /// The sector size front ends present; engine I/O is still in whole 4 KiB blocks.
+    pub logical_block_size: LogicalBlockSize,
     pub gone: Arc<AtomicBool>,
 }
 

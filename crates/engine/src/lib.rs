@@ -49,4 +49,4 @@ pub use error::{EngineError, IoFailure};
 pub use hosts::{HostInfo, HostRecord, HostSpec, LunInfo};
 pub use space::{FamilyReduction, SpaceUsage};
 pub use stats::{EngineStats, GcReport, GcStats, ReductionStats};
-pub use units::{BlockId, FamilyId, Lba, SegmentId, VolumeId, BLOCK_SIZE_BYTES};
+pub use units::{BlockId, FamilyId, Lba, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES};

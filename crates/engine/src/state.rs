@@ -16,7 +16,9 @@ use crate::family::Family;
 use crate::metastore::{ClusterState, ClusterStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
 use crate::stats::GcReport;
 use crate::stripe::StripeStore;
-use crate::units::{FamilyId, LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
+use crate::units::{
+    FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64,
+};
 use crate::write_buffer::WriteBuffer;
 use crate::write_log::WriteLog;
 
@@ -34,6 +36,8 @@ pub(crate) struct Image {
     pub writable: bool,
     /// Set when the image is deleted, refreshed or rolled back: front ends disconnect.
     pub gone: Arc<AtomicBool>,
+    /// The sector size front ends present (metadata: the engine works in 4 KiB blocks).
+    pub logical_block_size: LogicalBlockSize,
 }
 
 /// A segment whose stripe is being written (or failed to be): still readable from memory.
@@ -144,6 +148,7 @@ impl Image {
             layer: r.layer,
             writable: true,
             gone: Arc::new(AtomicBool::new(false)),
+            logical_block_size: r.logical_block_size,
         }
     }
 
@@ -156,6 +161,7 @@ impl Image {
             layer: s.layer,
             writable: false,
             gone: Arc::new(AtomicBool::new(false)),
+            logical_block_size: s.logical_block_size,
         }
     }
 }

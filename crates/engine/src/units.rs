@@ -7,6 +7,66 @@ pub const BLOCK_SIZE_BYTES: usize = 4096;
 /// The same, as the u64 used in byte arithmetic on offsets.
 pub const BLOCK_SIZE_U64: u64 = 4096;
 
+/// The sector size a volume presents to hosts (NBD minimum block size, SCSI logical block
+/// length): 512 ("512e": 512-byte sectors emulated over 4 KiB blocks by read-modify-write in
+/// the front-end seam) or 4096 ("4Kn"). Metadata only: the engine maps, dedups and compresses
+/// 4 KiB blocks whatever it is, and a volume's size stays a multiple of 4 KiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "u32", into = "u32")]
+pub struct LogicalBlockSize(u32);
+
+impl LogicalBlockSize {
+    /// 512-byte sectors: what most initiators and file systems expect. New volumes get it.
+    pub const B512: LogicalBlockSize = LogicalBlockSize(512);
+    /// 4096-byte sectors: the engine's block. Volumes created before the property existed
+    /// have it (their records carry no value), so their geometry never changes under a host.
+    pub const B4096: LogicalBlockSize = LogicalBlockSize(4096);
+
+    /// `None` unless `bytes` is 512 or 4096.
+    pub fn new(bytes: u32) -> Option<LogicalBlockSize> {
+        [Self::B512, Self::B4096].into_iter().find(|s| s.0 == bytes)
+    }
+
+    pub fn bytes(self) -> u32 {
+        self.0
+    }
+
+    /// The value records written before the property existed are read with.
+    pub(crate) fn legacy() -> LogicalBlockSize {
+        Self::B4096
+    }
+}
+
+impl Default for LogicalBlockSize {
+    /// What a new volume gets when its creator does not say.
+    fn default() -> Self {
+        Self::B512
+    }
+}
+
+impl TryFrom<u32> for LogicalBlockSize {
+    type Error = String;
+
+    fn try_from(bytes: u32) -> Result<Self, Self::Error> {
+        LogicalBlockSize::new(bytes)
+            .ok_or_else(|| format!("logical block size {bytes}: expected 512 or 4096"))
+    }
+}
+
+impl From<LogicalBlockSize> for u32 {
+    fn from(s: LogicalBlockSize) -> u32 {
+        s.0
+    }
+}
+
+impl std::fmt::Display for LogicalBlockSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+const _: () = assert!(BLOCK_SIZE_BYTES.is_multiple_of(512));
+
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*

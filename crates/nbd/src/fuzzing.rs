@@ -31,12 +31,14 @@ fn fuzz_exports() -> Vec<ExportSummary> {
             description: "d".into(),
             size_bytes: 1 << 20,
             read_only: false,
+            block_size_min_bytes: 512,
         },
         ExportSummary {
             name: "ro".into(),
             description: String::new(),
             size_bytes: 1 << 16,
             read_only: true,
+            block_size_min_bytes: 4096,
         },
     ]
 }
@@ -111,6 +113,7 @@ pub fn fuzz_requests(data: &[u8]) {
     };
     let session = Session {
         size_bytes: 1 << 20,
+        block_size_min_bytes: if shape & 8 != 0 { 512 } else { 4096 },
         read_only: shape & 1 != 0,
         structured_replies: shape & 2 != 0,
         base_allocation: shape & 6 == 6,

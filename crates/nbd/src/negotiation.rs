@@ -43,6 +43,22 @@ pub struct ExportSummary {
     pub description: String,
     pub size_bytes: u64,
     pub read_only: bool,
+    /// The export's minimum block size (NBD_INFO_BLOCK_SIZE): its logical block size, 512 or
+    /// 4096. A value that is not a power of two from [`BLOCK_SIZE_MIN_BYTES`] to
+    /// [`BLOCK_SIZE_PREFERRED_BYTES`] is served as the preferred size.
+    pub block_size_min_bytes: u32,
+}
+
+impl ExportSummary {
+    /// The minimum block size advertised and enforced for this export.
+    pub fn block_size_min(&self) -> u32 {
+        let b = self.block_size_min_bytes;
+        if b.is_power_of_two() && (BLOCK_SIZE_MIN_BYTES..=BLOCK_SIZE_PREFERRED_BYTES).contains(&b) {
+            b
+        } else {
+            BLOCK_SIZE_PREFERRED_BYTES
+        }
+    }
 }
 
 /// The result of a successful negotiation: what transmission runs with.
@@ -436,7 +452,7 @@ impl Negotiation {
         // Always sent, asked or not (the spec allows it): clients that honour it never send
         // requests we would reject for alignment.
         let mut info = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
-        info.extend_from_slice(&BLOCK_SIZE_MIN_BYTES.to_be_bytes());
+        info.extend_from_slice(&export.block_size_min().to_be_bytes());
         info.extend_from_slice(&BLOCK_SIZE_PREFERRED_BYTES.to_be_bytes());
         info.extend_from_slice(&PAYLOAD_MAX_BYTES.to_be_bytes());
         write_option_reply(out, option, REP_INFO, &info);

@@ -7,9 +7,10 @@
 
 use crate::negotiation::Agreement;
 use crate::wire::{
-    Errno, BLOCK_SIZE_MIN_BYTES, CMD_BLOCK_STATUS, CMD_DISC, CMD_FLAG_FAST_ZERO, CMD_FLAG_FUA,
-    CMD_FLAG_NO_HOLE, CMD_FLAG_REQ_ONE, CMD_FLUSH, CMD_READ, CMD_TRIM, CMD_WRITE, CMD_WRITE_ZEROES,
-    PAYLOAD_MAX_BYTES, REQUEST_HEADER_LEN_BYTES, REQUEST_MAGIC,
+    Errno, BLOCK_SIZE_MIN_BYTES, BLOCK_SIZE_PREFERRED_BYTES, CMD_BLOCK_STATUS, CMD_DISC,
+    CMD_FLAG_FAST_ZERO, CMD_FLAG_FUA, CMD_FLAG_NO_HOLE, CMD_FLAG_REQ_ONE, CMD_FLUSH, CMD_READ,
+    CMD_TRIM, CMD_WRITE, CMD_WRITE_ZEROES, PAYLOAD_MAX_BYTES, REQUEST_HEADER_LEN_BYTES,
+    REQUEST_MAGIC,
 };
 use crate::{Cursor, Parse};
 
@@ -70,6 +71,8 @@ pub enum Command {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Session {
     pub size_bytes: u64,
+    /// Offsets and lengths of data commands must be multiples of this (a power of two).
+    pub block_size_min_bytes: u32,
     pub read_only: bool,
     pub structured_replies: bool,
     pub base_allocation: bool,
@@ -133,6 +136,7 @@ impl Session {
     pub fn new(agreement: &Agreement) -> Self {
         Session {
             size_bytes: agreement.export.size_bytes,
+            block_size_min_bytes: agreement.export.block_size_min(),
             read_only: agreement.export.read_only,
             structured_replies: agreement.structured_replies,
             base_allocation: agreement.base_allocation,
@@ -204,10 +208,16 @@ impl Session {
         }
     }
 
-    /// Non-empty, block-aligned and inside the export.
+    /// Non-empty, aligned to the export's minimum block size and inside the export.
     fn check_range(&self, h: &RequestHeader) -> Result<(), Errno> {
-        // BLOCK_SIZE_MIN_BYTES is a power of two (asserted in `wire`), so a mask tests alignment.
-        let mask = u64::from(BLOCK_SIZE_MIN_BYTES) - 1;
+        // A power of two (`ExportSummary::block_size_min`), so a mask tests alignment; a
+        // hand-built session with anything else is treated as the strictest we serve.
+        let block = if self.block_size_min_bytes.is_power_of_two() {
+            self.block_size_min_bytes.max(BLOCK_SIZE_MIN_BYTES)
+        } else {
+            BLOCK_SIZE_PREFERRED_BYTES
+        };
+        let mask = u64::from(block) - 1;
         let length = u64::from(h.length_bytes);
         if length == 0 || (h.offset_bytes | length) & mask != 0 {
             return Err(Errno::Invalid);

@@ -123,10 +123,13 @@ pub const EXPORT_NAME_REPLY_ZEROES_LEN_BYTES: usize = 124;
 
 // ---- Limits ----
 
-/// Smallest I/O unit we accept: the export block size of the engine. Offsets and lengths of
-/// every data command must be multiples of it.
-pub const BLOCK_SIZE_MIN_BYTES: u32 = 4096;
-/// The block size we ask clients to use: the same 4 KiB, the unit of mapping and dedup.
+/// Smallest minimum block size an export may advertise: one 512-byte sector (a "512e"
+/// volume). Each export has its own minimum ([`crate::ExportSummary::block_size_min_bytes`]:
+/// 512 or 4096); offsets and lengths of every data command must be multiples of it, or the
+/// request gets EINVAL.
+pub const BLOCK_SIZE_MIN_BYTES: u32 = 512;
+/// The block size we ask clients to use: 4 KiB, the unit of mapping and dedup (smaller writes
+/// cost a read-modify-write).
 pub const BLOCK_SIZE_PREFERRED_BYTES: u32 = 4096;
 /// Largest payload of one READ or WRITE: 32 MiB, the de-facto limit of qemu and the kernel
 /// client, and large enough that a bigger request would not go faster.

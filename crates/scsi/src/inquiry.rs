@@ -368,7 +368,7 @@ mod tests {
         assert_eq!(u16::from_be_bytes([d[6], d[7]]), 8);
         assert_eq!(be32(8), 8192);
         assert_eq!(be32(12), 2048);
-        assert_eq!(be32(20), 2 * 1024 * 1024);
+        assert_eq!(be32(20), crate::limits::MAX_UNMAP_BLOCKS);
         assert_eq!(be32(24), 256);
         assert_eq!(be32(28), 8);
         assert_eq!(d[32] & 0x80, 0x80);

@@ -43,9 +43,14 @@ pub fn optimal_transfer_blocks(geometry: &Geometry) -> u32 {
     OPTIMAL_TRANSFER_BYTES / geometry.block_size_bytes.max(1)
 }
 
-/// [`MAX_UNMAP_BYTES`] in blocks of this geometry.
+/// Most blocks one UNMAP descriptor may name whatever the block size: 1 Mi (512 MiB of
+/// 512-byte blocks). libiscsi's conformance suite calls an explicit MAXIMUM UNMAP LBA COUNT
+/// above 2^20 insane, and a bigger descriptor would not unmap faster.
+pub const MAX_UNMAP_BLOCKS: u32 = 1 << 20;
+
+/// [`MAX_UNMAP_BYTES`] in blocks of this geometry, at most [`MAX_UNMAP_BLOCKS`].
 pub fn max_unmap_blocks(geometry: &Geometry) -> u32 {
-    bytes_to_blocks_u32(MAX_UNMAP_BYTES, geometry)
+    bytes_to_blocks_u32(MAX_UNMAP_BYTES, geometry).min(MAX_UNMAP_BLOCKS)
 }
 
 /// Most blocks one WRITE SAME may name whatever the block size: initiators (libiscsi's
@@ -76,10 +81,15 @@ mod tests {
             read_only: false,
         };
         assert_eq!(max_transfer_blocks(&g), 8192);
-        assert_eq!(max_unmap_blocks(&g), 2 * 1024 * 1024);
+        assert_eq!(
+            max_unmap_blocks(&g),
+            MAX_UNMAP_BLOCKS,
+            "512 MiB of 512-byte blocks"
+        );
         g.block_size_bytes = 4096;
         assert_eq!(max_transfer_blocks(&g), 1024);
         assert_eq!(optimal_transfer_blocks(&g), 256);
+        assert_eq!(max_unmap_blocks(&g), 256 * 1024, "1 GiB of 4 KiB blocks");
         assert_eq!(max_write_same_blocks(&g), MAX_WRITE_SAME_BLOCKS);
     }
 }

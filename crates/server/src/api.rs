@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use weft_engine::{Engine, EngineError, SnapshotInfo, VolumeInfo};
+use weft_engine::{Engine, EngineError, LogicalBlockSize, SnapshotInfo, VolumeInfo};
 
 use crate::cluster::ClusterPlacement;
 
@@ -47,6 +47,9 @@ struct CreateVolume {
     /// A pool of the cluster (default: the c.node's pool).
     #[serde(default)]
     pool: Option<String>,
+    /// The sector size hosts see: 512 (the default) or 4096; anything else is a 400.
+    #[serde(default)]
+    logical_block_size: LogicalBlockSize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -272,7 +275,12 @@ async fn create_volume(
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || {
-        engine.create_volume_in(&body.name, body.size_bytes, body.pool.as_deref())
+        engine.create_volume_in(
+            &body.name,
+            body.size_bytes,
+            body.pool.as_deref(),
+            body.logical_block_size,
+        )
     })
     .await?;
     tracing::info!(volume = %info.name, size_bytes = info.size_bytes, "volume created");

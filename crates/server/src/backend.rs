@@ -1,16 +1,24 @@
 //! The seam between front ends (NBD now, iSCSI later) and the volume engine.
 //!
-//! Front ends see exports (volumes or snapshots) as byte-addressed devices with a 4 KiB block
-//! size. They never see layers, block ids or segments. Every call here is synchronous and may
-//! block (journal writes, chunk reads, fdatasync): front ends call it from a blocking pool,
-//! never directly on the async runtime's worker threads when the call can wait on a disk.
+//! Front ends see exports (volumes or snapshots) as byte-addressed devices whose offsets and
+//! lengths are multiples of the export's logical block size: 512 ("512e") or 4096 ("4Kn").
+//! Underneath, the engine works in 4 KiB blocks; [`crate::sub_block`] bridges the two by
+//! read-modify-write. Front ends never see layers, block ids or segments. Every call here is
+//! synchronous and may block (journal writes, chunk reads, fdatasync): front ends call it from
+//! a blocking pool, never directly on the async runtime's worker threads when the call can
+//! wait on a disk.
 
 use std::sync::Arc;
 
 pub use crate::access::AccessTable;
 
-/// The block size every export has: the unit of mapping, dedup and compression.
+/// The engine's block: the unit of mapping, dedup and compression, the physical block size
+/// front ends report, and the alignment that needs no read-modify-write.
 pub const EXPORT_BLOCK_SIZE_BYTES: u32 = 4096;
+/// The smallest logical block size an export may have (512e).
+pub const LOGICAL_BLOCK_SIZE_MIN_BYTES: u32 = 512;
+
+const _: () = assert!(EXPORT_BLOCK_SIZE_BYTES.is_multiple_of(LOGICAL_BLOCK_SIZE_MIN_BYTES));
 
 /// What a front end needs to list and describe an export.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +27,8 @@ pub struct ExportInfo {
     pub description: String,
     pub size_bytes: u64,
     pub read_only: bool,
+    /// The sector size clients must align to: 512 or 4096 ([`EXPORT_BLOCK_SIZE_BYTES`]).
+    pub logical_block_size_bytes: u32,
 }
 
 /// Why an export could not be opened.
@@ -74,9 +84,11 @@ pub trait ExportBackend: Send + Sync + 'static {
     }
 }
 
-/// An open export. Offsets and lengths are in bytes and must be multiples of
-/// [`EXPORT_BLOCK_SIZE_BYTES`] and inside the export; implementations check this too and return
-/// [`ExportIoError::Invalid`].
+/// An open export. Offsets and lengths are in bytes and must be multiples of the export's
+/// `logical_block_size_bytes` and inside the export; implementations check this too and return
+/// [`ExportIoError::Invalid`]. Those [`ExportBackend::open`] returns accept 512-byte
+/// granularity on a 512e export ([`crate::sub_block::SubBlockExport`]); the engine's own
+/// handle underneath takes whole 4 KiB blocks only.
 pub trait ExportHandle: Send + Sync + 'static {
     fn info(&self) -> ExportInfo;
     /// Fill `buf` from `offset_bytes`.

@@ -1,5 +1,7 @@
-//! The engine as an export backend: volumes become read-write NBD exports, snapshots
-//! read-only ones.
+//! The engine as an export backend: volumes become read-write exports, snapshots read-only
+//! ones. The engine takes whole 4 KiB blocks; each opened export is wrapped in
+//! [`SubBlockExport`] so hosts may use the volume's logical block size (512 on a 512e volume),
+//! with one lock table for the whole backend (every connection of every front end).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use parking_lot::Mutex;
 use crate::backend::{
     AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
 };
+use crate::sub_block::{BlockLocks, SubBlockExport};
 
 /// Serves every volume of an engine.
 #[derive(Debug, Clone)]
@@ -19,6 +22,8 @@ pub struct EngineBackend {
     engine: Arc<Engine>,
     /// The hosts as last read, rebuilt when the engine's hosts generation moves.
     access: Arc<Mutex<Arc<AccessTable>>>,
+    /// Serializes read-modify-writes of a 4 KiB block against other writes to it.
+    locks: Arc<BlockLocks>,
 }
 
 impl EngineBackend {
@@ -26,6 +31,7 @@ impl EngineBackend {
         EngineBackend {
             engine,
             access: Arc::new(Mutex::new(Arc::new(AccessTable::default()))),
+            locks: Arc::new(BlockLocks::new()),
         }
     }
 }
@@ -46,6 +52,7 @@ impl ExportBackend for EngineBackend {
                     name: i.name,
                     size_bytes: i.size_bytes,
                     read_only: i.read_only,
+                    logical_block_size_bytes: i.logical_block_size.bytes(),
                 }
             })
             .collect()
@@ -58,10 +65,17 @@ impl ExportBackend for EngineBackend {
             .map_err(|_| OpenError::UnknownExport {
                 name: name.to_string(),
             })?;
-        Ok(Arc::new(VolumeExport {
+        // The image key: the same for every open of one image, new after a refresh.
+        let lock_key = handle.id.0;
+        let export = Arc::new(VolumeExport {
             engine: self.engine.clone(),
             handle,
-        }))
+        });
+        Ok(Arc::new(SubBlockExport::new(
+            export,
+            Arc::clone(&self.locks),
+            lock_key,
+        )))
     }
 
     fn access(&self) -> Arc<AccessTable> {
@@ -80,7 +94,7 @@ impl ExportBackend for EngineBackend {
     }
 }
 
-/// One open volume.
+/// One open volume, in whole 4 KiB blocks.
 #[derive(Debug)]
 struct VolumeExport {
     engine: Arc<Engine>,
@@ -91,7 +105,7 @@ struct VolumeExport {
 fn to_export_error(e: EngineError) -> ExportIoError {
     match e {
         EngineError::OutOfRange { .. } => ExportIoError::Invalid {
-            reason: "outside the volume or not 4 KiB aligned",
+            reason: "outside the volume or not aligned to 4 KiB",
         },
         EngineError::InvalidName { .. } | EngineError::InvalidSize { .. } => {
             ExportIoError::Invalid {
@@ -123,6 +137,7 @@ impl ExportHandle for VolumeExport {
             description: format!("weft {kind} {}", self.handle.name),
             size_bytes,
             read_only: self.handle.read_only,
+            logical_block_size_bytes: self.handle.logical_block_size.bytes(),
         }
     }
 

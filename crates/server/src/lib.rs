@@ -9,4 +9,5 @@ pub mod engine_backend;
 pub mod iscsi_listener;
 pub mod nbd_listener;
 pub mod serve;
+pub mod sub_block;
 mod workers;

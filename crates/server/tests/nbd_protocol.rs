@@ -13,9 +13,9 @@ use raw_client::{RawClient, Reply};
 use weft_nbd::negotiation::encode_info_request;
 use weft_nbd::wire::{
     CMD_BLOCK_STATUS, CMD_DISC, CMD_FLAG_FAST_ZERO, CMD_FLAG_FUA, CMD_FLUSH, CMD_READ, CMD_TRIM,
-    CMD_WRITE, CMD_WRITE_ZEROES, FLAG_CAN_MULTI_CONN, FLAG_READ_ONLY, OPT_EXPORT_NAME, OPT_GO,
-    OPT_LIST, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, REPLY_TYPE_ERROR, REPLY_TYPE_OFFSET_DATA,
-    REP_ACK, REP_ERR_UNKNOWN, REP_SERVER, STATE_HOLE, STATE_ZERO,
+    CMD_WRITE, CMD_WRITE_ZEROES, FLAG_CAN_MULTI_CONN, FLAG_READ_ONLY, INFO_BLOCK_SIZE,
+    OPT_EXPORT_NAME, OPT_GO, OPT_LIST, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, REPLY_TYPE_ERROR,
+    REPLY_TYPE_OFFSET_DATA, REP_ACK, REP_ERR_UNKNOWN, REP_INFO, REP_SERVER, STATE_HOLE, STATE_ZERO,
 };
 
 const EINVAL: u32 = 22;
@@ -84,6 +84,86 @@ fn misaligned_and_out_of_range_requests_get_einval_and_connection_survives() {
         }
     );
     assert_eq!(c.read_simple(61, 8192, 4096), Ok(vec![0x5a; 4096]));
+}
+
+#[test]
+fn a_512e_export_advertises_512_and_serves_sectors() {
+    let server = TestServer::start(memory_backend::MemoryBackend::new().with_export_blocks(
+        "sectors",
+        1 << 20,
+        false,
+        512,
+    ));
+    let mut c = RawClient::connect(server.addr);
+    let replies = c.option(OPT_GO, &encode_info_request("sectors", &[INFO_BLOCK_SIZE]));
+    let block = &replies
+        .iter()
+        .find(|(t, d)| *t == REP_INFO && d[0..2] == INFO_BLOCK_SIZE.to_be_bytes())
+        .expect("block size info")
+        .1;
+    assert_eq!(&block[2..6], &512u32.to_be_bytes(), "minimum");
+    assert_eq!(&block[6..10], &4096u32.to_be_bytes(), "preferred");
+    // Odd sectors, across a block boundary, read back exactly; the rest of the blocks stays.
+    c.request(CMD_WRITE, 0, 1, 4096, 4096, &[1u8; 4096]);
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: 0,
+            handle: 1
+        }
+    );
+    c.request(CMD_WRITE, CMD_FLAG_FUA, 2, 7 * 512, 3 * 512, &[2u8; 1536]);
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: 0,
+            handle: 2
+        }
+    );
+    let mut want = vec![0u8; 8192];
+    want[4096..].fill(1);
+    want[3584..5120].fill(2);
+    assert_eq!(c.read_simple(3, 0, 8192), Ok(want.clone()));
+    assert_eq!(
+        c.read_simple(4, 9 * 512, 512),
+        Ok(want[4608..5120].to_vec())
+    );
+    // A sector trimmed and one zeroed read as zeroes; their neighbours are untouched.
+    c.request(CMD_TRIM, 0, 5, 4096 + 3 * 512, 512, &[]);
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: 0,
+            handle: 5
+        }
+    );
+    c.request(CMD_WRITE_ZEROES, 0, 6, 4096 + 5 * 512, 512, &[]);
+    assert_eq!(
+        c.reply(0),
+        Reply::Simple {
+            error: 0,
+            handle: 6
+        }
+    );
+    want[4096 + 3 * 512..4096 + 4 * 512].fill(0);
+    want[4096 + 5 * 512..4096 + 6 * 512].fill(0);
+    assert_eq!(c.read_simple(7, 0, 8192), Ok(want));
+    // Finer than a sector: EINVAL, and the connection goes on.
+    for (i, (offset, len)) in [(256u64, 512u32), (512, 100), (1, 4096)]
+        .into_iter()
+        .enumerate()
+    {
+        let handle = 10 + i as u64;
+        c.request(CMD_WRITE, 0, handle, offset, len, &vec![9u8; len as usize]);
+        assert_eq!(
+            c.reply(0),
+            Reply::Simple {
+                error: EINVAL,
+                handle
+            }
+        );
+    }
+    assert_eq!(c.read_simple(20, 0, 512), Ok(vec![0u8; 512]));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::metastore::{ClusterState, SnapshotRecord, VolumeRecord};
 use crate::space::{self, DeleteEffect, FamilyReduction, SpaceUsage};
 use crate::state::State;
-use crate::units::{BlockId, FamilyId, LayerId, VolumeId, BLOCK_SIZE_U64};
+use crate::units::{BlockId, FamilyId, LayerId, LogicalBlockSize, VolumeId, BLOCK_SIZE_U64};
 
 /// Space accounting takes the engine's state lock for this many map pages (32 Ki blocks, about
 /// 0.1-0.5 ms of work) at a time, so a report over terabytes of clones never holds I/O for
@@ -34,7 +34,10 @@ pub struct VolumeInfo {
     pub name: String,
     pub id: u64,
     pub size_bytes: u64,
+    /// The engine's block (mapping, dedup, compression unit): 4096.
     pub block_size_bytes: u64,
+    /// The sector size hosts see (NBD minimum block size, SCSI logical block): 512 or 4096.
+    pub logical_block_size: LogicalBlockSize,
     /// Blocks that read as written data or zeroes, through the whole chain, in bytes.
     pub mapped_bytes: u64,
     /// Of those, blocks that read as zeroes (no space used), in bytes.
@@ -58,7 +61,10 @@ pub struct SnapshotInfo {
     /// The volume it was taken of, if that still exists.
     pub volume: Option<String>,
     pub size_bytes: u64,
+    /// The engine's block: 4096.
     pub block_size_bytes: u64,
+    /// The sector size hosts see, the volume's when it was cut: 512 or 4096.
+    pub logical_block_size: LogicalBlockSize,
     pub created_unix_s: u64,
     /// Volumes cloned (or refreshed) from it, by name.
     pub clones: Vec<String>,
@@ -77,6 +83,7 @@ pub struct ImageSummary {
     pub size_bytes: u64,
     /// A snapshot.
     pub read_only: bool,
+    pub logical_block_size: LogicalBlockSize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,6 +225,7 @@ pub(crate) fn volume_info(
         id: r.id.0,
         size_bytes: r.size_bytes,
         block_size_bytes: BLOCK_SIZE_U64,
+        logical_block_size: r.logical_block_size,
         mapped_bytes: usage.mapped_bytes,
         zero_bytes: usage.zero_bytes,
         created_unix_s: r.created_unix_s,
@@ -269,6 +277,7 @@ pub(crate) fn snapshot_info(
             .map(|v| v.name.clone()),
         size_bytes: s.size_bytes,
         block_size_bytes: BLOCK_SIZE_U64,
+        logical_block_size: s.logical_block_size,
         created_unix_s: s.created_unix_s,
         clones,
         chain_layers,

@@ -12,12 +12,14 @@ fn exports() -> Vec<ExportSummary> {
             description: "the default".into(),
             size_bytes: 1 << 20,
             read_only: false,
+            block_size_min_bytes: 512,
         },
         ExportSummary {
             name: "snap".into(),
             description: String::new(),
             size_bytes: 8192,
             read_only: true,
+            block_size_min_bytes: 4096,
         },
     ]
 }
@@ -105,9 +107,36 @@ fn go_on_default_export_sends_info_block_size_and_ack() {
     assert_eq!(&replies[1].1[2..], b"disk");
     let block = &replies[2].1;
     assert_eq!(&block[0..2], &INFO_BLOCK_SIZE.to_be_bytes());
-    assert_eq!(&block[2..6], &4096u32.to_be_bytes());
+    assert_eq!(&block[2..6], &512u32.to_be_bytes(), "the export's minimum");
     assert_eq!(&block[6..10], &4096u32.to_be_bytes());
     assert_eq!(&block[10..14], &(32u32 << 20).to_be_bytes());
+}
+
+#[test]
+fn block_size_minimum_is_per_export_and_sanitised() {
+    let block_info = |exports: &[ExportSummary], name: &str| {
+        let mut n = started();
+        let mut input = Vec::new();
+        encode_option(OPT_INFO, &encode_info_request(name, &[]), &mut input);
+        let mut out = Vec::new();
+        n.advance(&input, exports, &mut out).unwrap();
+        let replies = split_replies(OPT_INFO, &out);
+        let (_, block) = replies
+            .iter()
+            .find(|(t, data)| *t == REP_INFO && data[0..2] == INFO_BLOCK_SIZE.to_be_bytes())
+            .expect("a block size info");
+        (
+            u32::from_be_bytes(block[2..6].try_into().unwrap()),
+            u32::from_be_bytes(block[6..10].try_into().unwrap()),
+        )
+    };
+    assert_eq!(block_info(&exports(), "snap"), (4096, 4096));
+    assert_eq!(block_info(&exports(), "disk"), (512, 4096));
+    for bad in [0, 1, 256, 1000, 8192] {
+        let mut odd = exports();
+        odd[0].block_size_min_bytes = bad;
+        assert_eq!(block_info(&odd, "disk"), (4096, 4096), "min {bad}");
+    }
 }
 
 #[test]

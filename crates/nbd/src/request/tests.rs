@@ -6,6 +6,7 @@ use crate::wire::{CMD_CACHE, CMD_FLAG_DF};
 fn session() -> Session {
     Session {
         size_bytes: 1 << 20,
+        block_size_min_bytes: 4096,
         read_only: false,
         structured_replies: true,
         base_allocation: true,
@@ -87,6 +88,54 @@ fn misaligned_or_out_of_range_requests_are_einval() {
     assert!(s
         .classify(&header(CMD_READ, 0, (1 << 20) - 4096, 4096))
         .is_ok());
+}
+
+#[test]
+fn a_512_export_takes_sectors_and_refuses_anything_finer() {
+    let s = Session {
+        block_size_min_bytes: 512,
+        ..session()
+    };
+    for cmd in [
+        CMD_READ,
+        CMD_WRITE,
+        CMD_TRIM,
+        CMD_WRITE_ZEROES,
+        CMD_BLOCK_STATUS,
+    ] {
+        for (offset, len) in [(512, 512), (3 * 512, 5 * 512), ((1 << 20) - 512, 512)] {
+            assert!(
+                s.classify(&header(cmd, 0, offset, len)).is_ok(),
+                "cmd {cmd} at {offset}+{len}"
+            );
+        }
+        for (offset, len) in [
+            (1, 512),
+            (0, 100),
+            (256, 512),
+            (0, 0),
+            ((1 << 20) - 512, 1024),
+        ] {
+            assert_eq!(
+                s.classify(&header(cmd, 0, offset, len)),
+                Err(Errno::Invalid),
+                "cmd {cmd} at {offset}+{len}"
+            );
+        }
+    }
+    // A broken minimum is served as the preferred size, never finer than a sector.
+    for odd in [0, 1, 3, 256] {
+        let s = Session {
+            block_size_min_bytes: odd,
+            ..session()
+        };
+        let ok = s.classify(&header(CMD_READ, 0, 512, 512)).is_ok();
+        assert_eq!(ok, odd == 1 || odd == 256, "min {odd}");
+        assert_eq!(
+            s.classify(&header(CMD_READ, 0, 256, 256)),
+            Err(Errno::Invalid)
+        );
+    }
 }
 
 #[test]

@@ -9,8 +9,12 @@ use weft_scsi::{Geometry, Identity, LogicalUnit, MediumError};
 use crate::backend::{ExportHandle, ExportIoError, EXPORT_BLOCK_SIZE_BYTES};
 
 pub struct ExportLun {
+    /// Accepts the export's logical block size (the backend's sub-block layer): a 512e
+    /// volume is a LUN of 512-byte blocks over 4 KiB physical ones.
     export: Arc<dyn ExportHandle>,
     identity: Identity,
+    /// Fixed for an open export.
+    logical_block_size_bytes: u32,
 }
 
 /// Vendor identification in INQUIRY (8 characters).
@@ -61,6 +65,7 @@ impl ExportLun {
                 group_ports: ports,
                 target_name: target.to_string(),
             },
+            logical_block_size_bytes: info.logical_block_size_bytes,
             export,
         }
     }
@@ -97,9 +102,12 @@ fn medium(e: ExportIoError) -> MediumError {
 impl LogicalUnit for ExportLun {
     fn geometry(&self) -> Geometry {
         let info = self.export.info();
+        // READ CAPACITY(16) reports 8 logical per physical block (LBPPBE 3) on a 512e LUN and
+        // the Block Limits page an unmap and transfer granularity of 8 blocks: initiators then
+        // align to 4 KiB and avoid read-modify-writes.
         Geometry {
-            block_size_bytes: EXPORT_BLOCK_SIZE_BYTES,
-            block_count: info.size_bytes / u64::from(EXPORT_BLOCK_SIZE_BYTES),
+            block_size_bytes: self.logical_block_size_bytes,
+            block_count: info.size_bytes / u64::from(self.logical_block_size_bytes),
             physical_block_size_bytes: EXPORT_BLOCK_SIZE_BYTES,
             read_only: info.read_only,
         }

@@ -23,8 +23,8 @@ pub(super) enum Transfer {
     /// (FCP-4 and libiscsi's residual tests: "process the command normally except that data
     /// beyond the expected length shall not be transferred"), with this CDB.
     Truncated([u8; 16]),
-    /// Anything else asking for more than it sends, or a COMPARE AND WRITE not carrying
-    /// exactly its two halves.
+    /// Anything else asking for more than it sends, a COMPARE AND WRITE not carrying exactly
+    /// its two halves, or a WRITE SAME not carrying exactly its one block.
     Refused(weft_scsi::Response),
 }
 
@@ -38,14 +38,24 @@ pub(super) fn transfer(c: &ScsiCommand, data_out_len: Option<u64>, block_bytes: 
             weft_scsi::Sense::invalid_cdb_field(13, None),
         ));
     }
-    if needed <= expected {
-        return Transfer::AsIs;
-    }
     let refuse = || {
         Transfer::Refused(weft_scsi::Response::check(
             weft_scsi::Sense::illegal_request(INVALID_FIELD_IN_INFORMATION_UNIT),
         ))
     };
+    // WRITE SAME's data is one block, the pattern: more than that is not a longer pattern but
+    // a malformed command (libiscsi's InvalidDataOutSize tests, run on LUNs of more than one
+    // logical block per physical block).
+    let write_same = matches!(
+        c.cdb[0],
+        weft_scsi::opcode::WRITE_SAME_10 | weft_scsi::opcode::WRITE_SAME_16
+    );
+    if write_same && needed > 0 && needed != expected {
+        return refuse();
+    }
+    if needed <= expected {
+        return Transfer::AsIs;
+    }
     if !expected.is_multiple_of(u64::from(block_bytes)) {
         return refuse();
     }
@@ -127,4 +137,57 @@ pub(super) fn respond(
         response::scsi_response(&s, sequence.next_status(), digests, &mut out);
     }
     let _ = shared.tx.send(out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(opcode: u8, expected_len: u32) -> ScsiCommand {
+        let mut cdb = [0u8; 16];
+        cdb[0] = opcode;
+        ScsiCommand {
+            immediate: false,
+            final_: true,
+            read: false,
+            write: true,
+            lun: 0,
+            itt: 1,
+            expected_len,
+            cmd_sn: 1,
+            exp_stat_sn: 1,
+            cdb,
+            data: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn write_same_takes_exactly_one_block_of_data() {
+        use weft_scsi::opcode::{WRITE_10, WRITE_SAME_10, WRITE_SAME_16};
+        for opcode in [WRITE_SAME_10, WRITE_SAME_16] {
+            for sent in [256, 1024] {
+                assert!(
+                    matches!(
+                        transfer(&command(opcode, sent), Some(512), 512),
+                        Transfer::Refused(_)
+                    ),
+                    "{opcode:#x} with {sent} bytes for a 512-byte block"
+                );
+            }
+            assert!(matches!(
+                transfer(&command(opcode, 512), Some(512), 512),
+                Transfer::AsIs
+            ));
+            // NDOB: no data at all, whatever the initiator announced.
+            assert!(matches!(
+                transfer(&command(opcode, 0), Some(0), 512),
+                Transfer::AsIs
+            ));
+        }
+        // A WRITE sending more than it asks for is still fine (residual overflow).
+        assert!(matches!(
+            transfer(&command(WRITE_10, 8192), Some(4096), 512),
+            Transfer::AsIs
+        ));
+    }
 }

@@ -130,6 +130,7 @@ pub(super) async fn serve(
         structured = agreement.structured_replies,
         base_allocation = agreement.base_allocation,
         tls = matches!(stream, NbdStream::Tls(_)),
+        block_size_min = agreement.export.block_size_min(),
         "nbd transmission started"
     );
     let transmitted = match stream {
@@ -168,6 +169,7 @@ async fn visible_exports(
             description: e.description,
             size_bytes: e.size_bytes,
             read_only: e.read_only,
+            block_size_min_bytes: e.logical_block_size_bytes,
         })
         .collect())
 }

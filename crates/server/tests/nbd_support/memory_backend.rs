@@ -14,14 +14,17 @@ use weft_server::backend::{
     ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
     EXPORT_BLOCK_SIZE_BYTES,
 };
+use weft_server::sub_block::{BlockLocks, SubBlockExport};
 
 /// Allocation unit of the memory export.
 const CHUNK_BYTES: u64 = 64 * 1024;
 
-/// A set of memory exports; the first is the default.
+/// A set of memory exports; the first is the default. Exports with 512-byte logical blocks
+/// are served through the sub-block layer, as the engine's are.
 #[derive(Debug, Default)]
 pub struct MemoryBackend {
     exports: Vec<Arc<MemoryExport>>,
+    locks: Arc<BlockLocks>,
 }
 
 #[derive(Debug)]
@@ -37,8 +40,19 @@ impl MemoryBackend {
         Self::default()
     }
 
-    /// Add an export; `size_bytes` is rounded up to whole blocks.
-    pub fn with_export(mut self, name: &str, size_bytes: u64, read_only: bool) -> Self {
+    /// Add a 4Kn export; `size_bytes` is rounded up to whole blocks.
+    pub fn with_export(self, name: &str, size_bytes: u64, read_only: bool) -> Self {
+        self.with_export_blocks(name, size_bytes, read_only, EXPORT_BLOCK_SIZE_BYTES)
+    }
+
+    /// Add an export with `logical_block_size_bytes` (512 or 4096).
+    pub fn with_export_blocks(
+        mut self,
+        name: &str,
+        size_bytes: u64,
+        read_only: bool,
+        logical_block_size_bytes: u32,
+    ) -> Self {
         let block = u64::from(EXPORT_BLOCK_SIZE_BYTES);
         let size_bytes = size_bytes.div_ceil(block) * block;
         let chunk_count = usize::try_from(size_bytes.div_ceil(CHUNK_BYTES)).expect("fits");
@@ -48,6 +62,7 @@ impl MemoryBackend {
                 description: format!("memory export {name}"),
                 size_bytes,
                 read_only,
+                logical_block_size_bytes,
             },
             chunks: (0..chunk_count).map(|_| Mutex::new(None)).collect(),
             gone: AtomicBool::new(false),
@@ -76,13 +91,22 @@ impl ExportBackend for MemoryBackend {
     }
 
     fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError> {
-        self.exports
+        let (index, export) = self
+            .exports
             .iter()
-            .find(|e| e.info.name == name && !e.is_gone())
-            .map(|e| Arc::clone(e) as Arc<dyn ExportHandle>)
+            .enumerate()
+            .find(|(_, e)| e.info.name == name && !e.is_gone())
             .ok_or_else(|| OpenError::UnknownExport {
                 name: name.to_string(),
-            })
+            })?;
+        if export.info.logical_block_size_bytes == EXPORT_BLOCK_SIZE_BYTES {
+            return Ok(Arc::clone(export) as Arc<dyn ExportHandle>);
+        }
+        Ok(Arc::new(SubBlockExport::new(
+            Arc::clone(export),
+            Arc::clone(&self.locks),
+            index as u64,
+        )))
     }
 }
 
