@@ -47,7 +47,8 @@ fn assert_points_did_io(out: &CmdOut, results: &Value) {
         out.stderr
     );
     assert_eq!(results["target"]["kind"], "iscsi");
-    assert_eq!(results["target"]["block_size_min_bytes"], 4096);
+    // vol0 is 512e (the default): 512-byte logical blocks.
+    assert_eq!(results["target"]["block_size_min_bytes"], 512);
     let points = results["points"].as_array().expect("points");
     assert!(!points.is_empty());
     for p in points {
