@@ -349,7 +349,8 @@ def main() -> None:
         if not args.no_iscsi_perf:
             for name, flags, io_bytes, rw, qd in JOBS:
                 row = {
-                    "weft iscsi": iscsi_perf(weft_url, flags, io_bytes, 4096, args.runtime, [weft.pid]),
+                    # vol0 is 512e (weft's default), like tgt's LUN: 512-byte blocks.
+                    "weft iscsi": iscsi_perf(weft_url, flags, io_bytes, 512, args.runtime, [weft.pid]),
                     "tgt iscsi": iscsi_perf(tgt_url, flags, io_bytes, 512, args.runtime, [tgt.pid]),
                     "weft nbd": fio_nbd(f"nbd://127.0.0.1:{nbd}/vol0", rw, io_bytes, qd, args.runtime,
                                         [weft.pid], run_dir),
