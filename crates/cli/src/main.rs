@@ -419,12 +419,17 @@ fn parse_listen(s: &str) -> Result<Listen, String> {
         .map(Listen)
 }
 
+/// Logs go to stderr at the level `WEFT_LOG` names (`info` by default; any
+/// `tracing_subscriber` filter, e.g. `debug` or `info,weft_engine=debug`), coloured only when
+/// stderr is a terminal (a log file or journald gets plain text).
 fn init_logging() {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
                 .unwrap_or_else(|_| "info".into()),
         )
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }

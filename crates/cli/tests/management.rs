@@ -136,6 +136,17 @@ fn api_rejects_missing_and_wrong_token() {
         ("POST", "/api/v1/gc", None),
         ("POST", "/api/v1/checkpoint", None),
         ("DELETE", "/api/v1/volumes/vol0", None),
+        ("GET", "/api/v1/hosts", None),
+        (
+            "POST",
+            "/api/v1/hosts",
+            Some(json!({"name": "evil", "iqns": ["iqn.2026-01.evil:x"]})),
+        ),
+        (
+            "POST",
+            "/api/v1/hosts/evil/luns",
+            Some(json!({"export": "vol0"})),
+        ),
     ] {
         let (st, text) = api_request(&srv.api, method, path, body.clone(), None);
         assert_eq!(st, 401, "{method} {path} without token -> {st}: {text}");
@@ -403,4 +414,44 @@ fn api_bad_requests_get_400() {
         "the contract says bad requests get 400:\n{}",
         wrong.join("\n")
     );
+}
+
+#[test]
+fn health_probes_need_no_token_and_logs_carry_no_colour_codes() {
+    let srv = Server::start_with("mgmt-health", ServeOpts::default().volume_size("64M"));
+    if srv.skip_without_api("health_probes_need_no_token_and_logs_carry_no_colour_codes") {
+        return;
+    }
+    for (path, body) in [("/healthz", "ok"), ("/readyz", "ready")] {
+        let (st, text) = api_request(&srv.api, "GET", path, None, None);
+        assert_eq!(st, 200, "{path} without a token -> {st}: {text}");
+        assert!(text.contains(body), "{path}: {text}");
+    }
+    // stderr is a pipe here, as it is for a log file or journald: plain text.
+    let log = srv.server_output();
+    assert!(log.contains("INFO"), "no log lines: {log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escape codes in a log that is no terminal"
+    );
+}
+
+#[test]
+fn a_deleted_default_volume_stays_deleted_after_a_restart() {
+    let mut srv = Server::start_with("mgmt-default", ServeOpts::default().volume_size("64M"));
+    if srv.skip_without_api("a_deleted_default_volume_stays_deleted_after_a_restart") {
+        return;
+    }
+    srv.cli_ok(&["volume", "create", "pgdata", "--size", "64M"]);
+    srv.cli_ok(&["volume", "delete", "vol0"]);
+    srv.stop();
+    srv.restart();
+    let list = srv.api_json("GET", "/api/v1/volumes", None);
+    assert_eq!(volume_names(&list), vec!["pgdata".to_string()], "{list}");
+    // Even with no volume left, a datastore that had volumes is not new.
+    srv.cli_ok(&["volume", "delete", "pgdata"]);
+    srv.stop();
+    srv.restart();
+    let list = srv.api_json("GET", "/api/v1/volumes", None);
+    assert!(volume_names(&list).is_empty(), "{list}");
 }

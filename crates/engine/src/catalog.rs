@@ -210,6 +210,12 @@ impl Engine {
 
     /// Every volume's name and size, without the space figures [`Engine::list_volumes`]
     /// computes (those walk every mapped block: seconds at tens of GiB).
+    /// Whether no volume was ever created in this datastore (a new data dir or cluster): the
+    /// server creates its default volume only then, so a deleted default volume stays deleted.
+    pub fn is_new(&self) -> bool {
+        self.shared.meta.lock().state.next_volume_id == 0
+    }
+
     pub fn volume_sizes(&self) -> Vec<(String, u64)> {
         let meta = self.shared.meta.lock();
         meta.state

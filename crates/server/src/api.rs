@@ -179,7 +179,22 @@ pub fn router(state: ApiState) -> Router {
             axum::routing::delete(hosts::unmap),
         )
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        // Probes for load balancers and supervisors: no token, no data.
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(state)
+}
+
+/// The process answers.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// The datastore answers: its catalog can be read.
+async fn readyz(State(state): State<ApiState>) -> Result<&'static str, ApiError> {
+    let engine = state.engine.clone();
+    blocking(move || Ok(engine.list_images().len())).await?;
+    Ok("ready\n")
 }
 
 async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {

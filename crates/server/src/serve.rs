@@ -7,9 +7,9 @@
 //!   c.node's), fences every family at that epoch on every d.node (so an older c.node still
 //!   running can no longer write or delete chunks), then recovers from the d.nodes.
 //!
-//! Opens (or creates) the data dir (journal, API token, lock), creates the default volume on
-//! first start, binds the NBD and API listeners, says how to connect, and runs until
-//! SIGINT/SIGTERM.
+//! Opens (or creates) the data dir (journal, API token, lock), creates the default volume when
+//! the datastore is new (never again, so a deleted default volume stays deleted), binds the
+//! NBD, iSCSI and API listeners, says how to connect, and runs until SIGINT/SIGTERM.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -113,7 +113,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let (engine, cluster) =
         tokio::task::spawn_blocking(move || open_engine(engine_config, backend)).await??;
     let engine = Arc::new(engine);
-    if engine.volume_sizes().is_empty() {
+    if engine.is_new() {
         engine
             .create_volume(&config.default_volume, config.default_volume_size_bytes)
             .with_context(|| format!("creating the default volume {}", config.default_volume))?;
