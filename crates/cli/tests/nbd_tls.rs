@@ -153,19 +153,6 @@ fn list(uri: &str) -> CmdOut {
     run(&mut cmd, TOOL_TIMEOUT)
 }
 
-fn exports(out: &CmdOut) -> Vec<String> {
-    let v: serde_json::Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("nbdinfo --json ({e}):\n{}", out.all()));
-    let mut names: Vec<String> = v["exports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e["export-name"].as_str().map(str::to_string))
-        .collect();
-    names.sort();
-    names
-}
-
 #[test]
 fn tls_clients_are_identified_by_certificate_and_clear_text_is_refused() {
     let (srv, pki) = tls_server("nbd-tls");
@@ -198,8 +185,14 @@ fn tls_clients_are_identified_by_certificate_and_clear_text_is_refused() {
     );
     // app1's certificate gives it its host's volume (and the unmapped one, on loopback);
     // another certificate from the same CA does not.
-    assert_eq!(exports(&list(&nbds("app1", "")).ok()), ["pgdata", "vol0"]);
-    assert_eq!(exports(&list(&nbds("other", "")).ok()), ["vol0"]);
+    assert_eq!(
+        nbdinfo_export_names(&list(&nbds("app1", "")).ok()),
+        ["pgdata", "vol0"]
+    );
+    assert_eq!(
+        nbdinfo_export_names(&list(&nbds("other", "")).ok()),
+        ["vol0"]
+    );
 
     // Data through TLS, byte-identical both ways (libnbd's nbdcopy).
     let (mut rng, _) = test_rng("nbd-tls");

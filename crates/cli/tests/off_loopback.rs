@@ -96,15 +96,7 @@ fn nbd_exports(ns: &Netns) -> Vec<String> {
     if !out.success() {
         return Vec::new();
     }
-    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("nbdinfo --json");
-    let mut names: Vec<String> = v["exports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e["export-name"].as_str().map(str::to_string))
-        .collect();
-    names.sort();
-    names
+    nbdinfo_export_names(&out)
 }
 
 fn iscsi_targets(ns: &Netns, initiator: &str) -> Vec<String> {

@@ -1169,3 +1169,18 @@ pub fn require_qemu_iscsi() {
         out.all()
     );
 }
+
+/// The export names of an `nbdinfo --list --json` run, sorted (panics on output that is not
+/// its JSON).
+pub fn nbdinfo_export_names(out: &CmdOut) -> Vec<String> {
+    let v: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("nbdinfo --json ({e}):\n{}", out.all()));
+    let mut names: Vec<String> = v["exports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["export-name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
