@@ -129,12 +129,20 @@ fn family<'e>(
 
 impl Family<'_> {
     fn counter(&mut self, labels: &Labels, value: u64) -> std::fmt::Result {
+        if labels.is_empty() {
+            return self
+                .encoder
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&value, None);
+        }
         self.encoder
             .encode_family(labels)?
             .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&value, None)
     }
 
     fn gauge(&mut self, labels: &Labels, value: f64) -> std::fmt::Result {
+        if labels.is_empty() {
+            return self.encoder.encode_gauge(&value);
+        }
         self.encoder.encode_family(labels)?.encode_gauge(&value)
     }
 
