@@ -7,6 +7,7 @@ mod cluster_cmd;
 mod host_cmd;
 mod print;
 mod size;
+mod top;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -81,6 +82,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Per-volume IOPS, MB/s and latency, refreshed every second (like iostat).
+    Top(top::TopArgs),
     /// Wait until every acknowledged write is destaged into sealed segments.
     Sync,
     /// Run garbage collection now.
@@ -320,6 +323,7 @@ fn main() -> ExitCode {
                 Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a),
                 Command::Volume(VolumeCommand::Unmap(a)) => host_cmd::unmap(&client, a),
                 Command::Cluster(c) => cluster_cmd::cluster(&client, c),
+                Command::Top(args) => top::top(&client, args),
                 command => client::run(&client, command_to_request(command)),
             }
         }
@@ -405,6 +409,7 @@ fn command_to_request(command: Command) -> client::Request {
         | Command::Volume(VolumeCommand::Map(_) | VolumeCommand::Unmap(_))
         | Command::Pool(_)
         | Command::Cluster(_)
+        | Command::Top(_)
         | Command::Bench(_) => unreachable!("handled before"),
     }
 }
