@@ -271,6 +271,8 @@ fn metrics_match_what_fio_and_qemu_did() {
     );
     assert_eq!(all["weft_volumes"], stats["volumes"].as_f64().unwrap());
 
+    dashboard_queries_exist(&text);
+
     // The 100 ms series holds the load, with a heat map; the 1 s one too.
     let series = srv.api_json("GET", "/api/v1/volumes/vol0/stats?step=100ms", None);
     assert_eq!(series["step_ms"], 100);
@@ -302,6 +304,47 @@ fn metrics_match_what_fio_and_qemu_did() {
     assert_eq!(status, 400);
     let (status, _) = srv.api("GET", "/api/v1/volumes/nope/stats", None);
     assert_eq!(status, 404);
+}
+
+/// Every metric the Grafana dashboard in packaging/ queries is in a real scrape (the d.node
+/// chunk I/O counters exist only in cluster mode: `cluster.rs` checks them).
+fn dashboard_queries_exist(scrape: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../packaging/grafana/weft-dashboard.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            exprs.push(target["expr"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(exprs.len() > 15, "the dashboard has its panels");
+    let mut checked = 0;
+    for expr in &exprs {
+        let mut rest = expr.as_str();
+        while let Some(at) = rest.find("weft_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            rest = &rest[at + name.len()..];
+            if name.starts_with("weft_dnode_chunk_") {
+                continue;
+            }
+            let present = scrape.lines().any(|l| {
+                !l.starts_with('#')
+                    && l.starts_with(&name)
+                    && l[name.len()..].starts_with(['{', ' '])
+            });
+            assert!(
+                present,
+                "the dashboard queries {name}, which /metrics lacks ({expr})"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 20);
 }
 
 #[test]

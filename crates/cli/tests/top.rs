@@ -71,12 +71,24 @@ fn top_in_a_terminal_shows_the_busy_volume_first() {
     let lines: Vec<&str> = last.lines().collect();
     assert!(lines[0].starts_with("weft top"), "{last}");
     assert!(lines[0].contains("UTC"), "times carry their zone: {last}");
-    assert!(lines[1].starts_with("VOLUME") && lines[1].contains("w/s"), "{last}");
+    assert!(
+        lines[1].starts_with("VOLUME") && lines[1].contains("w/s"),
+        "{last}"
+    );
     let vol0 = row(last, "vol0").unwrap_or_else(|| panic!("no vol0 line: {last}"));
     let writes: f64 = vol0[2].parse().unwrap();
-    assert!(writes > 100.0, "vol0 writes {writes}/s, fio does 800: {last}");
-    assert!(lines[2].starts_with("vol0"), "the busy volume first: {last}");
-    assert!(row(last, "idle").is_none(), "idle volumes are hidden: {last}");
+    assert!(
+        writes > 100.0,
+        "vol0 writes {writes}/s, fio does 800: {last}"
+    );
+    assert!(
+        lines[2].starts_with("vol0"),
+        "the busy volume first: {last}"
+    );
+    assert!(
+        row(last, "idle").is_none(),
+        "idle volumes are hidden: {last}"
+    );
 
     // Off a terminal: plain blocks, idle volumes with --all.
     let out = srv.cli(&["top", "--count", "2", "--interval", "200ms", "--all"]);
