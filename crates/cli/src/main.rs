@@ -279,7 +279,7 @@ enum CloneCommand {
 }
 
 fn main() -> ExitCode {
-    // `Cli::parse()`, with the defaults of a daemon's --config file.
+    // `Cli::parse()`, completed with the values of a daemon's --config file (config_file.rs).
     let cli: Cli = config_file::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(&cli.global, args),
