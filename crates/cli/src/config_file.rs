@@ -305,10 +305,15 @@ fn effective_settings(
         let id = arg.get_id().as_str();
         let Some(key) = arg.get_long() else { continue };
         let daemon_own = !arg.is_global_set() || id == GLOBAL_ARG_ID_DATA_DIR;
-        if !daemon_own || id == CONFIG_ARG_ID || id == CHECK_CONFIG_ARG_ID {
+        let setting = matches!(
+            arg.get_action(),
+            ArgAction::Set | ArgAction::Append | ArgAction::SetTrue | ArgAction::SetFalse
+        );
+        if !daemon_own || !setting || id == CONFIG_ARG_ID || id == CHECK_CONFIG_ARG_ID {
             continue;
         }
         let Some(raw) = matches.get_raw(id) else {
+            let _ = writeln!(out, "# {key} = (not set)");
             continue;
         };
         let texts: Vec<String> = raw.map(|v| v.to_string_lossy().into_owned()).collect();
