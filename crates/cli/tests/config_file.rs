@@ -59,6 +59,8 @@ fn packaging_dir() -> PathBuf {
 
 /// Starts `weft serve` and waits for `ready` and a serve.json in `data_dir` written by it.
 fn start_serve(cmd: &mut Command, data_dir: &Path) -> (Bg, Value) {
+    // Tests run in parallel: no fixed metrics port (none of them is about it).
+    cmd.args(["--metrics-listen", "127.0.0.1:0"]);
     let mut child = Bg::spawn(cmd);
     let pid = u64::from(child.pid());
     let serve_json = data_dir.join("serve.json");
