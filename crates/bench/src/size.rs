@@ -2,31 +2,36 @@
 //! `512b`, `64k`, `64K`, `8KiB`, `1m`, `100G`, `1.5T`, `10GiB`. Units are binary (k = 1024) and
 //! case does not matter; `b`, `B`, `iB` and `ib` after a unit are optional. Decimals are exact
 //! (no floating point): `1.5k` is 1536 bytes, and a result that falls between two bytes is
-//! rounded to the nearest. Pure: no I/O.
+//! rounded to the nearest; a leading `+` and an exponent (`1e3`) are taken too, as the `weft`
+//! CLI did before. Pure: no I/O.
 
-/// Most digits after the decimal point: enough for any unit, and `fraction << 50` stays far
-/// below `u128::MAX` (10^18 * 2^50 is about 1.2e33).
+/// Most digits after the decimal point that count: enough for any unit, and
+/// `fraction << 50` stays far below `u128::MAX` (10^18 * 2^50 is about 1.2e33). Digits past
+/// these change the result by less than a thousandth of a byte.
 const FRACTION_DIGITS_MAX: usize = 18;
+/// Largest power-of-ten exponent (`1e3k`): 10^30 bytes is far past any size already.
+const EXPONENT_MAX: usize = 30;
 
 /// Parses a size in bytes. The error says what was wrong and shows examples.
 pub fn parse_size(text: &str) -> Result<u64, String> {
+    let examples = "e.g. 4096, 64k, 8KiB, 1m, 100G, 1.5T";
+    let not_a_size = || format!("{text:?} is not a size ({examples})");
+    let too_large = || format!("{text:?} is too large (at most 16 EiB)");
     let t = text.trim();
-    let number_end = t
+    let t = t.strip_prefix('+').unwrap_or(t);
+    let mantissa_end = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
-    let (number, unit) = (&t[..number_end], t[number_end..].trim());
-    let examples = "e.g. 4096, 64k, 8KiB, 1m, 100G, 1.5T";
-    if number.is_empty() || number == "." {
-        return Err(format!("{text:?} is not a size ({examples})"));
+    let mantissa = &t[..mantissa_end];
+    let (exponent, unit) = split_exponent(&t[mantissa_end..]).ok_or_else(not_a_size)?;
+    let unit = unit.trim();
+    if mantissa.is_empty() || mantissa == "." || mantissa.matches('.').count() > 1 {
+        return Err(not_a_size());
     }
     let shift = unit_shift(unit).ok_or_else(|| {
         format!("unknown size unit {unit:?} in {text:?} (use b, k, m, g, t or p, {examples})")
     })?;
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if fraction.contains('.') || fraction.len() > FRACTION_DIGITS_MAX {
-        return Err(format!("{text:?} is not a size ({examples})"));
-    }
-    let too_large = || format!("{text:?} is too large (at most 16 EiB)");
+    let (whole, fraction) = shift_point(mantissa, exponent);
     let whole: u128 = if whole.is_empty() {
         0
     } else {
@@ -37,6 +42,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     }
     // Cannot overflow: whole < 2^64 and shift <= 50.
     let mut bytes = whole << shift;
+    let fraction = &fraction[..fraction.len().min(FRACTION_DIGITS_MAX)];
     if !fraction.is_empty() {
         let digits = u32::try_from(fraction.len()).expect("bounded by FRACTION_DIGITS_MAX");
         let scale = 10u128.pow(digits);
@@ -45,6 +51,46 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         bytes += (numerator + scale / 2) / scale;
     }
     u64::try_from(bytes).map_err(|_| too_large())
+}
+
+/// Splits an optional exponent (`e3`, `E-2`, `e+1`) off the front of what follows the number.
+/// An `e` without digits is left to the unit (and refused there). None: exponent too large.
+fn split_exponent(rest: &str) -> Option<(i32, &str)> {
+    let Some(after_e) = rest.strip_prefix(['e', 'E']) else {
+        return Some((0, rest));
+    };
+    let (negative, digits) = match after_e.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, after_e.strip_prefix('+').unwrap_or(after_e)),
+    };
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    if end == 0 {
+        return Some((0, rest));
+    }
+    let magnitude: usize = digits[..end].parse().ok().filter(|&m| m <= EXPONENT_MAX)?;
+    let e = i32::try_from(magnitude).expect("bounded by EXPONENT_MAX");
+    Some((if negative { -e } else { e }, &digits[end..]))
+}
+
+/// Moves the decimal point of `mantissa` (digits with at most one '.') by `exponent` places:
+/// the whole and fractional digits of mantissa x 10^exponent.
+fn shift_point(mantissa: &str, exponent: i32) -> (String, String) {
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{whole}{fraction}");
+    let point = i64::try_from(whole.len()).expect("short") + i64::from(exponent);
+    let len = i64::try_from(digits.len()).expect("short");
+    if point <= 0 {
+        let zeros = "0".repeat(usize::try_from(-point).expect("non-negative"));
+        (String::new(), format!("{zeros}{digits}"))
+    } else if point >= len {
+        let zeros = "0".repeat(usize::try_from(point - len).expect("non-negative"));
+        (format!("{digits}{zeros}"), String::new())
+    } else {
+        let at = usize::try_from(point).expect("within the digits");
+        (digits[..at].to_string(), digits[at..].to_string())
+    }
 }
 
 /// The power of two a unit stands for, or None for an unknown unit.
@@ -104,8 +150,20 @@ mod tests {
     }
 
     #[test]
+    fn signs_and_exponents_that_the_old_cli_parser_took_still_parse() {
+        assert_eq!(parse_size("+5"), Ok(5));
+        assert_eq!(parse_size("1e3"), Ok(1000));
+        assert_eq!(parse_size("1E3k"), Ok(1_024_000));
+        assert_eq!(parse_size("2.5e-1k"), Ok(256));
+        assert_eq!(parse_size("1e+1m"), Ok(10 << 20));
+        assert_eq!(parse_size("5."), Ok(5));
+    }
+
+    #[test]
     fn bad_sizes_say_why() {
-        for bad in ["", "k", "lots", ".", "1.2.3k", "-1k", "8q", "1e3"] {
+        for bad in [
+            "", "k", "lots", ".", "1.2.3k", "-1k", "8q", "1e", "1e99", "++1", "inf",
+        ] {
             assert!(parse_size(bad).is_err(), "{bad:?} accepted");
         }
         assert!(parse_size("8q").unwrap_err().contains("unknown size unit"));
