@@ -418,6 +418,20 @@ pub(crate) mod tests {
             points: vec![point(0, 1, 0, 1.0, 1.0), point(1, 2, 0, 2.0, 2.0)],
             knees: vec![],
         };
+        // A file from before data patterns, CPU and series still loads, with defaults.
+        let mut old = serde_json::to_value(&r).expect("serialises");
+        old["config"]
+            .as_object_mut()
+            .unwrap()
+            .remove("data_pattern");
+        old["config"].as_object_mut().unwrap().remove("server_pid");
+        for p in old["points"].as_array_mut().unwrap() {
+            p.as_object_mut().unwrap().remove("cpu");
+            p.as_object_mut().unwrap().remove("series");
+        }
+        let loaded: Results = serde_json::from_value(old).expect("old files load");
+        assert_eq!(loaded.config.data_pattern, DataPattern::default());
+        assert_eq!(loaded.points[1].cpu, PointCpu::default());
         let csv = to_csv(&r);
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 3);

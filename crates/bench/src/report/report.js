@@ -359,7 +359,8 @@
   function drawCpu(root) {
     runs.forEach(function (run) {
       var pts = run.points.filter(function (p) { return p.cpu; });
-      if (pts.length === 0) return;
+      // Files from before CPU was measured load with zeroes: no chart for them.
+      if (!pts.some(function (p) { return p.cpu.client_pct > 0; })) return;
       var server = run.config.server_pid && pts.some(function (p) { return p.cpu.server_pct !== null; });
       var off = server ? 0.21 : 0;
       var series = [{ label: "client CPU", bars: true,
