@@ -106,9 +106,7 @@ impl ApiClient {
                 })?;
                 v["api"]
                     .as_str()
-                    .ok_or_else(|| {
-                        no_server(format!("{} has no api address", path.display()))
-                    })?
+                    .ok_or_else(|| no_server(format!("{} has no api address", path.display())))?
                     .to_string()
             }
         };

@@ -49,7 +49,11 @@ fn is_yes(answer: &str) -> bool {
 }
 
 /// `weft volume delete`.
-pub fn volume_delete(client: &ApiClient, name: &str, with_snapshots: bool) -> anyhow::Result<String> {
+pub fn volume_delete(
+    client: &ApiClient,
+    name: &str,
+    with_snapshots: bool,
+) -> anyhow::Result<String> {
     let v = client.call("GET", &format!("/volumes/{}", seg(name)), None)?;
     let size = size_of(&v);
     let snaps = list(&v["snapshots"]);
@@ -90,7 +94,11 @@ pub fn volume_refresh(client: &ApiClient, name: &str, snapshot: &str) -> anyhow:
 }
 
 /// `weft snapshot delete`.
-pub fn snapshot_delete(client: &ApiClient, name: &str, keep_hidden: bool) -> anyhow::Result<String> {
+pub fn snapshot_delete(
+    client: &ApiClient,
+    name: &str,
+    keep_hidden: bool,
+) -> anyhow::Result<String> {
     let s = client.call("GET", &format!("/snapshots/{}", seg(name)), None)?;
     let clones = list(&s["clones"]);
     let clones = if clones.is_empty() {
@@ -121,7 +129,9 @@ pub fn dnode_out(client: &ApiClient, id: &str) -> anyhow::Result<String> {
 }
 
 fn size_of(v: &Value) -> String {
-    v["size_bytes"].as_u64().map_or("size unknown".into(), human)
+    v["size_bytes"]
+        .as_u64()
+        .map_or("size unknown".into(), human)
 }
 
 fn list(v: &Value) -> Vec<&str> {

@@ -121,15 +121,7 @@ mod tests {
 
     #[test]
     fn the_help_table_lists_every_code() {
-        for code in [
-            OK,
-            FAILURE,
-            USAGE,
-            UNREACHABLE,
-            NOT_FOUND,
-            CONFLICT,
-            DENIED,
-        ] {
+        for code in [OK, FAILURE, USAGE, UNREACHABLE, NOT_FOUND, CONFLICT, DENIED] {
             assert!(
                 HELP_TABLE.contains(&format!("\n  {code}  ")),
                 "exit code {code} missing from the help table"

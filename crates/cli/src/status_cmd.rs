@@ -34,7 +34,13 @@ pub fn status(
     let cluster = client.call("GET", "/cluster", None).ok();
     // serve.json describes the server of this data dir: only trust it for the same API.
     let serve_file = serve_file.filter(|v| v["api"].as_str() == Some(client.base()));
-    let report = report(client.base(), serve_file.as_ref(), &stats, &volumes, cluster);
+    let report = report(
+        client.base(),
+        serve_file.as_ref(),
+        &stats,
+        &volumes,
+        cluster,
+    );
     if json {
         print_json(&report)
     } else {

@@ -46,19 +46,36 @@ fn assert_exit(out: &CmdOut, want: i32, what: &str) {
 }
 
 fn json_of(out: &CmdOut) -> Value {
-    assert_eq!(code(out), Some(0), "`{}` failed:\n{}", out.cmdline, out.all());
-    serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("`{}` did not print JSON ({e}):\n{}", out.cmdline, out.stdout))
+    assert_eq!(
+        code(out),
+        Some(0),
+        "`{}` failed:\n{}",
+        out.cmdline,
+        out.all()
+    );
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "`{}` did not print JSON ({e}):\n{}",
+            out.cmdline, out.stdout
+        )
+    })
 }
 
 /// `weft` with explicit `--api`/`--token` (no data dir to find them in).
 fn cli_with(api: &str, token: &str, args: &[&str]) -> CmdOut {
     let mut cmd = Command::new(weft_bin());
-    cmd.args(["--data-dir", "/nonexistent/weft-data", "--api", api, "--token", token])
-        .args(args)
-        .env_remove("WEFT_API")
-        .env_remove("WEFT_TOKEN")
-        .env_remove("WEFT_DATA_DIR");
+    cmd.args([
+        "--data-dir",
+        "/nonexistent/weft-data",
+        "--api",
+        api,
+        "--token",
+        token,
+    ])
+    .args(args)
+    .env_remove("WEFT_API")
+    .env_remove("WEFT_TOKEN")
+    .env_remove("WEFT_DATA_DIR");
     run(&mut cmd, Duration::from_secs(60))
 }
 
@@ -157,13 +174,29 @@ fn exit_codes_tell_failures_apart() {
     assert_exit(&srv.cli(&["volume", "info", "vol0"]), 0, "success");
 
     // usage: clap's own, and values the server refuses (HTTP 400)
-    assert_exit(&srv.cli(&["volume", "create", "x"]), USAGE, "missing --size");
-    assert_exit(&srv.cli(&["volume", "frobnicate"]), USAGE, "unknown command");
-    assert_exit(&srv.cli(&["volume", "ls", "--bogus"]), USAGE, "unknown flag");
+    assert_exit(
+        &srv.cli(&["volume", "create", "x"]),
+        USAGE,
+        "missing --size",
+    );
+    assert_exit(
+        &srv.cli(&["volume", "frobnicate"]),
+        USAGE,
+        "unknown command",
+    );
+    assert_exit(
+        &srv.cli(&["volume", "ls", "--bogus"]),
+        USAGE,
+        "unknown flag",
+    );
     let bad = srv.cli(&["volume", "create", "bad/name", "--size", "1M"]);
     assert_exit(&bad, USAGE, "invalid name (HTTP 400)");
     assert!(bad.stderr.contains("400"), "{}", bad.all());
-    assert_exit(&srv.cli(&["pool", "create", "p"]), USAGE, "pool without redundancy");
+    assert_exit(
+        &srv.cli(&["pool", "create", "p"]),
+        USAGE,
+        "pool without redundancy",
+    );
 
     // not found (HTTP 404)
     for args in [
@@ -234,7 +267,11 @@ fn exit_codes_tell_failures_apart() {
     let help = cli_in(empty.path(), &["--help"]);
     assert_exit(&help, 0, "help");
     for line in ["Exit codes", "3  no server", "4  not found", "5  conflict"] {
-        assert!(help.stdout.contains(line), "--help lacks {line:?}:\n{}", help.stdout);
+        assert!(
+            help.stdout.contains(line),
+            "--help lacks {line:?}:\n{}",
+            help.stdout
+        );
     }
 }
 
@@ -282,7 +319,11 @@ fn destructive_commands_refuse_without_a_terminal_and_yes() {
 /// Runs `weft ARGS` on a pseudo-terminal (util-linux `script`), typing `answer`.
 fn on_terminal(srv: &Server, args: &[&str], answer: &str) -> Option<(Option<i32>, String)> {
     let script = which("script")?;
-    let mut line = format!("{} --data-dir {}", weft_bin().display(), srv.data_dir.display());
+    let mut line = format!(
+        "{} --data-dir {}",
+        weft_bin().display(),
+        srv.data_dir.display()
+    );
     for a in args {
         line.push(' ');
         line.push_str(a);
@@ -344,9 +385,16 @@ fn destructive_commands_ask_on_a_terminal_with_the_facts() {
     assert_eq!(code, Some(1), "answered no: {text}");
     assert!(names(&srv.cli_json(&["volume", "list", "--json"])).contains(&"pgdata".into()));
 
-    let (code, text) = on_terminal(&srv, &["volume", "rollback", "pgdata", "--to", "mon"], "y\n")
-        .expect("script");
-    assert!(text.contains("Roll back volume pgdata (1.5 TiB) to snapshot mon (taken 20"), "{text}");
+    let (code, text) = on_terminal(
+        &srv,
+        &["volume", "rollback", "pgdata", "--to", "mon"],
+        "y\n",
+    )
+    .expect("script");
+    assert!(
+        text.contains("Roll back volume pgdata (1.5 TiB) to snapshot mon (taken 20"),
+        "{text}"
+    );
     assert!(text.contains("Z)?"), "the time says its zone: {text}");
     assert_eq!(code, Some(0), "{text}");
 
@@ -357,7 +405,10 @@ fn destructive_commands_ask_on_a_terminal_with_the_facts() {
         "{text}"
     );
     assert_eq!(code, Some(0), "{text}");
-    assert_eq!(names(&srv.cli_json(&["volume", "list", "--json"])), ["vol0"]);
+    assert_eq!(
+        names(&srv.cli_json(&["volume", "list", "--json"])),
+        ["vol0"]
+    );
 }
 
 #[test]
@@ -387,7 +438,13 @@ fn completions_and_man_pages_come_from_the_cli_definition() {
     let dir = Scratch::new("contract-man");
     for shell in ["bash", "zsh", "fish"] {
         let out = cli_in(dir.path(), &["completions", shell]).ok();
-        for word in ["volume", "snapshot", "rollback", "--with-snapshots", "status"] {
+        for word in [
+            "volume",
+            "snapshot",
+            "rollback",
+            "--with-snapshots",
+            "status",
+        ] {
             assert!(
                 out.stdout.contains(word.trim_start_matches('-')),
                 "{shell} completions lack {word}"
@@ -445,7 +502,15 @@ fn cluster_commands_print_json_and_dnode_out_asks() {
         a.push("--json");
         json_of(&c.cli(&a))
     };
-    let v = j(&["pool", "create", "fast", "--replicas", "2", "--pg-count", "8"]);
+    let v = j(&[
+        "pool",
+        "create",
+        "fast",
+        "--replicas",
+        "2",
+        "--pg-count",
+        "8",
+    ]);
     assert_eq!(v["name"], "fast", "{v}");
     let pools = j(&["pool", "ls"]);
     assert!(names(&pools).contains(&"fast".to_string()), "{pools}");
@@ -459,13 +524,22 @@ fn cluster_commands_print_json_and_dnode_out_asks() {
         .collect();
     assert_eq!(ids.len(), 3, "{nodes}");
     assert_eq!(j(&["dnode", "info", &ids[0]])["id"], ids[0].as_str());
-    assert_exit(&c.cli(&["dnode", "info", "nosuch"]), NOT_FOUND, "no such d.node");
+    assert_exit(
+        &c.cli(&["dnode", "info", "nosuch"]),
+        NOT_FOUND,
+        "no such d.node",
+    );
 
     let out = c.cli(&["dnode", "out", &ids[0]]);
     assert_exit(&out, USAGE, "dnode out without --yes off a terminal");
     let state_of = |id: &str| -> Value {
         let list = j(&["dnode", "list"]);
-        let n = list.as_array().unwrap().iter().find(|n| n["id"] == id).cloned();
+        let n = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == id)
+            .cloned();
         n.unwrap_or_else(|| panic!("{id} not listed: {list}"))["state"].clone()
     };
     assert_eq!(state_of(&ids[0]), "up", "a refused out changed the d.node");
