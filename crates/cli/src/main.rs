@@ -5,13 +5,16 @@
 
 mod client;
 mod cluster_cmd;
+mod config_file;
 mod confirm;
 mod exit_code;
 mod generate;
 mod host_cmd;
+mod logging;
 mod print;
 mod size;
 mod status_cmd;
+mod top;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -90,6 +93,9 @@ enum Command {
     Status,
     /// Datastore statistics: data reduction, space, write amplification, GC.
     Stats,
+    /// Per-volume IOPS, MB/s and latency, refreshed every second (like iostat); with
+    /// --json, one sample of the per-volume statistics.
+    Top(top::TopArgs),
     /// Wait until every acknowledged write is destaged into sealed segments.
     Sync,
     /// Run garbage collection now.
@@ -107,6 +113,8 @@ enum Command {
 #[derive(Debug, Args)]
 struct CnodeArgs {
     #[command(flatten)]
+    daemon: config_file::DaemonArgs,
+    #[command(flatten)]
     cluster: cluster_cmd::CnodeClusterArgs,
     #[command(flatten)]
     engine: EngineArgs,
@@ -114,6 +122,8 @@ struct CnodeArgs {
 
 #[derive(Debug, Args)]
 struct ServeArgs {
+    #[command(flatten)]
+    daemon: config_file::DaemonArgs,
     #[command(flatten)]
     engine: EngineArgs,
     /// Limit the bytes the local chunk store may use (default: the file system's free space).
@@ -166,6 +176,14 @@ struct EngineArgs {
     /// Management API listen address.
     #[arg(long, default_value = "127.0.0.1:10810")]
     api_listen: SocketAddr,
+    /// Prometheus `/metrics` listen address, served without a token (keep it on loopback or
+    /// a monitoring network); `off`: no metrics listener.
+    #[arg(long, default_value = "127.0.0.1:10811", value_parser = parse_listen)]
+    metrics_listen: Listen,
+    /// Do not count and time I/O per volume (no live statistics, no per-volume metrics): only
+    /// to measure what they cost.
+    #[arg(long)]
+    no_io_stats: bool,
     /// Name of the volume created at first start.
     #[arg(long, default_value = "vol0")]
     default_volume: String,
@@ -313,15 +331,17 @@ enum CloneCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `Cli::parse()`, completed with the values of a daemon's --config file (config_file.rs).
+    let cli: Cli = config_file::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(&cli.global, args),
         Command::Cnode(args) => cnode(&cli.global, args),
         Command::Dnode(cluster_cmd::DnodeCommand {
             action: None,
             run: Some(args),
+            daemon,
         }) => {
-            init_logging();
+            logging::init_logging(daemon.log_format);
             cluster_cmd::run_dnode(args)
         }
         Command::Bench(args) => {
@@ -369,6 +389,10 @@ fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
         Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a, json),
         Command::Volume(VolumeCommand::Unmap(a)) => host_cmd::unmap(&client, a, json),
         Command::Cluster(c) => cluster_cmd::cluster(&client, c, json),
+        Command::Top(_) if json => {
+            client::print_json(&client.call("GET", "/stats/volumes", None)?)
+        }
+        Command::Top(args) => top::top(&client, args),
         command => client::run(&client, command_to_request(command), json),
     }
 }
@@ -464,6 +488,7 @@ fn command_to_request(command: Command) -> client::Request {
         | Command::Status
         | Command::Completions(_)
         | Command::Man(_)
+        | Command::Top(_)
         | Command::Bench(_) => unreachable!("handled before"),
     }
 }
@@ -484,21 +509,6 @@ fn parse_listen(s: &str) -> Result<Listen, String> {
         })
         .collect::<Result<_, _>>()
         .map(Listen)
-}
-
-/// Logs go to stderr at the level `WEFT_LOG` names (`info` by default; any
-/// `tracing_subscriber` filter, e.g. `debug` or `info,weft_engine=debug`), coloured only when
-/// stderr is a terminal (a log file or journald gets plain text).
-fn init_logging() {
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 fn nbd_tls_files(args: &EngineArgs) -> Option<weft_server::nbd_listener::NbdTlsFiles> {
@@ -533,7 +543,7 @@ fn run_server(config: ServeConfig) -> anyhow::Result<()> {
 }
 
 fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
-    init_logging();
+    logging::init_logging(args.daemon.log_format);
     let config = ServeConfig {
         engine: engine_config(global, &args.engine)?,
         backend: Backend::Local(weft_engine::LocalStoreConfig {
@@ -547,6 +557,8 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
         nbd_open_network: args.engine.nbd_open_network,
         nbd_tls: nbd_tls_files(&args.engine),
         api_listen: args.engine.api_listen,
+        metrics_listen: args.engine.metrics_listen.0.first().copied(),
+        io_stats: !args.engine.no_io_stats,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
     };
@@ -554,7 +566,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
-    init_logging();
+    logging::init_logging(args.daemon.log_format);
     let c = args.cluster;
     let mut engine = engine_config(global, &args.engine)?;
     engine.repair_rate_bytes_per_s = c.rebuild_rate;
@@ -579,6 +591,8 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
         nbd_open_network: args.engine.nbd_open_network,
         nbd_tls: nbd_tls_files(&args.engine),
         api_listen: args.engine.api_listen,
+        metrics_listen: args.engine.metrics_listen.0.first().copied(),
+        io_stats: !args.engine.no_io_stats,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
     };
