@@ -139,6 +139,8 @@ fn every_client_command_prints_json() {
     assert_eq!(j(&["host", "rm", "db1"])["deleted"], "host");
 
     assert!(j(&["stats"])["reduction"].is_object());
+    let top = j(&["top"]);
+    assert!(top.is_object() || top.is_array(), "top --json: {top}");
     assert_eq!(j(&["sync"])["synced"], true);
     assert!(j(&["gc"]).is_object());
     assert_eq!(j(&["checkpoint"])["checkpointed"], true);
