@@ -1,15 +1,19 @@
 //! The CLI's side of the management API: find the server and its token, send one request,
-//! print the answer for a person (see `print`) or as JSON. A refused request fails with the
-//! server's message and HTTP status; `main` prints it as `error: ...` and exits non-zero.
+//! print the answer for a person (see `print`) or as JSON. A refused request fails with a
+//! [`Failure`] carrying the server's message and HTTP status, an unreachable server with
+//! [`Failure::Unreachable`]; `main` prints it as `error: ...` and exits with the code
+//! `exit_code` gives it.
 
 use std::path::Path;
 
-use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
+use crate::confirm;
+use crate::exit_code::Failure;
 use crate::print::{self, human};
 
-/// A request the CLI makes.
+/// A request the CLI makes. Whether the answer is printed as JSON is the global `--json`,
+/// passed to [`run`]; destructive requests carry their `--yes`.
 #[derive(Debug)]
 pub enum Request {
     Create {
@@ -19,12 +23,9 @@ pub enum Request {
         /// 512 or 4096 (checked by the parser); `None`: the server's default (512).
         logical_block_size: Option<u32>,
     },
-    List {
-        json: bool,
-    },
+    List,
     Info {
         name: String,
-        json: bool,
     },
     Resize {
         name: String,
@@ -33,14 +34,17 @@ pub enum Request {
     Delete {
         name: String,
         with_snapshots: bool,
+        yes: bool,
     },
     Refresh {
         volume: String,
         snapshot: String,
+        yes: bool,
     },
     Rollback {
         volume: String,
         snapshot: String,
+        yes: bool,
     },
     SnapshotCreate {
         volume: String,
@@ -48,23 +52,20 @@ pub enum Request {
     },
     SnapshotList {
         volume: Option<String>,
-        json: bool,
     },
     SnapshotInfo {
         name: String,
-        json: bool,
     },
     SnapshotDelete {
         name: String,
         keep_hidden: bool,
+        yes: bool,
     },
     CloneCreate {
         snapshot: String,
         name: String,
     },
-    Stats {
-        json: bool,
-    },
+    Stats,
     Sync,
     Gc,
     Checkpoint,
@@ -79,12 +80,14 @@ pub struct ApiClient {
 }
 
 impl ApiClient {
-    /// Flags and environment first, then the data dir of a running server.
+    /// Flags and environment first, then the data dir of a running server. Finding no
+    /// server is a [`Failure::Unreachable`].
     pub fn discover(
         data_dir: &Path,
         api: Option<&str>,
         token: Option<&str>,
     ) -> anyhow::Result<ApiClient> {
+        let no_server = |m: String| anyhow::Error::new(Failure::Unreachable(m));
         let base = match api {
             Some(a) => a
                 .trim_end_matches('/')
@@ -92,17 +95,18 @@ impl ApiClient {
                 .to_string(),
             None => {
                 let path = data_dir.join(weft_server::serve::SERVE_FILE);
-                let text = std::fs::read_to_string(&path).with_context(|| {
-                    format!(
-                        "no running server found ({} is missing): start `weft serve` or pass --api",
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    no_server(format!(
+                        "no running server found ({}: {e}): start `weft serve` or pass --api",
                         path.display()
-                    )
+                    ))
                 })?;
-                let v: Value = serde_json::from_str(&text)
-                    .with_context(|| format!("reading {}", path.display()))?;
+                let v: Value = serde_json::from_str(&text).map_err(|e| {
+                    no_server(format!("no running server found ({}: {e})", path.display()))
+                })?;
                 v["api"]
                     .as_str()
-                    .context("serve.json has no api address")?
+                    .ok_or_else(|| no_server(format!("{} has no api address", path.display())))?
                     .to_string()
             }
         };
@@ -111,11 +115,11 @@ impl ApiClient {
             None => {
                 let path = data_dir.join(weft_server::serve::TOKEN_FILE);
                 std::fs::read_to_string(&path)
-                    .with_context(|| {
-                        format!(
-                            "no API token: pass --token or run beside the data dir ({} is missing)",
+                    .map_err(|e| {
+                        no_server(format!(
+                            "no API token: pass --token or run beside the data dir ({}: {e})",
                             path.display()
-                        )
+                        ))
                     })?
                     .trim()
                     .to_string()
@@ -126,6 +130,11 @@ impl ApiClient {
             .build()
             .new_agent();
         Ok(ApiClient { base, token, agent })
+    }
+
+    /// The API's base URL, e.g. `http://127.0.0.1:10810`.
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
@@ -155,8 +164,12 @@ impl ApiClient {
                 .send_empty(),
             (other, _) => anyhow::bail!("the CLI does not send {other} requests"),
         };
-        let mut response = response
-            .with_context(|| format!("cannot reach the management API at {}", self.base))?;
+        let mut response = response.map_err(|e| {
+            Failure::Unreachable(format!(
+                "cannot reach the management API at {}: {e}",
+                self.base
+            ))
+        })?;
         let status = response.status();
         let text = response.body_mut().read_to_string().unwrap_or_default();
         let value: Value = if text.is_empty() {
@@ -169,7 +182,11 @@ impl ApiClient {
                 .as_str()
                 .map(str::to_string)
                 .unwrap_or_else(|| value.to_string());
-            bail!("{msg} (HTTP {})", status.as_u16());
+            return Err(Failure::Api {
+                status: status.as_u16(),
+                message: msg,
+            }
+            .into());
         }
         Ok(value)
     }
@@ -188,12 +205,22 @@ pub fn seg(name: &str) -> String {
         .collect()
 }
 
-fn print_json(v: &Value) -> anyhow::Result<()> {
+pub fn print_json(v: &Value) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 
-pub fn run(client: &ApiClient, request: Request) -> anyhow::Result<()> {
+/// Print an answer: as JSON with `--json`, else as `human` says.
+pub fn show(json: bool, v: &Value, human: impl FnOnce(&Value)) -> anyhow::Result<()> {
+    if json {
+        print_json(v)
+    } else {
+        human(v);
+        Ok(())
+    }
+}
+
+pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<()> {
     match request {
         Request::Create {
             name,
@@ -209,29 +236,23 @@ pub fn run(client: &ApiClient, request: Request) -> anyhow::Result<()> {
                 body["logical_block_size"] = b.into();
             }
             let v = client.call("POST", "/volumes", Some(body))?;
-            println!(
-                "created {} ({}, {}-byte blocks): {}",
-                v["name"].as_str().unwrap_or(""),
-                human(size_bytes),
-                v["logical_block_size"].as_u64().unwrap_or(0),
-                v["nbd_uri"].as_str().unwrap_or("")
-            );
+            show(json, &v, |v| {
+                println!(
+                    "created {} ({}, {}-byte blocks): {}",
+                    v["name"].as_str().unwrap_or(""),
+                    human(size_bytes),
+                    v["logical_block_size"].as_u64().unwrap_or(0),
+                    v["nbd_uri"].as_str().unwrap_or("")
+                );
+            })?;
         }
-        Request::List { json } => {
+        Request::List => {
             let v = client.call("GET", "/volumes", None)?;
-            if json {
-                print_json(&v)?;
-            } else {
-                print::volume_table(&v);
-            }
+            show(json, &v, print::volume_table)?;
         }
-        Request::Info { name, json } => {
+        Request::Info { name } => {
             let v = client.call("GET", &format!("/volumes/{}", seg(&name)), None)?;
-            if json {
-                print_json(&v)?;
-            } else {
-                print::volume_details(&v);
-            }
+            show(json, &v, print::volume_details)?;
         }
         Request::Resize { name, size_bytes } => {
             let v = client.call(
@@ -239,100 +260,125 @@ pub fn run(client: &ApiClient, request: Request) -> anyhow::Result<()> {
                 &format!("/volumes/{}/resize", seg(&name)),
                 Some(json!({ "size_bytes": size_bytes })),
             )?;
-            println!(
-                "resized {} to {}",
-                name,
-                human(v["size_bytes"].as_u64().unwrap_or(size_bytes))
-            );
+            show(json, &v, |v| {
+                println!(
+                    "resized {} to {}",
+                    name,
+                    human(v["size_bytes"].as_u64().unwrap_or(size_bytes))
+                );
+            })?;
         }
         Request::Delete {
             name,
             with_snapshots,
+            yes,
         } => {
+            confirm::confirm(yes, &format!("delete volume {name}"), || {
+                confirm::volume_delete(client, &name, with_snapshots)
+            })?;
             let query = if with_snapshots {
                 "?with_snapshots=true"
             } else {
                 ""
             };
             client.call("DELETE", &format!("/volumes/{}{query}", seg(&name)), None)?;
-            if with_snapshots {
-                println!("deleted {name} and its snapshots");
-            } else {
-                println!("deleted {name}");
-            }
+            let v = json!({ "deleted": "volume", "name": name, "with_snapshots": with_snapshots });
+            show(json, &v, |_| {
+                if with_snapshots {
+                    println!("deleted {name} and its snapshots");
+                } else {
+                    println!("deleted {name}");
+                }
+            })?;
         }
-        Request::Refresh { volume, snapshot } => {
-            repoint(client, "refresh", "refreshed", &volume, &snapshot)?;
+        Request::Refresh {
+            volume,
+            snapshot,
+            yes,
+        } => {
+            confirm::confirm(yes, &format!("refresh volume {volume}"), || {
+                confirm::volume_refresh(client, &volume, &snapshot)
+            })?;
+            repoint(client, "refresh", "refreshed", &volume, &snapshot, json)?;
         }
-        Request::Rollback { volume, snapshot } => {
-            repoint(client, "rollback", "rolled back", &volume, &snapshot)?;
+        Request::Rollback {
+            volume,
+            snapshot,
+            yes,
+        } => {
+            confirm::confirm(yes, &format!("roll back volume {volume}"), || {
+                confirm::volume_rollback(client, &volume, &snapshot)
+            })?;
+            repoint(client, "rollback", "rolled back", &volume, &snapshot, json)?;
         }
         Request::SnapshotCreate { volume, name } => {
             let path = format!("/volumes/{}/snapshots", seg(&volume));
             let v = client.call("POST", &path, Some(json!({ "name": name })))?;
-            println!(
-                "created snapshot {} of {volume} (writes held {} us): {}",
-                v["name"].as_str().unwrap_or(&name),
-                v["barrier_micros"],
-                v["nbd_uri"].as_str().unwrap_or("")
-            );
+            show(json, &v, |v| {
+                println!(
+                    "created snapshot {} of {volume} (writes held {} us): {}",
+                    v["name"].as_str().unwrap_or(&name),
+                    v["barrier_micros"],
+                    v["nbd_uri"].as_str().unwrap_or("")
+                );
+            })?;
         }
-        Request::SnapshotList { volume, json } => {
+        Request::SnapshotList { volume } => {
             let query = volume.map_or(String::new(), |v| format!("?volume={}", seg(&v)));
             let v = client.call("GET", &format!("/snapshots{query}"), None)?;
-            if json {
-                print_json(&v)?;
-            } else {
-                print::snapshot_table(&v);
-            }
+            show(json, &v, print::snapshot_table)?;
         }
-        Request::SnapshotInfo { name, json } => {
+        Request::SnapshotInfo { name } => {
             let v = client.call("GET", &format!("/snapshots/{}", seg(&name)), None)?;
-            if json {
-                print_json(&v)?;
-            } else {
-                print::snapshot_details(&v);
-            }
+            show(json, &v, print::snapshot_details)?;
         }
-        Request::SnapshotDelete { name, keep_hidden } => {
+        Request::SnapshotDelete {
+            name,
+            keep_hidden,
+            yes,
+        } => {
+            confirm::confirm(yes, &format!("delete snapshot {name}"), || {
+                confirm::snapshot_delete(client, &name, keep_hidden)
+            })?;
             let query = if keep_hidden { "?keep_hidden=true" } else { "" };
             client.call("DELETE", &format!("/snapshots/{}{query}", seg(&name)), None)?;
-            println!("deleted snapshot {name}");
+            let v = json!({ "deleted": "snapshot", "name": name, "keep_hidden": keep_hidden });
+            show(json, &v, |_| println!("deleted snapshot {name}"))?;
         }
         Request::CloneCreate { snapshot, name } => {
             let path = format!("/snapshots/{}/clones", seg(&snapshot));
             let v = client.call("POST", &path, Some(json!({ "name": name })))?;
-            println!(
-                "created clone {} of {snapshot} ({}): {}",
-                v["name"].as_str().unwrap_or(&name),
-                human(v["size_bytes"].as_u64().unwrap_or(0)),
-                v["nbd_uri"].as_str().unwrap_or("")
-            );
+            show(json, &v, |v| {
+                println!(
+                    "created clone {} of {snapshot} ({}): {}",
+                    v["name"].as_str().unwrap_or(&name),
+                    human(v["size_bytes"].as_u64().unwrap_or(0)),
+                    v["nbd_uri"].as_str().unwrap_or("")
+                );
+            })?;
         }
-        Request::Stats { json } => {
+        Request::Stats => {
             let v = client.call("GET", "/stats", None)?;
-            if json {
-                print_json(&v)?;
-            } else {
-                print::stats(&v);
-            }
+            show(json, &v, print::stats)?;
         }
         Request::Sync => {
-            client.call("POST", "/sync", None)?;
-            println!("synced");
+            let v = client.call("POST", "/sync", None)?;
+            show(json, &v, |_| println!("synced"))?;
         }
         Request::Gc => {
             let v = client.call("POST", "/gc", None)?;
-            println!(
-                "gc: {} segments reclaimed, {} moved, {} freed",
-                v["segments_reclaimed"],
-                human(v["bytes_moved"].as_u64().unwrap_or(0)),
-                human(v["bytes_reclaimed"].as_u64().unwrap_or(0))
-            );
+            show(json, &v, |v| {
+                println!(
+                    "gc: {} segments reclaimed, {} moved, {} freed",
+                    v["segments_reclaimed"],
+                    human(v["bytes_moved"].as_u64().unwrap_or(0)),
+                    human(v["bytes_reclaimed"].as_u64().unwrap_or(0))
+                );
+            })?;
         }
         Request::Checkpoint => {
-            client.call("POST", "/checkpoint", None)?;
-            println!("checkpoint written");
+            let v = client.call("POST", "/checkpoint", None)?;
+            show(json, &v, |_| println!("checkpoint written"))?;
         }
     }
     Ok(())
@@ -345,13 +391,15 @@ fn repoint(
     done: &str,
     volume: &str,
     snapshot: &str,
+    json: bool,
 ) -> anyhow::Result<()> {
     let path = format!("/volumes/{}/{action}", seg(volume));
     let v = client.call("POST", &path, Some(json!({ "snapshot": snapshot })))?;
-    println!(
-        "{done} {volume} to snapshot {} (origin now {}); connected clients were disconnected",
-        snapshot,
-        v["origin"].as_str().unwrap_or("-")
-    );
-    Ok(())
+    show(json, &v, |v| {
+        println!(
+            "{done} {volume} to snapshot {} (origin now {}); connected clients were disconnected",
+            snapshot,
+            v["origin"].as_str().unwrap_or("-")
+        );
+    })
 }

@@ -11,7 +11,9 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use weft_ec::Redundancy;
 
-use crate::client::ApiClient;
+use crate::client::{print_json, seg, show, ApiClient};
+use crate::confirm;
+use crate::exit_code::Failure;
 use crate::print::human;
 use crate::size::parse_size;
 
@@ -98,26 +100,33 @@ pub struct DnodeRunArgs {
 #[derive(Debug, Subcommand)]
 pub enum DnodeAction {
     /// List d.nodes with their state (up, down, out) and space.
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    #[command(visible_alias = "ls")]
+    List,
     /// Show one d.node.
     Info {
+        /// The d.node's id (weft dnode list).
         id: String,
-        #[arg(long)]
-        json: bool,
     },
     /// Mark a d.node out: its chunks are rebuilt on others (drain before removing it).
-    Out { id: String },
+    Out {
+        /// The d.node's id (weft dnode list).
+        id: String,
+        /// Do not ask (required off a terminal).
+        #[arg(short, long)]
+        yes: bool,
+    },
     /// Take a d.node back in.
-    In { id: String },
+    In {
+        /// The d.node's id (weft dnode list).
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum PoolCommand {
     /// Create a pool.
     Create {
+        /// The pool's name (volume create --pool names it).
         name: String,
         /// Erasure coding k+m (e.g. 4+2; k up to 21, m up to 3).
         #[arg(long, value_parser = parse_redundancy, conflicts_with_all = ["replicas", "none"])]
@@ -128,6 +137,7 @@ pub enum PoolCommand {
         /// No redundancy (one chunk per stripe).
         #[arg(long)]
         none: bool,
+        /// Placement groups: stripes are spread over this many d.node sets.
         #[arg(long, default_value_t = 64)]
         pg_count: u32,
         /// Chunks that must be durable before a stripe is (default min(k+1, k+m)); more is
@@ -136,35 +146,28 @@ pub enum PoolCommand {
         min_size: Option<u8>,
     },
     /// List pools with the health of their placement groups.
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    #[command(visible_alias = "ls")]
+    List,
     /// Show one pool.
     Info {
+        /// The pool's name.
         name: String,
-        #[arg(long)]
-        json: bool,
     },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// d.nodes, pools, placement-group health, rebuild progress.
-    Status {
-        #[arg(long)]
-        json: bool,
-    },
+    Status,
     /// Set the rebuild rate (e.g. 100M per second), or start a repair scan now.
     Repair {
+        /// Rebuild at most this many bytes per second (K, M, G suffixes); without it, start
+        /// a repair scan now.
         #[arg(long, value_parser = parse_size)]
         rate: Option<u64>,
     },
     /// Verify every chunk on every d.node now; corrupt chunks are rebuilt from their stripes.
-    Scrub {
-        #[arg(long)]
-        json: bool,
-    },
+    Scrub,
 }
 
 pub fn parse_redundancy(text: &str) -> Result<Redundancy, String> {
@@ -234,11 +237,6 @@ fn wait_for_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_json(v: &Value) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
-}
-
 fn node_line(n: &Value) -> String {
     let down = n["down_for_s"]
         .as_u64()
@@ -283,9 +281,9 @@ fn bar(done: u64, total: u64) -> String {
     )
 }
 
-pub fn dnode_admin(client: &ApiClient, action: DnodeAction) -> anyhow::Result<()> {
+pub fn dnode_admin(client: &ApiClient, action: DnodeAction, json: bool) -> anyhow::Result<()> {
     match action {
-        DnodeAction::List { json } => {
+        DnodeAction::List => {
             let v = client.call("GET", "/dnodes", None)?;
             if json {
                 return print_json(&v);
@@ -294,28 +292,33 @@ pub fn dnode_admin(client: &ApiClient, action: DnodeAction) -> anyhow::Result<()
                 println!("{}", node_line(n));
             }
         }
-        DnodeAction::Info { id, json } => {
-            let v = client.call("GET", &format!("/dnodes/{id}"), None)?;
+        DnodeAction::Info { id } => {
+            let v = client.call("GET", &format!("/dnodes/{}", seg(&id)), None)?;
             if json {
                 return print_json(&v);
             }
             println!("{}", node_line(&v));
         }
-        DnodeAction::Out { id } => {
-            client.call("POST", &format!("/dnodes/{id}/out"), None)?;
-            println!(
-                "{id} is out: its chunks are being rebuilt on other d.nodes (weft cluster status)"
-            );
+        DnodeAction::Out { id, yes } => {
+            confirm::confirm(yes, &format!("mark d.node {id} out"), || {
+                confirm::dnode_out(client, &id)
+            })?;
+            let v = client.call("POST", &format!("/dnodes/{}/out", seg(&id)), None)?;
+            show(json, &v, |_| {
+                println!(
+                    "{id} is out: its chunks are being rebuilt on other d.nodes (weft cluster status)"
+                );
+            })?;
         }
         DnodeAction::In { id } => {
-            client.call("POST", &format!("/dnodes/{id}/in"), None)?;
-            println!("{id} is in");
+            let v = client.call("POST", &format!("/dnodes/{}/in", seg(&id)), None)?;
+            show(json, &v, |_| println!("{id} is in"))?;
         }
     }
     Ok(())
 }
 
-pub fn pool(client: &ApiClient, command: PoolCommand) -> anyhow::Result<()> {
+pub fn pool(client: &ApiClient, command: PoolCommand, json: bool) -> anyhow::Result<()> {
     match command {
         PoolCommand::Create {
             name,
@@ -331,17 +334,23 @@ pub fn pool(client: &ApiClient, command: PoolCommand) -> anyhow::Result<()> {
                     Redundancy::replicated(n).map_err(|e| anyhow::anyhow!("{e}"))?
                 }
                 (None, None, true) => Redundancy::None,
-                (None, None, false) => anyhow::bail!("say --ec K+M, --replicas N or --none"),
+                (None, None, false) => {
+                    return Err(
+                        Failure::Usage("say --ec K+M, --replicas N or --none".into()).into(),
+                    )
+                }
             };
             let mut body =
                 json!({ "name": name, "redundancy": redundancy.to_string(), "pg_count": pg_count });
             if let Some(m) = min_size {
                 body["min_size"] = m.into();
             }
-            client.call("POST", "/pools", Some(body))?;
-            println!("created pool {name} ({redundancy}, {pg_count} placement groups)");
+            let v = client.call("POST", "/pools", Some(body))?;
+            show(json, &v, |_| {
+                println!("created pool {name} ({redundancy}, {pg_count} placement groups)");
+            })?;
         }
-        PoolCommand::List { json } => {
+        PoolCommand::List => {
             let v = client.call("GET", "/pools", None)?;
             if json {
                 return print_json(&v);
@@ -350,8 +359,8 @@ pub fn pool(client: &ApiClient, command: PoolCommand) -> anyhow::Result<()> {
                 println!("{}", pool_line(p));
             }
         }
-        PoolCommand::Info { name, json } => {
-            let v = client.call("GET", &format!("/pools/{name}"), None)?;
+        PoolCommand::Info { name } => {
+            let v = client.call("GET", &format!("/pools/{}", seg(&name)), None)?;
             if json {
                 return print_json(&v);
             }
@@ -361,9 +370,9 @@ pub fn pool(client: &ApiClient, command: PoolCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn cluster(client: &ApiClient, command: ClusterCommand) -> anyhow::Result<()> {
+pub fn cluster(client: &ApiClient, command: ClusterCommand, json: bool) -> anyhow::Result<()> {
     match command {
-        ClusterCommand::Status { json } => {
+        ClusterCommand::Status => {
             let v = client.call("GET", "/cluster", None)?;
             if json {
                 return print_json(&v);
@@ -409,7 +418,7 @@ pub fn cluster(client: &ApiClient, command: ClusterCommand) -> anyhow::Result<()
             }
             println!("degraded reads since start: {}", v["degraded_reads"]);
         }
-        ClusterCommand::Scrub { json } => {
+        ClusterCommand::Scrub => {
             let v = client.call("POST", "/cluster/scrub", None)?;
             if json {
                 return print_json(&v);
@@ -426,16 +435,20 @@ pub fn cluster(client: &ApiClient, command: ClusterCommand) -> anyhow::Result<()
         }
         ClusterCommand::Repair { rate } => match rate {
             Some(rate) => {
-                client.call(
+                let v = client.call(
                     "PUT",
                     "/cluster/repair",
                     Some(json!({ "rate_bytes_per_s": rate })),
                 )?;
-                println!("rebuild rate limit set to {}/s", human(rate));
+                show(json, &v, |_| {
+                    println!("rebuild rate limit set to {}/s", human(rate));
+                })?;
             }
             None => {
-                client.call("POST", "/cluster/repair", None)?;
-                println!("repair scan started (weft cluster status)");
+                let v = client.call("POST", "/cluster/repair", None)?;
+                show(json, &v, |_| {
+                    println!("repair scan started (weft cluster status)");
+                })?;
             }
         },
     }

@@ -11,29 +11,31 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use crate::client::ApiClient;
+use crate::client::{print_json, show, ApiClient};
 
 #[derive(Debug, Subcommand)]
 pub enum HostCommand {
     /// Define a host: its iSCSI initiator names, NBD client addresses and CHAP secrets.
     Create(Box<CreateHostArgs>),
     /// List hosts.
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    #[command(visible_alias = "ls")]
+    List,
     /// Show a host, its LUNs and how to reach them.
     Info {
+        /// The host's name.
         name: String,
-        #[arg(long)]
-        json: bool,
     },
-    /// Delete a host (unmap its volumes first).
-    Delete { name: String },
+    /// Delete a host (unmap its volumes first): its definition and CHAP secrets go, no data.
+    #[command(visible_alias = "rm")]
+    Delete {
+        /// The host's name.
+        name: String,
+    },
 }
 
 #[derive(Debug, Args)]
 pub struct CreateHostArgs {
+    /// The host's name (how volume map --host names it).
     name: String,
     /// iSCSI initiator name (repeat for several), e.g. the InitiatorName in a Linux host's
     /// /etc/iscsi/initiatorname.iscsi.
@@ -75,8 +77,6 @@ pub struct CreateHostArgs {
     /// Read the mutual CHAP secret from the first line of this file.
     #[arg(long, value_name = "FILE")]
     mutual_secret_file: Option<PathBuf>,
-    #[arg(long)]
-    json: bool,
 }
 
 /// `weft volume map` and `weft volume unmap`.
@@ -90,8 +90,6 @@ pub struct MapArgs {
     /// The LUN number the host sees it under (default: the lowest free).
     #[arg(long)]
     pub lun: Option<u64>,
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -115,7 +113,7 @@ fn secret(inline: Option<String>, file: Option<PathBuf>) -> anyhow::Result<Optio
     }
 }
 
-pub fn host(client: &ApiClient, command: HostCommand) -> anyhow::Result<()> {
+pub fn host(client: &ApiClient, command: HostCommand, json: bool) -> anyhow::Result<()> {
     match command {
         HostCommand::Create(a) => {
             let body = json!({
@@ -129,13 +127,13 @@ pub fn host(client: &ApiClient, command: HostCommand) -> anyhow::Result<()> {
                 "mutual_chap_secret": secret(a.mutual_secret, a.mutual_secret_file)?,
             });
             let v = client.call("POST", "/hosts", Some(body))?;
-            if a.json {
+            if json {
                 return print_json(&v);
             }
             println!("created host {}", v["name"].as_str().unwrap_or(""));
             print_host(&v);
         }
-        HostCommand::List { json } => {
+        HostCommand::List => {
             let v = client.call("GET", "/hosts", None)?;
             if json {
                 return print_json(&v);
@@ -154,7 +152,7 @@ pub fn host(client: &ApiClient, command: HostCommand) -> anyhow::Result<()> {
                 );
             }
         }
-        HostCommand::Info { name, json } => {
+        HostCommand::Info { name } => {
             let v = client.call("GET", &format!("/hosts/{}", seg(&name)), None)?;
             if json {
                 return print_json(&v);
@@ -164,19 +162,20 @@ pub fn host(client: &ApiClient, command: HostCommand) -> anyhow::Result<()> {
         }
         HostCommand::Delete { name } => {
             client.call("DELETE", &format!("/hosts/{}", seg(&name)), None)?;
-            println!("deleted host {name}");
+            let v = json!({ "deleted": "host", "name": name });
+            show(json, &v, |_| println!("deleted host {name}"))?;
         }
     }
     Ok(())
 }
 
-pub fn map(client: &ApiClient, a: MapArgs) -> anyhow::Result<()> {
+pub fn map(client: &ApiClient, a: MapArgs, json: bool) -> anyhow::Result<()> {
     let mut body = json!({ "export": a.export });
     if let Some(lun) = a.lun {
         body["lun"] = lun.into();
     }
     let v = client.call("POST", &format!("/hosts/{}/luns", seg(&a.host)), Some(body))?;
-    if a.json {
+    if json {
         return print_json(&v);
     }
     let ro = if v["read_only"].as_bool() == Some(true) {
@@ -196,14 +195,16 @@ pub fn map(client: &ApiClient, a: MapArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn unmap(client: &ApiClient, a: UnmapArgs) -> anyhow::Result<()> {
+pub fn unmap(client: &ApiClient, a: UnmapArgs, json: bool) -> anyhow::Result<()> {
     client.call(
         "DELETE",
         &format!("/hosts/{}/luns/{}", seg(&a.host), seg(&a.export)),
         None,
     )?;
-    println!("unmapped {} from host {}", a.export, a.host);
-    Ok(())
+    let v = json!({ "unmapped": a.export, "host": a.host });
+    show(json, &v, |_| {
+        println!("unmapped {} from host {}", a.export, a.host);
+    })
 }
 
 fn chap_kind(h: &Value) -> &'static str {
@@ -278,11 +279,6 @@ fn print_host(v: &Value) {
             l["iscsi_uri"].as_str().unwrap_or("")
         );
     }
-}
-
-fn print_json(v: &Value) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
 }
 
 /// A name as one URL path segment (see `client`).

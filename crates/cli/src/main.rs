@@ -1,14 +1,19 @@
 //! `weft`: the one binary. `serve` runs the single-process datastore; the other commands talk
 //! to its management API (volumes, snapshots, clones, stats); `bench` runs the ORION-style load
-//! generator.
+//! generator. Every client command prints JSON with `--json`, and fails with one of the exit
+//! codes in `exit_code`.
 
 mod client;
 mod cluster_cmd;
 mod config_file;
+mod confirm;
+mod exit_code;
+mod generate;
 mod host_cmd;
 mod logging;
 mod print;
 mod size;
+mod status_cmd;
 mod top;
 
 use std::net::SocketAddr;
@@ -26,7 +31,8 @@ use crate::size::parse_size;
 #[command(
     name = "weft",
     version,
-    about = "weft: block storage for databases, served over NBD"
+    about = "weft: block storage for databases, served over NBD",
+    after_help = exit_code::HELP_TABLE
 )]
 struct Cli {
     #[command(flatten)]
@@ -51,6 +57,10 @@ struct GlobalArgs {
     /// API bearer token (default: DATA_DIR/api-token).
     #[arg(long, global = true, env = "WEFT_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Client commands: print the API's answer as JSON (a small JSON object when the API
+    /// answers nothing, e.g. a delete), for scripts.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,12 +89,12 @@ enum Command {
     /// Create clones: writable thin volumes that start as a snapshot.
     #[command(subcommand)]
     Clone(CloneCommand),
+    /// One screen: server, addresses, volumes, space, data reduction, backlog, cluster.
+    Status,
     /// Datastore statistics: data reduction, space, write amplification, GC.
-    Stats {
-        #[arg(long)]
-        json: bool,
-    },
-    /// Per-volume IOPS, MB/s and latency, refreshed every second (like iostat).
+    Stats,
+    /// Per-volume IOPS, MB/s and latency, refreshed every second (like iostat); with
+    /// --json, one sample of the per-volume statistics.
     Top(top::TopArgs),
     /// Wait until every acknowledged write is destaged into sealed segments.
     Sync,
@@ -94,6 +104,10 @@ enum Command {
     Checkpoint,
     /// ORION-style I/O benchmark against an NBD export, a file or a block device.
     Bench(weft_bench::BenchArgs),
+    /// Print a shell completion script (e.g. `weft completions bash > /etc/bash_completion.d/weft`).
+    Completions(generate::CompletionsArgs),
+    /// Write man pages, one per command (weft.1, weft-volume-create.1, ...).
+    Man(generate::ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -198,7 +212,9 @@ struct EngineArgs {
 enum VolumeCommand {
     /// Create a thin volume.
     Create {
+        /// The new volume's name (also its NBD export name).
         name: String,
+        /// Size (K, M, G, T suffixes, binary units); thin: nothing is allocated.
         #[arg(long, value_parser = parse_size)]
         size: u64,
         /// Pool of a cluster (default: the c.node's pool).
@@ -210,42 +226,56 @@ enum VolumeCommand {
         block_size: Option<u32>,
     },
     /// List volumes.
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    #[command(visible_alias = "ls")]
+    List,
     /// Show one volume.
     Info {
+        /// The volume's name.
         name: String,
-        #[arg(long)]
-        json: bool,
     },
     /// Grow a volume.
     Resize {
+        /// The volume's name.
         name: String,
+        /// The new size, larger than the current one (K, M, G, T suffixes).
         #[arg(long, value_parser = parse_size)]
         size: u64,
     },
-    /// Delete a volume and its data.
+    /// Delete a volume and its data (asks on a terminal; --yes in scripts).
+    #[command(visible_alias = "rm")]
     Delete {
+        /// The volume's name.
         name: String,
         /// Also delete its snapshots (those clones use stay hidden until the clones go).
         #[arg(long)]
         with_snapshots: bool,
+        /// Do not ask (required off a terminal).
+        #[arg(short, long)]
+        yes: bool,
     },
-    /// Discard a volume's contents and make it read as a snapshot of its family.
+    /// Discard a volume's contents and make it read as a snapshot of its family (asks on a
+    /// terminal; --yes in scripts).
     Refresh {
+        /// The volume's name.
         name: String,
         /// Any snapshot of the volume's family (its origin's volume, sibling clones).
         #[arg(long = "to", value_name = "SNAPSHOT")]
         snapshot: String,
+        /// Do not ask (required off a terminal).
+        #[arg(short, long)]
+        yes: bool,
     },
-    /// Discard a volume's changes since one of its own snapshots.
+    /// Discard a volume's changes since one of its own snapshots (asks on a terminal; --yes
+    /// in scripts).
     Rollback {
+        /// The volume's name.
         name: String,
         /// A snapshot taken of this volume.
         #[arg(long = "to", value_name = "SNAPSHOT")]
         snapshot: String,
+        /// Do not ask (required off a terminal).
+        #[arg(short, long)]
+        yes: bool,
     },
     /// Let a host see a volume or snapshot, as a LUN of the array target (and over NBD from
     /// its addresses). A mapped volume is served to its hosts only.
@@ -257,25 +287,34 @@ enum VolumeCommand {
 #[derive(Debug, Subcommand)]
 enum SnapshotCommand {
     /// Snapshot a volume (every write acknowledged before this command is in it).
-    Create { volume: String, name: String },
+    Create {
+        /// The volume to snapshot.
+        volume: String,
+        /// The new snapshot's name (also its read-only NBD export name).
+        name: String,
+    },
     /// List snapshots, of all volumes or of one.
+    #[command(visible_alias = "ls")]
     List {
+        /// Only the snapshots of this volume.
         volume: Option<String>,
-        #[arg(long)]
-        json: bool,
     },
     /// Show one snapshot.
     Info {
+        /// The snapshot's name.
         name: String,
-        #[arg(long)]
-        json: bool,
     },
-    /// Delete a snapshot.
+    /// Delete a snapshot (asks on a terminal; --yes in scripts).
+    #[command(visible_alias = "rm")]
     Delete {
+        /// The snapshot's name.
         name: String,
         /// Delete it even if clones use it: it is hidden and its data stays until they go.
         #[arg(long)]
         keep_hidden: bool,
+        /// Do not ask (required off a terminal).
+        #[arg(short, long)]
+        yes: bool,
     },
 }
 
@@ -283,7 +322,9 @@ enum SnapshotCommand {
 enum CloneCommand {
     /// Create a writable volume from a snapshot (metadata only: no data is copied).
     Create {
+        /// The snapshot the clone starts as.
         snapshot: String,
+        /// The new volume's name.
         #[arg(value_name = "NEWVOLUME")]
         name: String,
     },
@@ -306,42 +347,53 @@ fn main() -> ExitCode {
         Command::Bench(args) => {
             return ExitCode::from(clamp_exit(weft_bench::main_exit_code(args)))
         }
-        command => {
-            let client = match ApiClient::discover(
-                &cli.global.data_dir,
-                cli.global.api.as_deref(),
-                cli.global.token.as_deref(),
-            ) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    return ExitCode::from(2);
-                }
-            };
-            match command {
-                Command::Dnode(cluster_cmd::DnodeCommand {
-                    action: Some(action),
-                    ..
-                }) => cluster_cmd::dnode_admin(&client, action),
-                Command::Dnode(_) => Err(anyhow::anyhow!(
-                    "weft dnode: give --cluster, --listen and --data to run one, or list|info|out|in"
-                )),
-                Command::Pool(c) => cluster_cmd::pool(&client, c),
-                Command::Host(c) => host_cmd::host(&client, c),
-                Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a),
-                Command::Volume(VolumeCommand::Unmap(a)) => host_cmd::unmap(&client, a),
-                Command::Cluster(c) => cluster_cmd::cluster(&client, c),
-                Command::Top(args) => top::top(&client, args),
-                command => client::run(&client, command_to_request(command)),
-            }
-        }
+        Command::Completions(args) => generate::completions(&args),
+        Command::Man(args) => generate::man(&args),
+        command => client_command(&cli.global, command),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(exit_code::OK),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(exit_code::of(&e))
         }
+    }
+}
+
+/// The commands that talk to the management API.
+fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
+    let json = global.json;
+    if let Command::Dnode(cluster_cmd::DnodeCommand { action: None, .. }) = command {
+        return Err(exit_code::Failure::Usage(
+            "weft dnode: give --cluster, --listen and --data to run one, or list|info|out|in"
+                .into(),
+        )
+        .into());
+    }
+    let discovered = ApiClient::discover(
+        &global.data_dir,
+        global.api.as_deref(),
+        global.token.as_deref(),
+    );
+    if let Command::Status = command {
+        return status_cmd::status(&global.data_dir, discovered, json);
+    }
+    let client = discovered?;
+    match command {
+        Command::Dnode(cluster_cmd::DnodeCommand {
+            action: Some(action),
+            ..
+        }) => cluster_cmd::dnode_admin(&client, action, json),
+        Command::Pool(c) => cluster_cmd::pool(&client, c, json),
+        Command::Host(c) => host_cmd::host(&client, c, json),
+        Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a, json),
+        Command::Volume(VolumeCommand::Unmap(a)) => host_cmd::unmap(&client, a, json),
+        Command::Cluster(c) => cluster_cmd::cluster(&client, c, json),
+        Command::Top(_) if json => {
+            client::print_json(&client.call("GET", "/stats/volumes", None)?)
+        }
+        Command::Top(args) => top::top(&client, args),
+        command => client::run(&client, command_to_request(command), json),
     }
 }
 
@@ -372,8 +424,8 @@ fn command_to_request(command: Command) -> client::Request {
             pool,
             logical_block_size: block_size,
         },
-        Command::Volume(VolumeCommand::List { json }) => R::List { json },
-        Command::Volume(VolumeCommand::Info { name, json }) => R::Info { name, json },
+        Command::Volume(VolumeCommand::List) => R::List,
+        Command::Volume(VolumeCommand::Info { name }) => R::Info { name },
         Command::Volume(VolumeCommand::Resize { name, size }) => R::Resize {
             name,
             size_bytes: size,
@@ -381,32 +433,48 @@ fn command_to_request(command: Command) -> client::Request {
         Command::Volume(VolumeCommand::Delete {
             name,
             with_snapshots,
+            yes,
         }) => R::Delete {
             name,
             with_snapshots,
+            yes,
         },
-        Command::Volume(VolumeCommand::Refresh { name, snapshot }) => R::Refresh {
+        Command::Volume(VolumeCommand::Refresh {
+            name,
+            snapshot,
+            yes,
+        }) => R::Refresh {
             volume: name,
             snapshot,
+            yes,
         },
-        Command::Volume(VolumeCommand::Rollback { name, snapshot }) => R::Rollback {
+        Command::Volume(VolumeCommand::Rollback {
+            name,
+            snapshot,
+            yes,
+        }) => R::Rollback {
             volume: name,
             snapshot,
+            yes,
         },
         Command::Snapshot(SnapshotCommand::Create { volume, name }) => {
             R::SnapshotCreate { volume, name }
         }
-        Command::Snapshot(SnapshotCommand::List { volume, json }) => {
-            R::SnapshotList { volume, json }
-        }
-        Command::Snapshot(SnapshotCommand::Info { name, json }) => R::SnapshotInfo { name, json },
-        Command::Snapshot(SnapshotCommand::Delete { name, keep_hidden }) => {
-            R::SnapshotDelete { name, keep_hidden }
-        }
+        Command::Snapshot(SnapshotCommand::List { volume }) => R::SnapshotList { volume },
+        Command::Snapshot(SnapshotCommand::Info { name }) => R::SnapshotInfo { name },
+        Command::Snapshot(SnapshotCommand::Delete {
+            name,
+            keep_hidden,
+            yes,
+        }) => R::SnapshotDelete {
+            name,
+            keep_hidden,
+            yes,
+        },
         Command::Clone(CloneCommand::Create { snapshot, name }) => {
             R::CloneCreate { snapshot, name }
         }
-        Command::Stats { json } => R::Stats { json },
+        Command::Stats => R::Stats,
         Command::Sync => R::Sync,
         Command::Gc => R::Gc,
         Command::Checkpoint => R::Checkpoint,
@@ -417,6 +485,9 @@ fn command_to_request(command: Command) -> client::Request {
         | Command::Volume(VolumeCommand::Map(_) | VolumeCommand::Unmap(_))
         | Command::Pool(_)
         | Command::Cluster(_)
+        | Command::Status
+        | Command::Completions(_)
+        | Command::Man(_)
         | Command::Top(_)
         | Command::Bench(_) => unreachable!("handled before"),
     }

@@ -54,13 +54,15 @@ fn count(n: &Value, noun: &str) -> String {
     }
 }
 
-/// A reduction ratio like `3.40:1`, `-` when nothing is stored.
-fn ratio(v: &Value) -> String {
-    v.as_f64().map_or("-".into(), |x| format!("{x:.2}:1"))
+/// A ratio rounded to two decimals, like `3.21x` (data reduction, write amplification), `-`
+/// when there is none (nothing stored yet).
+pub fn ratio(v: &Value) -> String {
+    v.as_f64().map_or("-".into(), |x| format!("{x:.2}x"))
 }
 
-/// Unix seconds as a UTC date and time, `2026-05-01 12:34:56`.
-fn date(v: &Value) -> String {
+/// Unix seconds as an RFC 3339 date and time in UTC, `2026-05-01T12:34:56Z` (the zone is
+/// always said: a bare time is ambiguous in a team spread over zones).
+pub fn date(v: &Value) -> String {
     let Some(secs) = v.as_u64() else {
         return "-".into();
     };
@@ -76,7 +78,7 @@ fn date(v: &Value) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + u64::from(month <= 2);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
         rem / 60 % 60,
         rem % 60
@@ -278,12 +280,7 @@ pub fn stats(v: &Value) {
             .as_u64()
             .map_or("unlimited".into(), human)
     );
-    println!(
-        "write amplif.     {}",
-        v["write_amplification"]
-            .as_f64()
-            .map_or("-".into(), |x| format!("{x:.2}"))
-    );
+    println!("write amplif.     {}", ratio(&v["write_amplification"]));
     println!(
         "write buffer      {}",
         human(v["buffer_bytes"].as_u64().unwrap_or(0))
@@ -292,20 +289,29 @@ pub fn stats(v: &Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::{date, human};
+    use super::{date, human, ratio};
     use serde_json::json;
 
     #[test]
-    fn dates_are_utc_civil_dates() {
-        assert_eq!(date(&json!(0)), "1970-01-01 00:00:00");
-        assert_eq!(date(&json!(951_782_400)), "2000-02-29 00:00:00");
-        assert_eq!(date(&json!(1_767_225_599)), "2025-12-31 23:59:59");
+    fn dates_are_rfc3339_in_utc() {
+        assert_eq!(date(&json!(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(date(&json!(951_782_400)), "2000-02-29T00:00:00Z");
+        assert_eq!(date(&json!(1_767_225_599)), "2025-12-31T23:59:59Z");
         assert_eq!(date(&json!(null)), "-");
+    }
+
+    #[test]
+    fn ratios_are_rounded() {
+        assert_eq!(ratio(&json!(3.214_999)), "3.21x");
+        assert_eq!(ratio(&json!(1)), "1.00x");
+        assert_eq!(ratio(&json!(null)), "-");
     }
 
     #[test]
     fn sizes_are_binary() {
         assert_eq!(human(512), "512 B");
         assert_eq!(human(3 << 29), "1.5 GiB");
+        assert_eq!(human(10 << 30), "10.0 GiB");
+        assert_eq!(human(3 << 39), "1.5 TiB");
     }
 }

@@ -123,7 +123,7 @@ fn enospc_when_full_reads_still_work_and_gc_frees_space() {
     c.disconnect();
 
     // Deleting the filler and running GC frees space: new writes succeed again.
-    srv.cli_ok(&["volume", "delete", "fill"]);
+    srv.cli_ok(&["volume", "delete", "fill", "--yes"]);
     let report = srv.cli_ok(&["gc"]);
     eprintln!("gc report: {report}");
     srv.cli_ok(&["sync"]);

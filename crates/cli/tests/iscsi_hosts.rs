@@ -233,7 +233,7 @@ fn hosts_see_exactly_their_luns_with_chap_and_strangers_are_refused() {
     );
 
     // A mapped volume is not deleted under its host.
-    let del = srv.cli(&["volume", "delete", "pgwal"]);
+    let del = srv.cli(&["volume", "delete", "pgwal", "--yes"]);
     assert!(
         !del.success() && del.all().contains("db1 (LUN 3)"),
         "{}",

@@ -300,7 +300,7 @@ fn cli_volume_lifecycle_and_errors() {
     );
 
     // delete: gone from the list, the export is refused, the name can be reused (empty)
-    srv.cli_ok(&["volume", "delete", "db1"]);
+    srv.cli_ok(&["volume", "delete", "db1", "--yes"]);
     let names = volume_names(&srv.cli_json(&["volume", "list", "--json"]));
     assert!(
         !names.contains(&"db1".to_string()),
@@ -443,13 +443,13 @@ fn a_deleted_default_volume_stays_deleted_after_a_restart() {
         return;
     }
     srv.cli_ok(&["volume", "create", "pgdata", "--size", "64M"]);
-    srv.cli_ok(&["volume", "delete", "vol0"]);
+    srv.cli_ok(&["volume", "delete", "vol0", "--yes"]);
     srv.stop();
     srv.restart();
     let list = srv.api_json("GET", "/api/v1/volumes", None);
     assert_eq!(volume_names(&list), vec!["pgdata".to_string()], "{list}");
     // Even with no volume left, a datastore that had volumes is not new.
-    srv.cli_ok(&["volume", "delete", "pgdata"]);
+    srv.cli_ok(&["volume", "delete", "pgdata", "--yes"]);
     srv.stop();
     srv.restart();
     let list = srv.api_json("GET", "/api/v1/volumes", None);

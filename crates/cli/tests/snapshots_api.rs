@@ -213,14 +213,14 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
     // refresh: the clone's changes go, it reads as the snapshot again
     write(&srv, "c1", off, &c);
     assert_reads(&srv, "c1", off, &c, "the clone takes writes");
-    let out = srv.cli_ok(&["volume", "refresh", "c1", "--to", "s1"]);
+    let out = srv.cli_ok(&["volume", "refresh", "c1", "--to", "s1", "--yes"]);
     assert_mentions(&out, &["origin now s1"]);
     assert_reads(&srv, "c1", off, &a, "refreshed clone reads as s1");
 
     // rollback: vol0 back to its own snapshot s2
     srv.cli_ok(&["snapshot", "create", "vol0", "s2"]);
     write(&srv, "vol0", off, &d);
-    let out = srv.cli_ok(&["volume", "rollback", "vol0", "--to", "s2"]);
+    let out = srv.cli_ok(&["volume", "rollback", "vol0", "--to", "s2", "--yes"]);
     assert_mentions(&out, &["origin now s2"]);
     assert_reads(&srv, "vol0", off, &b, "vol0 rolled back to s2");
     let vol0 = srv.cli_json(&["volume", "info", "vol0", "--json"]);
@@ -228,12 +228,12 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
     assert_eq!(vol0["snapshots"], json!(["s1", "s2"]), "{vol0}");
 
     // delete: a snapshot, the clone, the last snapshot; vol0's data stays
-    let out = srv.cli_ok(&["snapshot", "delete", "s2"]);
+    let out = srv.cli_ok(&["snapshot", "delete", "s2", "--yes"]);
     assert_mentions(&out, &["deleted snapshot s2"]);
     assert_eq!(snapshot_names(&srv), ["s1"]);
     assert_reads(&srv, "vol0", off, &b, "deleting s2 keeps vol0's data");
-    srv.cli_ok(&["volume", "delete", "c1"]);
-    srv.cli_ok(&["snapshot", "delete", "s1"]);
+    srv.cli_ok(&["volume", "delete", "c1", "--yes"]);
+    srv.cli_ok(&["snapshot", "delete", "s1", "--yes"]);
     assert!(snapshot_names(&srv).is_empty());
     assert_eq!(volume_names(&srv), ["vol0"]);
     assert_reads(
@@ -340,10 +340,10 @@ fn refused_requests_explain_and_change_nothing() {
         (&["snapshot", "create", "vol0", "other"], &["\"other\"", "409"]),
         (&["clone", "create", "nosuch", "x"], &["no snapshot"]),
         (&["clone", "create", "s1", "s2"], &["\"s2\"", "409"]),
-        (&["volume", "refresh", "c1", "--to", "o1"], &["family", "409"]),
-        (&["volume", "rollback", "c1", "--to", "s1"], &["not taken of"]),
-        (&["snapshot", "delete", "s1"], &["c1", "409"]),
-        (&["volume", "delete", "vol0"], &["s1, s2", "409"]),
+        (&["volume", "refresh", "c1", "--to", "o1", "--yes"], &["family", "409"]),
+        (&["volume", "rollback", "c1", "--to", "s1", "--yes"], &["not taken of"]),
+        (&["snapshot", "delete", "s1", "--yes"], &["c1", "409"]),
+        (&["volume", "delete", "vol0", "--yes"], &["s1, s2", "409"]),
     ];
     for (args, words) in cli_cases {
         cli_refused(&srv, args, words);
@@ -379,7 +379,7 @@ fn refused_requests_explain_and_change_nothing() {
     assert_reads(&srv, "c1", 0, &data, "c1 outlives its origin's volume");
 
     // and through the CLI
-    let out = srv.cli_ok(&["volume", "delete", "other", "--with-snapshots"]);
+    let out = srv.cli_ok(&["volume", "delete", "other", "--with-snapshots", "--yes"]);
     assert!(out.contains("deleted other and its snapshots"), "{out}");
     assert!(snapshot_names(&srv).is_empty());
     assert_eq!(volume_names(&srv), ["c1"]);

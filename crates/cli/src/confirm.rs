@@ -1,0 +1,184 @@
+//! Destructive commands ask before they act: on a terminal they print what is about to go,
+//! with facts fetched from the API ("Delete volume pgdata (1.5 TiB, 3 snapshots)? [y/N]"),
+//! and go on only on `y`; with `--yes` they do not ask. Without a terminal (a script, a pipe,
+//! cron) and without `--yes` they refuse with the usage exit code, before any request that
+//! changes something: a script must say `--yes` to destroy data.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use serde_json::Value;
+
+use crate::client::{seg, ApiClient};
+use crate::exit_code::Failure;
+use crate::print::{date, human};
+
+/// Go on when `yes`, or when a person on the terminal answers yes to `question()` (which
+/// may ask the API for the facts it shows; its errors, such as a 404, end the command).
+/// `what` names the action for the refusal, e.g. "delete volume pgdata".
+pub fn confirm(
+    yes: bool,
+    what: &str,
+    question: impl FnOnce() -> anyhow::Result<String>,
+) -> anyhow::Result<()> {
+    if yes {
+        return Ok(());
+    }
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(Failure::Usage(format!(
+            "refusing to {what} without --yes: standard input is not a terminal to ask on \
+             (scripts pass --yes)"
+        ))
+        .into());
+    }
+    let question = question()?;
+    let mut err = std::io::stderr().lock();
+    write!(err, "{question} [y/N] ")?;
+    err.flush()?;
+    let mut answer = String::new();
+    stdin.lock().read_line(&mut answer)?;
+    if is_yes(&answer) {
+        Ok(())
+    } else {
+        anyhow::bail!("not confirmed: did not {what}")
+    }
+}
+
+fn is_yes(answer: &str) -> bool {
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+/// `weft volume delete`.
+pub fn volume_delete(
+    client: &ApiClient,
+    name: &str,
+    with_snapshots: bool,
+) -> anyhow::Result<String> {
+    let v = client.call("GET", &format!("/volumes/{}", seg(name)), None)?;
+    let size = size_of(&v);
+    let snaps = list(&v["snapshots"]);
+    Ok(match (with_snapshots, snaps.len()) {
+        (true, n) if n > 0 => format!(
+            "Delete volume {name} ({size}) and its {} ({})?",
+            plural(n, "snapshot"),
+            snaps.join(", ")
+        ),
+        (_, n) => format!("Delete volume {name} ({size}, {})?", plural(n, "snapshot")),
+    })
+}
+
+/// `weft volume rollback`.
+pub fn volume_rollback(client: &ApiClient, name: &str, snapshot: &str) -> anyhow::Result<String> {
+    let v = client.call("GET", &format!("/volumes/{}", seg(name)), None)?;
+    let s = client.call("GET", &format!("/snapshots/{}", seg(snapshot)), None)?;
+    Ok(format!(
+        "Roll back volume {name} ({}) to snapshot {snapshot} (taken {})? Its writes since \
+         then are discarded and its clients disconnected.",
+        size_of(&v),
+        date(&s["created_unix_s"])
+    ))
+}
+
+/// `weft volume refresh`.
+pub fn volume_refresh(client: &ApiClient, name: &str, snapshot: &str) -> anyhow::Result<String> {
+    let v = client.call("GET", &format!("/volumes/{}", seg(name)), None)?;
+    let s = client.call("GET", &format!("/snapshots/{}", seg(snapshot)), None)?;
+    Ok(format!(
+        "Refresh volume {name} ({}, {} of its own changes) to snapshot {snapshot} of {} \
+         (taken {})? Its changes are discarded and its clients disconnected.",
+        size_of(&v),
+        human(v["space"]["own_bytes"].as_u64().unwrap_or(0)),
+        s["volume"].as_str().unwrap_or("-"),
+        date(&s["created_unix_s"])
+    ))
+}
+
+/// `weft snapshot delete`.
+pub fn snapshot_delete(
+    client: &ApiClient,
+    name: &str,
+    keep_hidden: bool,
+) -> anyhow::Result<String> {
+    let s = client.call("GET", &format!("/snapshots/{}", seg(name)), None)?;
+    let clones = list(&s["clones"]);
+    let clones = if clones.is_empty() {
+        "no clones".to_string()
+    } else {
+        format!("{}: {}", plural(clones.len(), "clone"), clones.join(", "))
+    };
+    let hidden = if keep_hidden {
+        " (hidden while its clones need it)"
+    } else {
+        ""
+    };
+    Ok(format!(
+        "Delete snapshot {name} of {} (taken {}, {clones}){hidden}?",
+        s["volume"].as_str().unwrap_or("-"),
+        date(&s["created_unix_s"])
+    ))
+}
+
+/// `weft dnode out`.
+pub fn dnode_out(client: &ApiClient, id: &str) -> anyhow::Result<String> {
+    let n = client.call("GET", &format!("/dnodes/{}", seg(id)), None)?;
+    Ok(format!(
+        "Mark d.node {id} out ({}, {} used)? Its chunks are rebuilt on the other d.nodes.",
+        n["state"].as_str().unwrap_or("?"),
+        human(n["used_bytes"].as_u64().unwrap_or(0))
+    ))
+}
+
+fn size_of(v: &Value) -> String {
+    v["size_bytes"]
+        .as_u64()
+        .map_or("size unknown".into(), human)
+}
+
+fn list(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_y_or_yes_confirms() {
+        for a in ["y\n", "Y\n", "yes\n", " YES \n"] {
+            assert!(is_yes(a), "{a:?}");
+        }
+        for a in ["", "\n", "n\n", "no\n", "yep\n", "maybe\n"] {
+            assert!(!is_yes(a), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn yes_skips_the_question() {
+        let asked = std::cell::Cell::new(false);
+        confirm(true, "delete volume x", || {
+            asked.set(true);
+            Ok(String::new())
+        })
+        .unwrap();
+        assert!(!asked.get());
+    }
+
+    #[test]
+    fn plurals() {
+        assert_eq!(plural(0, "snapshot"), "0 snapshots");
+        assert_eq!(plural(1, "snapshot"), "1 snapshot");
+        assert_eq!(plural(3, "clone"), "3 clones");
+    }
+}

@@ -1,0 +1,260 @@
+//! `weft status`: one screen on the datastore: is the server there, where it listens (from
+//! its serve.json), what it holds, how full it is, its data reduction and destage backlog,
+//! and, in a cluster, its d.nodes and rebuild. Built from existing endpoints only
+//! (`/stats`, `/volumes`, `/cluster`). An unreachable server is said on stdout too (also as
+//! JSON with `--json`) and exits with the unreachable code.
+//!
+//! The API does not report the server's version: status says so, with the CLI's own.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::client::{print_json, ApiClient};
+use crate::exit_code::Failure;
+use crate::print::{human, ratio};
+
+pub fn status(
+    data_dir: &Path,
+    client: anyhow::Result<ApiClient>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let serve_file = read_serve_file(data_dir);
+    let client = match client {
+        Ok(c) => c,
+        Err(e) => return unreachable(json, None, e),
+    };
+    let stats = match client.call("GET", "/stats", None) {
+        Ok(v) => v,
+        Err(e) if is_unreachable(&e) => return unreachable(json, Some(client.base()), e),
+        Err(e) => return Err(e),
+    };
+    let volumes = client.call("GET", "/volumes", None)?;
+    // Optional: a server without the route (or refusing it) still gets a status.
+    let cluster = client.call("GET", "/cluster", None).ok();
+    // serve.json describes the server of this data dir: only trust it for the same API.
+    let serve_file = serve_file.filter(|v| v["api"].as_str() == Some(client.base()));
+    let report = report(
+        client.base(),
+        serve_file.as_ref(),
+        &stats,
+        &volumes,
+        cluster,
+    );
+    if json {
+        print_json(&report)
+    } else {
+        print_report(&report);
+        Ok(())
+    }
+}
+
+fn read_serve_file(data_dir: &Path) -> Option<Value> {
+    let text = std::fs::read_to_string(data_dir.join(weft_server::serve::SERVE_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn is_unreachable(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| matches!(c.downcast_ref::<Failure>(), Some(Failure::Unreachable(_))))
+}
+
+/// Say so on stdout, then fail with the unreachable exit code.
+fn unreachable(json: bool, api: Option<&str>, e: anyhow::Error) -> anyhow::Result<()> {
+    let message = format!("{e:#}");
+    if json {
+        print_json(&json!({ "reachable": false, "api": api, "error": message }))?;
+    } else {
+        line("server", format!("{}: NOT reachable", api.unwrap_or("-")));
+    }
+    Err(Failure::Unreachable(message).into())
+}
+
+/// The status as JSON: what `--json` prints and the screen shows.
+fn report(
+    api: &str,
+    serve_file: Option<&Value>,
+    stats: &Value,
+    volumes: &Value,
+    cluster: Option<Value>,
+) -> Value {
+    let list = volumes.as_array().map(Vec::as_slice).unwrap_or_default();
+    let provisioned: u64 = list.iter().filter_map(|v| v["size_bytes"].as_u64()).sum();
+    let r = &stats["reduction"];
+    json!({
+        "reachable": true,
+        "api": api,
+        "server_version": null,
+        "cli_version": env!("CARGO_PKG_VERSION"),
+        "pid": serve_file.map(|s| s["pid"].clone()),
+        "nbd": serve_file.map(|s| s["nbd"].clone()),
+        "iscsi_portals": serve_file.map(|s| s["iscsi_portals"].clone()),
+        "iscsi_array_target": serve_file.map(|s| s["iscsi_array_target"].clone()),
+        "volumes": list.len(),
+        "snapshots": stats["snapshots"],
+        "provisioned_bytes": provisioned,
+        "capacity_bytes": stats["capacity_bytes"],
+        "used_bytes": stats["used_bytes"],
+        "out_of_space": stats["out_of_space"],
+        "reduction": {
+            "ratio": r["ratio"],
+            "logical_bytes": r["logical_bytes"],
+            "stored_bytes": r["stored_bytes"],
+        },
+        "write_buffer": {
+            "bytes": stats["buffer_bytes"],
+            "records": stats["buffer_records"],
+        },
+        "cluster": cluster,
+    })
+}
+
+fn line(key: &str, value: impl std::fmt::Display) {
+    println!("{key:<13} {value}");
+}
+
+fn size(v: &Value) -> String {
+    v.as_u64().map_or("-".into(), human)
+}
+
+fn print_report(r: &Value) {
+    let pid = r["pid"]
+        .as_u64()
+        .map_or(String::new(), |p| format!(", pid {p}"));
+    line(
+        "server",
+        format!(
+            "{}: reachable{pid}; version not reported by the API (this CLI: weft {})",
+            r["api"].as_str().unwrap_or("-"),
+            r["cli_version"].as_str().unwrap_or("-")
+        ),
+    );
+    match r["nbd"].as_str() {
+        Some(nbd) => line("nbd", nbd),
+        None => line("nbd", "- (no serve.json of this server in the data dir)"),
+    }
+    let portals: Vec<&str> = r["iscsi_portals"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    match (portals.is_empty(), r["iscsi_array_target"].as_str()) {
+        (false, Some(target)) => line("iscsi", format!("{} ({target})", portals.join(", "))),
+        (false, None) => line("iscsi", portals.join(", ")),
+        (true, _) if r["nbd"].is_string() => line("iscsi", "off"),
+        (true, _) => line("iscsi", "-"),
+    }
+    line(
+        "volumes",
+        format!(
+            "{} ({} provisioned), {} snapshots",
+            r["volumes"],
+            size(&r["provisioned_bytes"]),
+            r["snapshots"]
+        ),
+    );
+    let used = r["used_bytes"].as_u64().unwrap_or(0);
+    let space = match r["capacity_bytes"].as_u64() {
+        Some(cap) if cap > 0 => {
+            #[allow(clippy::cast_precision_loss)]
+            let pct = used as f64 * 100.0 / cap as f64;
+            format!("{} used of {} ({pct:.1} %)", human(used), human(cap))
+        }
+        _ => format!("{} used, no capacity limit", human(used)),
+    };
+    let full = if r["out_of_space"].as_bool() == Some(true) {
+        "; OUT OF SPACE: writers get ENOSPC"
+    } else {
+        ""
+    };
+    line("space", format!("{space}{full}"));
+    let red = &r["reduction"];
+    line(
+        "reduction",
+        format!(
+            "{} ({} logical, {} stored)",
+            ratio(&red["ratio"]),
+            size(&red["logical_bytes"]),
+            size(&red["stored_bytes"])
+        ),
+    );
+    let wb = &r["write_buffer"];
+    line(
+        "write buffer",
+        format!(
+            "{} in {} records awaiting destage",
+            size(&wb["bytes"]),
+            wb["records"]
+        ),
+    );
+    print_cluster(&r["cluster"]);
+}
+
+fn print_cluster(c: &Value) {
+    match c["mode"].as_str() {
+        Some("cluster") => {}
+        Some(mode) => return line("mode", mode),
+        None => return line("mode", "- (the cluster status did not answer)"),
+    }
+    let health = match c["healthy"].as_bool() {
+        Some(true) => "healthy",
+        Some(false) => "NOT healthy",
+        None => "health unknown",
+    };
+    line("mode", format!("cluster, {health}"));
+    let nodes = c["nodes"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let count = |state: &str| nodes.iter().filter(|n| n["state"] == state).count();
+    line(
+        "d.nodes",
+        format!(
+            "{}: {} up, {} down, {} out",
+            nodes.len(),
+            count("up"),
+            count("down"),
+            count("out")
+        ),
+    );
+    let r = &c["repair"];
+    if r["running"].as_bool() == Some(true) {
+        line(
+            "rebuild",
+            format!(
+                "{}/{} chunks, ETA {}",
+                r["chunks_rebuilt"],
+                r["chunks_to_rebuild"],
+                r["eta_s"].as_u64().map_or("?".into(), |s| format!("{s} s"))
+            ),
+        );
+    } else {
+        line(
+            "rebuild",
+            format!(
+                "idle; {} chunks rebuilt since start",
+                r["chunks_rebuilt_total"]
+            ),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_counts_and_sums_from_the_api() {
+        let stats = json!({
+            "snapshots": 2, "capacity_bytes": 100u64 << 30, "used_bytes": 1u64 << 30,
+            "out_of_space": false, "buffer_bytes": 4096, "buffer_records": 1,
+            "reduction": { "ratio": 3.214, "logical_bytes": 10u64 << 30, "stored_bytes": 3u64 << 30 },
+        });
+        let volumes = json!([{ "size_bytes": 1u64 << 30 }, { "size_bytes": 2u64 << 30 }]);
+        let serve = json!({ "api": "http://a", "nbd": "127.0.0.1:1", "pid": 7 });
+        let r = report("http://a", Some(&serve), &stats, &volumes, None);
+        assert_eq!(r["volumes"], 2);
+        assert_eq!(r["provisioned_bytes"], 3u64 << 30);
+        assert_eq!(r["nbd"], "127.0.0.1:1");
+        assert_eq!(r["write_buffer"]["records"], 1);
+        assert_eq!(ratio(&r["reduction"]["ratio"]), "3.21x");
+    }
+}
