@@ -4,7 +4,7 @@
 //! (`/stats`, `/volumes`, `/cluster`). An unreachable server is said on stdout too (also as
 //! JSON with `--json`) and exits with the unreachable code.
 //!
-//! The API does not report the server's version: status says so, with the CLI's own.
+//! The server's version comes from `GET /api/v1/version` (shown beside the CLI's own).
 
 use std::path::Path;
 
@@ -30,6 +30,11 @@ pub fn status(
         Err(e) => return Err(e),
     };
     let volumes = client.call("GET", "/volumes", None)?;
+    // Servers before /version answer 404: the status says "not reported".
+    let server_version = client
+        .call("GET", "/version", None)
+        .ok()
+        .and_then(|v| v["version"].as_str().map(str::to_string));
     // Optional: a server without the route (or refusing it) still gets a status.
     let cluster = client.call("GET", "/cluster", None).ok();
     // serve.json describes the server of this data dir: only trust it for the same API.
@@ -40,6 +45,7 @@ pub fn status(
         &stats,
         &volumes,
         cluster,
+        server_version.as_deref(),
     );
     if json {
         print_json(&report)
@@ -77,6 +83,7 @@ fn report(
     stats: &Value,
     volumes: &Value,
     cluster: Option<Value>,
+    server_version: Option<&str>,
 ) -> Value {
     let list = volumes.as_array().map(Vec::as_slice).unwrap_or_default();
     let provisioned: u64 = list.iter().filter_map(|v| v["size_bytes"].as_u64()).sum();
@@ -84,7 +91,7 @@ fn report(
     json!({
         "reachable": true,
         "api": api,
-        "server_version": null,
+        "server_version": server_version,
         "cli_version": env!("CARGO_PKG_VERSION"),
         "pid": serve_file.map(|s| s["pid"].clone()),
         "nbd": serve_file.map(|s| s["nbd"].clone()),
@@ -121,12 +128,19 @@ fn print_report(r: &Value) {
     let pid = r["pid"]
         .as_u64()
         .map_or(String::new(), |p| format!(", pid {p}"));
+    let version = match (r["server_version"].as_str(), r["cli_version"].as_str()) {
+        (Some(server), Some(cli)) if server == cli => format!("weft {server}"),
+        (Some(server), cli) => format!("weft {server} (this CLI: weft {})", cli.unwrap_or("-")),
+        (None, cli) => format!(
+            "version not reported (this CLI: weft {})",
+            cli.unwrap_or("-")
+        ),
+    };
     line(
         "server",
         format!(
-            "{}: reachable{pid}; version not reported by the API (this CLI: weft {})",
-            r["api"].as_str().unwrap_or("-"),
-            r["cli_version"].as_str().unwrap_or("-")
+            "{}: reachable{pid}; {version}",
+            r["api"].as_str().unwrap_or("-")
         ),
     );
     match r["nbd"].as_str() {
@@ -250,11 +264,19 @@ mod tests {
         });
         let volumes = json!([{ "size_bytes": 1u64 << 30 }, { "size_bytes": 2u64 << 30 }]);
         let serve = json!({ "api": "http://a", "nbd": "127.0.0.1:1", "pid": 7 });
-        let r = report("http://a", Some(&serve), &stats, &volumes, None);
+        let r = report(
+            "http://a",
+            Some(&serve),
+            &stats,
+            &volumes,
+            None,
+            Some("9.9.9"),
+        );
         assert_eq!(r["volumes"], 2);
         assert_eq!(r["provisioned_bytes"], 3u64 << 30);
         assert_eq!(r["nbd"], "127.0.0.1:1");
         assert_eq!(r["write_buffer"]["records"], 1);
+        assert_eq!(r["server_version"], "9.9.9");
         assert_eq!(ratio(&r["reduction"]["ratio"]), "3.21x");
     }
 }

@@ -429,9 +429,14 @@ fn status_is_one_screen() {
         "reduction",
         "write buffer",
         "single-process",
+        &format!("weft {}", env!("CARGO_PKG_VERSION")),
     ] {
         assert!(out.contains(word), "status lacks {word:?}:\n{out}");
     }
+    assert_eq!(
+        srv.cli_json(&["status", "--json"])["server_version"],
+        env!("CARGO_PKG_VERSION")
+    );
     assert!(out.lines().count() <= 24, "more than a screen:\n{out}");
 }
 

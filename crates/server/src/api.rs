@@ -152,6 +152,7 @@ pub fn router(state: ApiState) -> Router {
             get(snapshot_info).delete(delete_snapshot),
         )
         .route("/api/v1/snapshots/{name}/clones", post(create_clone))
+        .route("/api/v1/version", get(version))
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/stats/volumes", get(stats::volumes))
         .route("/api/v1/stats/stream", get(stats::stream))
@@ -189,6 +190,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)
+}
+
+/// The server's version (the CLI's `weft status` shows it beside its own).
+async fn version() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }))
 }
 
 /// The process answers.

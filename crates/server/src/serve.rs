@@ -253,6 +253,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "api": format!("http://{api_addr}"),
         "metrics": metrics_addr.map(|a| format!("http://{a}/metrics")),
         "pid": std::process::id(),
+        "version": env!("CARGO_PKG_VERSION"),
     });
     write_atomically(
         &data_dir,
