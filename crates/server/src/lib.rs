@@ -10,4 +10,5 @@ pub mod iscsi_listener;
 pub mod nbd_listener;
 pub mod serve;
 pub mod sub_block;
+pub mod web_ui;
 mod workers;
