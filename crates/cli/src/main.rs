@@ -153,6 +153,14 @@ struct EngineArgs {
     /// Management API listen address.
     #[arg(long, default_value = "127.0.0.1:10810")]
     api_listen: SocketAddr,
+    /// Prometheus `/metrics` listen address, served without a token (keep it on loopback or
+    /// a monitoring network); `off`: no metrics listener.
+    #[arg(long, default_value = "127.0.0.1:10811", value_parser = parse_listen)]
+    metrics_listen: Listen,
+    /// Do not count and time I/O per volume (no live statistics, no per-volume metrics): only
+    /// to measure what they cost.
+    #[arg(long)]
+    no_io_stats: bool,
     /// Name of the volume created at first start.
     #[arg(long, default_value = "vol0")]
     default_volume: String,
@@ -480,6 +488,8 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
         nbd_open_network: args.engine.nbd_open_network,
         nbd_tls: nbd_tls_files(&args.engine),
         api_listen: args.engine.api_listen,
+        metrics_listen: args.engine.metrics_listen.0.first().copied(),
+        io_stats: !args.engine.no_io_stats,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
     };
@@ -512,6 +522,8 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
         nbd_open_network: args.engine.nbd_open_network,
         nbd_tls: nbd_tls_files(&args.engine),
         api_listen: args.engine.api_listen,
+        metrics_listen: args.engine.metrics_listen.0.first().copied(),
+        io_stats: !args.engine.no_io_stats,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
     };

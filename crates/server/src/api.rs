@@ -23,6 +23,7 @@ use crate::cluster::ClusterPlacement;
 
 mod cluster;
 mod hosts;
+pub mod stats;
 
 /// What handlers share.
 #[derive(Debug, Clone)]
@@ -37,6 +38,8 @@ pub struct ApiState {
     pub iscsi_portal: Option<Arc<str>>,
     /// The array target hosts log in to.
     pub array_target: Arc<str>,
+    /// Per-export I/O statistics.
+    pub io: Arc<crate::io_stats::IoStats>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -150,6 +153,9 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/snapshots/{name}/clones", post(create_clone))
         .route("/api/v1/stats", get(stats))
+        .route("/api/v1/stats/volumes", get(stats::volumes))
+        .route("/api/v1/stats/stream", get(stats::stream))
+        .route("/api/v1/volumes/{name}/stats", get(stats::series))
         .route("/api/v1/sync", post(sync))
         .route("/api/v1/gc", post(gc))
         .route("/api/v1/checkpoint", post(checkpoint))
@@ -220,7 +226,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)

@@ -27,7 +27,9 @@ use weft_engine::{Backends, Engine, EngineConfig};
 use crate::cluster::{ClusterOptions, ClusterPlacement};
 
 use crate::api::{self, ApiState};
+use crate::backend::ExportBackend;
 use crate::engine_backend::EngineBackend;
+use crate::io_stats::{IoStats, MeteredBackend, Protocol};
 
 /// The token file, mode 0600, created at first start.
 pub const TOKEN_FILE: &str = "api-token";
@@ -79,6 +81,11 @@ pub struct ServeConfig {
     /// NBD over TLS (STARTTLS, X.509), when configured.
     pub nbd_tls: Option<crate::nbd_listener::NbdTlsFiles>,
     pub api_listen: SocketAddr,
+    /// Prometheus `/metrics` (no token), when set.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Count and time every I/O per export (the live statistics); off only to measure what
+    /// that costs.
+    pub io_stats: bool,
     pub default_volume: String,
     pub default_volume_size_bytes: u64,
 }
@@ -133,6 +140,14 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
                 .with_context(|| format!("binding the iSCSI portal on {addr}"))?,
         );
     }
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding /metrics on {addr}"))?,
+        ),
+        None => None,
+    };
     let nbd_addr = nbd.local_addr()?;
     let api_addr = api_listener.local_addr()?;
     let iscsi_addrs = iscsi
@@ -142,7 +157,26 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let iscsi_addr = iscsi_addrs.first().copied();
 
     let shutdown = CancellationToken::new();
-    let backend = Arc::new(EngineBackend::new(engine.clone()));
+    let io = IoStats::new();
+    let engine_backend: Arc<dyn ExportBackend> = Arc::new(EngineBackend::new(engine.clone()));
+    let metered = |protocol| -> Arc<dyn ExportBackend> {
+        if config.io_stats {
+            Arc::new(MeteredBackend::new(
+                Arc::clone(&engine_backend),
+                Arc::clone(&io),
+                protocol,
+            ))
+        } else {
+            Arc::clone(&engine_backend)
+        }
+    };
+    let (nbd_backend, iscsi_backend) = (metered(Protocol::Nbd), metered(Protocol::Iscsi));
+    let sampler = if config.io_stats {
+        let engine = engine.clone();
+        Some(io.start_sampler(move || engine.list_images().into_iter().map(|i| i.name).collect())?)
+    } else {
+        None
+    };
     let nbd_tls_said = nbd_tls.as_ref().map(|t| {
         let mode = if t.mode == weft_nbd::TlsMode::Required {
             "required"
@@ -158,7 +192,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     });
     let nbd_task = tokio::spawn(crate::nbd_listener::run(
         nbd,
-        backend.clone(),
+        nbd_backend,
         crate::nbd_listener::NbdOptions {
             open_network: config.nbd_open_network,
             tls: nbd_tls,
@@ -173,7 +207,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let iscsi_task = (!iscsi.is_empty()).then(|| {
         tokio::spawn(crate::iscsi_listener::run(
             iscsi,
-            backend,
+            iscsi_backend,
             iscsi_options,
             shutdown.clone(),
         ))
@@ -185,7 +219,25 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         nbd_address: nbd_addr.to_string().into(),
         iscsi_portal: iscsi_addr.map(|a| a.to_string().into()),
         array_target: array_target.clone().into(),
+        io: Arc::clone(&io),
     };
+    let metrics_addr = metrics_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
+    let metrics_task = metrics_listener.map(|listener| {
+        let router = crate::metrics::router(crate::metrics::MetricsSource {
+            engine: engine.clone(),
+            io: Arc::clone(&io),
+            cluster: cluster.clone(),
+        });
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+        })
+    });
     let api_shutdown = shutdown.clone();
     let api_task = tokio::spawn(async move {
         axum::serve(api_listener, api::router(state))
@@ -199,6 +251,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "iscsi_portals": iscsi_addrs.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "iscsi_array_target": array_target,
         "api": format!("http://{api_addr}"),
+        "metrics": metrics_addr.map(|a| format!("http://{a}/metrics")),
         "pid": std::process::id(),
     });
     write_atomically(
@@ -231,6 +284,9 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}",
         name = config.default_volume
     )?;
+    if let Some(addr) = metrics_addr {
+        writeln!(out, "metrics: http://{addr}/metrics (Prometheus, no token)")?;
+    }
     if let Some(portal) = iscsi_addr {
         writeln!(
             out,
@@ -258,6 +314,13 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         let _ = task.await;
     }
     let _ = api_task.await;
+    if let Some(task) = metrics_task {
+        let _ = task.await;
+    }
+    io.stop();
+    if let Some(sampler) = sampler {
+        let _ = sampler.join();
+    }
     let _ = std::fs::remove_file(data_dir.join(SERVE_FILE));
     tokio::task::spawn_blocking(move || engine.shutdown()).await?;
     if let Some(c) = cluster {

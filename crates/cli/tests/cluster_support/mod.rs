@@ -254,6 +254,7 @@ impl Cnode {
             .arg("cnode")
             .args(["--cluster", etcd_url])
             .args(["--nbd-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--iscsi-listen", "127.0.0.1:0"])
             .args(["--default-volume-size", &opts.volume_size])
             .args(["--out-grace", &opts.out_grace])

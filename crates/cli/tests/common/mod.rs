@@ -462,6 +462,8 @@ pub struct Server {
     /// The iSCSI portal (kept across restarts, like the NBD address), and every portal.
     pub iscsi: Option<SocketAddr>,
     pub iscsi_portals: Vec<SocketAddr>,
+    /// `http://host:port/metrics` (Prometheus, no token).
+    pub metrics: Option<String>,
     starts: u32,
 }
 
@@ -482,6 +484,7 @@ impl Server {
             nbd: "127.0.0.1:0".parse().unwrap(),
             iscsi: None,
             iscsi_portals: Vec::new(),
+            metrics: None,
             api: String::new(),
             starts: 0,
         };
@@ -544,9 +547,12 @@ impl Server {
             .arg("--default-volume")
             .arg(&self.opts.default_volume)
             .arg("--default-volume-size")
-            .arg(&self.opts.default_volume_size)
-            .args(&self.opts.extra)
-            .current_dir(self.scratch.path());
+            .arg(&self.opts.default_volume_size);
+        if !self.opts.extra.iter().any(|a| a == "--metrics-listen") {
+            // Tests run in parallel: no fixed port.
+            cmd.args(["--metrics-listen", "127.0.0.1:0"]);
+        }
+        cmd.args(&self.opts.extra).current_dir(self.scratch.path());
         let bg = Bg::spawn(&mut cmd);
         let pid = bg.pid();
         self.child = Some(bg);
@@ -606,6 +612,7 @@ impl Server {
         self.nbd = nbd;
         self.api = api.trim_end_matches('/').to_string();
         self.iscsi = info["iscsi"].as_str().and_then(|a| a.parse().ok());
+        self.metrics = info["metrics"].as_str().map(str::to_string);
         self.iscsi_portals = info["iscsi_portals"]
             .as_array()
             .map(|a| a.iter().filter_map(|p| p.as_str()?.parse().ok()).collect())

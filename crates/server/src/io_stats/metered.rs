@@ -1,0 +1,135 @@
+//! [`MeteredBackend`]: wraps an export backend so every I/O a front end makes through it is
+//! counted and timed for its export and protocol. Each listener gets its own wrapper (its
+//! protocol label); the wrappers share one [`IoStats`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::backend::{
+    AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
+};
+
+use super::counters::{ExportCounters, Op, ProtocolCounters};
+use super::{IoStats, Protocol};
+
+/// An export backend whose opened exports record their I/O.
+pub struct MeteredBackend {
+    inner: Arc<dyn ExportBackend>,
+    stats: Arc<IoStats>,
+    protocol: Protocol,
+}
+
+impl MeteredBackend {
+    pub fn new(
+        inner: Arc<dyn ExportBackend>,
+        stats: Arc<IoStats>,
+        protocol: Protocol,
+    ) -> MeteredBackend {
+        MeteredBackend {
+            inner,
+            stats,
+            protocol,
+        }
+    }
+}
+
+impl ExportBackend for MeteredBackend {
+    fn list_exports(&self) -> Vec<ExportInfo> {
+        self.inner.list_exports()
+    }
+
+    fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError> {
+        let inner = self.inner.open(name)?;
+        let counters = self.stats.export(&inner.info().name);
+        Ok(Arc::new(MeteredExport {
+            inner,
+            counters,
+            protocol: self.protocol,
+        }))
+    }
+
+    fn access(&self) -> Arc<AccessTable> {
+        self.inner.access()
+    }
+
+    fn access_generation(&self) -> u64 {
+        self.inner.access_generation()
+    }
+}
+
+struct MeteredExport {
+    inner: Arc<dyn ExportHandle>,
+    counters: Arc<ExportCounters>,
+    protocol: Protocol,
+}
+
+impl MeteredExport {
+    fn counters(&self) -> &ProtocolCounters {
+        self.counters.protocol(self.protocol)
+    }
+
+    fn timed<T>(
+        &self,
+        op: Op,
+        bytes: u64,
+        io: impl FnOnce() -> Result<T, ExportIoError>,
+    ) -> Result<T, ExportIoError> {
+        let start = Instant::now();
+        let result = io();
+        let us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.counters().op(op).record(bytes, us, result.is_ok());
+        result
+    }
+}
+
+impl ExportHandle for MeteredExport {
+    fn info(&self) -> ExportInfo {
+        self.inner.info()
+    }
+
+    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ExportIoError> {
+        let bytes = buf.len() as u64;
+        self.timed(Op::Read, bytes, || self.inner.read(offset_bytes, buf))
+    }
+
+    fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), ExportIoError> {
+        self.timed(Op::Write, data.len() as u64, || {
+            self.inner.write(offset_bytes, data, fua)
+        })
+    }
+
+    fn flush(&self) -> Result<(), ExportIoError> {
+        self.timed(Op::Flush, 0, || self.inner.flush())
+    }
+
+    fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), ExportIoError> {
+        self.timed(Op::Discard, length_bytes, || {
+            self.inner.trim(offset_bytes, length_bytes, fua)
+        })
+    }
+
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        may_trim: bool,
+        fua: bool,
+    ) -> Result<(), ExportIoError> {
+        self.timed(Op::Discard, length_bytes, || {
+            self.inner
+                .write_zeroes(offset_bytes, length_bytes, may_trim, fua)
+        })
+    }
+
+    fn block_status(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<ExtentStatus>, ExportIoError> {
+        self.inner.block_status(offset_bytes, length_bytes)
+    }
+
+    fn is_gone(&self) -> bool {
+        self.inner.is_gone()
+    }
+}

@@ -1,0 +1,571 @@
+//! `/metrics`: Prometheus text (OpenMetrics) on its own listener, without a token (bind it to
+//! loopback or a monitoring network). Every scrape reads the live figures: per export the I/O
+//! counters and latency histograms by protocol and operation ([`crate::io_stats`]), per volume
+//! its size and space, per family its data reduction, the engine's journal and destage
+//! backlog, GC and write amplification, capacity, repair, and per d.node its state and space.
+
+use std::sync::Arc;
+
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use weft_engine::Engine;
+
+use crate::cluster::ClusterPlacement;
+use crate::io_stats::{prometheus_buckets, IoStats, Op, Protocol};
+
+/// What a scrape reads.
+#[derive(Debug, Clone)]
+pub struct MetricsSource {
+    pub engine: Arc<Engine>,
+    pub io: Arc<IoStats>,
+    pub cluster: Option<Arc<ClusterPlacement>>,
+}
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The `/metrics` router: OpenMetrics to scrapers that ask for it (Prometheus does), the
+/// classic Prometheus text format to everyone else (curl, promtool, older agents).
+pub fn router(source: MetricsSource) -> Router {
+    let source = Arc::new(source);
+    Router::new().route(
+        "/metrics",
+        get(move |headers: HeaderMap| {
+            let source = Arc::clone(&source);
+            let openmetrics = headers
+                .get_all(header::ACCEPT)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .any(|v| v.contains("application/openmetrics-text"));
+            async move {
+                match tokio::task::spawn_blocking(move || render(&source)).await {
+                    Ok(Ok(text)) if openmetrics => {
+                        ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response()
+                    }
+                    Ok(Ok(text)) => (
+                        [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+                        openmetrics_to_prometheus_text(&text),
+                    )
+                        .into_response(),
+                    Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+                    Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+                }
+            }
+        }),
+    )
+}
+
+/// The text of one scrape.
+pub fn render(source: &Arc<MetricsSource>) -> Result<String, String> {
+    let mut registry = Registry::with_prefix("weft");
+    registry.register_collector(Box::new(Scrape(Arc::clone(source))));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)
+        .map_err(|e| format!("encoding metrics: {e}"))?;
+    Ok(text)
+}
+
+/// OpenMetrics names a counter family without its `_total` suffix and ends with `# EOF`;
+/// the Prometheus text format (0.0.4) names the family with it and has no end marker.
+pub fn openmetrics_to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 64 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let rest = line
+            .strip_prefix("# HELP ")
+            .map(|r| ("# HELP ", r))
+            .or_else(|| line.strip_prefix("# TYPE ").map(|r| ("# TYPE ", r)));
+        match rest {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                out.push_str(prefix);
+                out.push_str(name);
+                if counters.contains(name) {
+                    out.push_str("_total");
+                }
+                out.push(' ');
+                out.push_str(tail);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[derive(Debug)]
+struct Scrape(Arc<MetricsSource>);
+
+type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+/// One metric family: a name, help, type and its labelled values.
+struct Family<'e> {
+    encoder: MetricEncoder<'e>,
+}
+
+fn family<'e>(
+    encoder: &'e mut DescriptorEncoder,
+    name: &'e str,
+    help: &str,
+    kind: MetricType,
+) -> Result<Family<'e>, std::fmt::Error> {
+    Ok(Family {
+        encoder: encoder.encode_descriptor(name, help, None, kind)?,
+    })
+}
+
+impl Family<'_> {
+    fn counter(&mut self, labels: &Labels, value: u64) -> std::fmt::Result {
+        self.encoder
+            .encode_family(labels)?
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&value, None)
+    }
+
+    fn gauge(&mut self, labels: &Labels, value: f64) -> std::fmt::Result {
+        self.encoder.encode_family(labels)?.encode_gauge(&value)
+    }
+
+    fn histogram(
+        &mut self,
+        labels: &Labels,
+        sum: f64,
+        count: u64,
+        b: &[(f64, u64)],
+    ) -> std::fmt::Result {
+        self.encoder
+            .encode_family(labels)?
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, b, None)
+    }
+}
+
+/// Gauges without labels, one family each.
+fn gauges(encoder: &mut DescriptorEncoder, list: &[(&str, &str, f64)]) -> std::fmt::Result {
+    for (name, help, value) in list {
+        family(encoder, name, help, MetricType::Gauge)?.gauge(&Vec::new(), *value)?;
+    }
+    Ok(())
+}
+
+/// Counters without labels, one family each (the encoder appends `_total`).
+fn counters(encoder: &mut DescriptorEncoder, list: &[(&str, &str, u64)]) -> std::fmt::Result {
+    for (name, help, value) in list {
+        family(encoder, name, help, MetricType::Counter)?.counter(&Vec::new(), *value)?;
+    }
+    Ok(())
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let source = &self.0;
+        family(
+            &mut encoder,
+            "build_info",
+            "weft version",
+            MetricType::Gauge,
+        )?
+        .gauge(&vec![("version", env!("CARGO_PKG_VERSION"))], 1.0)?;
+        encode_io(&mut encoder, &source.io)?;
+        encode_volumes(&mut encoder, &source.engine)?;
+        encode_engine(&mut encoder, &source.engine)?;
+        if let Some(cluster) = &source.cluster {
+            encode_dnodes(&mut encoder, cluster)?;
+        }
+        Ok(())
+    }
+}
+
+fn encode_io(encoder: &mut DescriptorEncoder, io: &IoStats) -> std::fmt::Result {
+    let exports = io.exports();
+    let mut rows = Vec::new();
+    for (name, counters) in &exports {
+        for protocol in Protocol::ALL {
+            for op in Op::ALL {
+                let totals = counters.op(protocol, op).load();
+                if totals.ops > 0 {
+                    rows.push((name.as_ref(), protocol.name(), op.name(), totals));
+                }
+            }
+        }
+    }
+    type Get = fn(&crate::io_stats::OpTotals) -> u64;
+    let per_op: [(&str, &str, Get); 3] = [
+        (
+            "volume_io_requests",
+            "I/O requests by volume (or snapshot), protocol and operation",
+            |t| t.ops,
+        ),
+        (
+            "volume_io_bytes",
+            "Bytes read, written or discarded, by volume, protocol and operation",
+            |t| t.bytes,
+        ),
+        (
+            "volume_io_errors",
+            "I/O requests that failed, by volume, protocol and operation",
+            |t| t.errors,
+        ),
+    ];
+    for (name, help, value) in per_op {
+        let mut f = family(encoder, name, help, MetricType::Counter)?;
+        for (v, p, o, t) in &rows {
+            f.counter(
+                &vec![("volume", *v), ("protocol", *p), ("op", *o)],
+                value(t),
+            )?;
+        }
+    }
+    let mut f = family(
+        encoder,
+        "volume_io_latency_seconds",
+        "Time from request to answer inside weft, by volume, protocol and operation",
+        MetricType::Histogram,
+    )?;
+    for (v, p, o, t) in &rows {
+        f.histogram(
+            &vec![("volume", *v), ("protocol", *p), ("op", *o)],
+            t.latency_sum_us as f64 / 1e6,
+            t.latency.total(),
+            &prometheus_buckets(&t.latency),
+        )?;
+    }
+    Ok(())
+}
+
+fn encode_volumes(encoder: &mut DescriptorEncoder, engine: &Engine) -> std::fmt::Result {
+    let volumes = engine.list_volumes();
+    type Get = fn(&weft_engine::VolumeInfo) -> u64;
+    let per_volume: [(&str, &str, Get); 4] = [
+        ("volume_size_bytes", "Provisioned size of the volume", |v| {
+            v.size_bytes
+        }),
+        (
+            "volume_mapped_bytes",
+            "Bytes of the volume that read as written data or zeroes",
+            |v| v.space.mapped_bytes,
+        ),
+        (
+            "volume_own_bytes",
+            "Bytes written in the volume's own layer (a clone's changes since its base)",
+            |v| v.space.own_bytes,
+        ),
+        (
+            "volume_unique_stored_bytes",
+            "Stored bytes that deleting the volume would free now",
+            |v| v.space.unique_stored_bytes,
+        ),
+    ];
+    for (name, help, value) in per_volume {
+        let mut f = family(encoder, name, help, MetricType::Gauge)?;
+        for v in &volumes {
+            f.gauge(&vec![("volume", v.name.as_str())], value(v) as f64)?;
+        }
+    }
+    // One row per family (its volumes all carry the same summary).
+    let mut families: Vec<&weft_engine::VolumeInfo> = Vec::new();
+    for v in &volumes {
+        if !families.iter().any(|f| f.family.id == v.family.id) {
+            families.push(v);
+        }
+    }
+    let ids: Vec<String> = families.iter().map(|v| v.family.id.to_string()).collect();
+    type GetReduction = fn(&weft_engine::FamilyReduction) -> f64;
+    let per_family: [(&str, &str, GetReduction); 6] = [
+        (
+            "family_logical_bytes",
+            "Bytes the family's layers map (data or zeroes)",
+            |r| r.logical_bytes as f64,
+        ),
+        ("family_zero_bytes", "Bytes eliminated as zeroes", |r| {
+            r.zero_bytes as f64
+        }),
+        (
+            "family_dedup_saved_bytes",
+            "Bytes saved by deduplication",
+            |r| r.dedup_saved_bytes as f64,
+        ),
+        (
+            "family_compression_saved_bytes",
+            "Bytes saved by compression",
+            |r| r.compression_saved_bytes as f64,
+        ),
+        (
+            "family_stored_bytes",
+            "Bytes stored for the family, after reduction",
+            |r| r.stored_bytes as f64,
+        ),
+        (
+            "family_reduction_ratio",
+            "Logical over stored bytes (0: nothing stored)",
+            |r| r.ratio.unwrap_or(0.0),
+        ),
+    ];
+    for (name, help, value) in per_family {
+        let mut f = family(encoder, name, help, MetricType::Gauge)?;
+        for (v, id) in families.iter().zip(&ids) {
+            let first_volume = v.name.as_str();
+            f.gauge(
+                &vec![("family", id.as_str()), ("volume", first_volume)],
+                value(&v.family.reduction),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn encode_engine(encoder: &mut DescriptorEncoder, engine: &Engine) -> std::fmt::Result {
+    let s = engine.stats();
+    let r = &s.reduction;
+    gauges(
+        encoder,
+        &[
+            (
+                "logical_bytes",
+                "Bytes mapped by every layer (data or zeroes)",
+                r.logical_bytes as f64,
+            ),
+            (
+                "stored_bytes",
+                "Bytes of live stored blocks, after compression",
+                r.stored_bytes as f64,
+            ),
+            (
+                "zero_eliminated_bytes",
+                "Bytes eliminated as zeroes",
+                r.zero_bytes as f64,
+            ),
+            (
+                "dedup_saved_bytes",
+                "Bytes saved by deduplication",
+                r.dedup_saved_bytes as f64,
+            ),
+            (
+                "compression_saved_bytes",
+                "Bytes saved by compression",
+                r.compression_saved_bytes as f64,
+            ),
+            (
+                "reduction_ratio",
+                "Logical over stored bytes (0: nothing stored)",
+                r.ratio.unwrap_or(0.0),
+            ),
+            (
+                "write_buffer_bytes",
+                "Acknowledged bytes in the journal not yet destaged",
+                s.buffer_bytes as f64,
+            ),
+            (
+                "write_buffer_records",
+                "Journal records not yet destaged",
+                s.buffer_records as f64,
+            ),
+            (
+                "journal_files",
+                "Journal files in use",
+                s.journal_files as f64,
+            ),
+            (
+                "sealed_segments",
+                "Sealed log segments",
+                s.sealed_segments as f64,
+            ),
+            (
+                "write_amplification",
+                "Bytes written to chunks per byte written by hosts (0: nothing written)",
+                s.write_amplification.unwrap_or(0.0),
+            ),
+            (
+                "capacity_bytes",
+                "Capacity of the chunk stores (0: unknown)",
+                s.capacity_bytes.unwrap_or(0) as f64,
+            ),
+            (
+                "used_bytes",
+                "Bytes used in the chunk stores",
+                s.used_bytes as f64,
+            ),
+            (
+                "out_of_space",
+                "1 when writes are refused for lack of space",
+                f64::from(u8::from(s.out_of_space)),
+            ),
+            ("volumes", "Volumes", s.volumes as f64),
+            (
+                "snapshots",
+                "Snapshots that can be opened",
+                s.snapshots as f64,
+            ),
+            (
+                "metadata_memory_bytes",
+                "Estimated memory of the block maps",
+                s.metadata_memory_bytes as f64,
+            ),
+            (
+                "repair_running",
+                "1 while a repair scan rebuilds chunks",
+                f64::from(u8::from(s.repair.running)),
+            ),
+            (
+                "repair_chunks_to_rebuild",
+                "Chunks the current repair scan found missing or corrupt",
+                s.repair.chunks_to_rebuild as f64,
+            ),
+            (
+                "repair_chunks_rebuilt",
+                "Chunks the current repair scan rebuilt",
+                s.repair.chunks_rebuilt as f64,
+            ),
+            (
+                "repair_rate_bytes_per_second",
+                "Rebuild rate over the current scan",
+                s.repair.rate_bytes_per_s as f64,
+            ),
+            (
+                "repair_eta_seconds",
+                "Estimated seconds until the current scan ends (0: none)",
+                s.repair.eta_s.unwrap_or(0) as f64,
+            ),
+            (
+                "repair_caught_up",
+                "1 when a scan after the last placement change found nothing left",
+                f64::from(u8::from(s.repair.caught_up)),
+            ),
+        ],
+    )?;
+    counters(
+        encoder,
+        &[
+            (
+                "host_written_bytes",
+                "Bytes written by hosts",
+                s.host_written_bytes,
+            ),
+            (
+                "chunk_written_bytes",
+                "Bytes written to chunks (segments, GC moves, summaries)",
+                s.chunk_written_bytes,
+            ),
+            ("gc_runs", "Garbage collection runs", s.gc.runs),
+            (
+                "gc_segments_reclaimed",
+                "Segments garbage collection reclaimed",
+                s.gc.segments_reclaimed,
+            ),
+            (
+                "gc_moved_bytes",
+                "Live bytes garbage collection moved",
+                s.gc.bytes_moved,
+            ),
+            (
+                "gc_reclaimed_bytes",
+                "Bytes garbage collection freed",
+                s.gc.bytes_reclaimed,
+            ),
+            (
+                "degraded_reads",
+                "Reads that rebuilt a chunk from the rest of its stripe",
+                s.degraded_reads,
+            ),
+            (
+                "corrupt_reads",
+                "Chunk reads that failed their checksum (never served)",
+                s.corrupt_reads,
+            ),
+            (
+                "chunks_missed_at_write",
+                "Chunks not written with their stripe (repaired later)",
+                s.chunks_missed_at_write,
+            ),
+            (
+                "repair_chunks_rebuilt_all",
+                "Chunks rebuilt since start",
+                s.repair.chunks_rebuilt_total,
+            ),
+            (
+                "repair_rebuilt_bytes",
+                "Bytes rebuilt since start",
+                s.repair.bytes_rebuilt_total,
+            ),
+        ],
+    )
+}
+
+fn encode_dnodes(encoder: &mut DescriptorEncoder, cluster: &ClusterPlacement) -> std::fmt::Result {
+    let nodes = cluster.nodes();
+    let rows: Vec<(Labels, &crate::cluster::NodeStatus)> = nodes
+        .iter()
+        .map(|n| {
+            (
+                vec![
+                    ("dnode", n.id.as_str()),
+                    ("addr", n.addr.as_str()),
+                    ("zone", n.zone.as_str()),
+                ],
+                n,
+            )
+        })
+        .collect();
+    type Get = fn(&crate::cluster::NodeStatus) -> f64;
+    let per_node: [(&str, &str, Get); 5] = [
+        (
+            "dnode_up",
+            "1 when the d.node is registered and reachable",
+            |n| f64::from(u8::from(n.state == crate::cluster::NodeState::Up)),
+        ),
+        (
+            "dnode_out",
+            "1 when the d.node is out (its data is being moved away)",
+            |n| f64::from(u8::from(n.state == crate::cluster::NodeState::Out)),
+        ),
+        (
+            "dnode_capacity_bytes",
+            "Capacity of the d.node's disks",
+            |n| n.capacity_bytes as f64,
+        ),
+        (
+            "dnode_used_bytes",
+            "Bytes used on the d.node's disks",
+            |n| n.used_bytes as f64,
+        ),
+        (
+            "dnode_pg_positions",
+            "Placement-group positions the d.node holds",
+            |n| n.pg_positions as f64,
+        ),
+    ];
+    for (name, help, value) in per_node {
+        let mut f = family(encoder, name, help, MetricType::Gauge)?;
+        for (labels, n) in &rows {
+            f.gauge(labels, value(n))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_get_their_total_suffix_in_prometheus_text() {
+        let om = "# HELP weft_x I/O.\n# TYPE weft_x counter\nweft_x_total{a=\"b\"} 3\n\
+                  # HELP weft_g A gauge.\n# TYPE weft_g gauge\nweft_g 1.0\n# EOF\n";
+        assert_eq!(
+            openmetrics_to_prometheus_text(om),
+            "# HELP weft_x_total I/O.\n# TYPE weft_x_total counter\nweft_x_total{a=\"b\"} 3\n\
+             # HELP weft_g A gauge.\n# TYPE weft_g gauge\nweft_g 1.0\n"
+        );
+    }
+}
