@@ -6,6 +6,7 @@
 const ClusterPage = (() => {
   const template = 'tpl-cluster';
   const REFRESH_MS = 2000;
+  const SPARK_SECONDS = 60;
   // The parts of the logical bytes, in the order the bar shows them.
   const REDUCTION_PARTS = [
     ['stored_bytes', 'stored', '#2563eb'],
@@ -19,8 +20,7 @@ const ClusterPage = (() => {
     const total = []; // IOPS of all exports per second, oldest first
     window.weft.cluster = { refreshes: 0 };
 
-    Api.stream('/stats/stream', signal, (name, data) => {
-      if (name !== 'volumes') return;
+    const showRates = (data) => {
       // Sum the per-volume sparklines: the last 60 s of the whole datastore.
       const len = Math.max(0, ...data.volumes.map((v) => (v.spark_iops || []).length));
       total.length = 0;
@@ -30,15 +30,21 @@ const ClusterPage = (() => {
         const off = len - sp.length;
         for (let i = 0; i < sp.length; i++) total[off + i] += sp[i];
       }
-      Dom.sparkline(q('#cl-throughput'), total, '#2563eb');
-      const now = data.volumes.reduce((a, v) => a + (v.read ? v.read.iops : 0) + (v.write ? v.write.iops : 0), 0);
-      const busiest = data.volumes.reduce((b, v) => {
-        const iops = (v.read ? v.read.iops : 0) + (v.write ? v.write.iops : 0);
-        return iops > b.iops ? { name: v.name, iops } : b;
-      }, { name: null, iops: 0 });
+      Dom.sparkline(q('#cl-throughput'), total, '#2563eb', SPARK_SECONDS);
+      const iopsOf = (v) => (v.read ? v.read.iops : 0) + (v.write ? v.write.iops : 0);
+      const now = data.volumes.reduce((a, v) => a + iopsOf(v), 0);
+      const busiest = data.volumes.reduce((b, v) => (iopsOf(v) > b.iops ? { name: v.name, iops: iopsOf(v) } : b),
+        { name: null, iops: 0 });
       q('#cl-throughput-now').textContent = Fmt.si(now) + ' IOPS now'
         + (busiest.name ? ' · busiest: ' + busiest.name + ' (' + Fmt.si(busiest.iops) + ')' : '');
-    }, setLive, () => { q('#cl-throughput-card').hidden = true; });
+    };
+    const noRates = () => { q('#cl-throughput-card').hidden = true; };
+    Api.get('/stats/volumes', signal).then(showRates, (e) => {
+      if (e instanceof Api.ApiError && e.status === 404) noRates();
+    });
+    Api.stream('/stats/stream', signal, (name, data) => {
+      if (name === 'volumes') showRates(data);
+    }, setLive, noRates);
 
     while (!signal.aborted) {
       try {
@@ -73,7 +79,7 @@ const ClusterPage = (() => {
     // Capacity.
     const cap = stats.capacity_bytes;
     const used = stats.used_bytes;
-    setBar(q('#cl-capacity-bar'), cap ? used / cap : 0);
+    setBar(q('#cl-capacity-bar'), cap ? used / cap : 0, true);
     q('#cl-capacity-pct').textContent = cap ? ((100 * used) / cap).toFixed(1) + '% used' : Fmt.bytes(used) + ' used';
     q('#cl-capacity').textContent = Fmt.bytes(used) + ' of ' + (cap ? Fmt.bytes(cap) : 'unlimited (no --capacity)')
       + ' · ' + stats.volumes + ' volumes, ' + stats.snapshots + ' snapshots';
@@ -117,7 +123,7 @@ const ClusterPage = (() => {
     const rep = (cluster && cluster.repair) || stats.repair || {};
     const todo = rep.chunks_to_rebuild || 0;
     const done = rep.chunks_rebuilt || 0;
-    setBar(q('#cl-rebuild-bar'), todo ? done / todo : rep.caught_up ? 1 : 0);
+    setBar(q('#cl-rebuild-bar'), todo ? done / todo : 0, false);
     q('#cl-rebuild').textContent = rep.running
       ? 'rebuilding: ' + done + ' of ' + todo + ' chunks (' + (todo ? ((100 * done) / todo).toFixed(1) : '0') + '%), '
         + Fmt.bytes(rep.rate_bytes_per_s) + '/s, ETA ' + Fmt.seconds(rep.eta_s)
@@ -133,7 +139,7 @@ const ClusterPage = (() => {
       const bar = Dom.el('div', { class: 'bar small' });
       const fill = Dom.el('div', { class: 'fill' });
       bar.append(fill);
-      setBar(bar, n.capacity_bytes ? n.used_bytes / n.capacity_bytes : 0);
+      setBar(bar, n.capacity_bytes ? n.used_bytes / n.capacity_bytes : 0, true);
       return Dom.el('tr', { 'data-node': n.id },
         Dom.el('td', { text: n.id }),
         Dom.el('td', { text: n.addr || '' }),
@@ -154,11 +160,13 @@ const ClusterPage = (() => {
       Dom.el('td', { class: 'num' + (p.pgs_incomplete ? ' warn' : ''), text: String(p.pgs_incomplete) }))));
   }
 
-  function setBar(bar, fraction) {
+  // A fill bar; `fullIsBad`: red above 85% (space), else green when complete (progress).
+  function setBar(bar, fraction, fullIsBad) {
     const f = Math.max(0, Math.min(1, fraction || 0));
     const fill = bar.querySelector('.fill');
     fill.style.width = (100 * f).toFixed(1) + '%';
-    fill.classList.toggle('high', f > 0.85);
+    fill.classList.toggle('high', fullIsBad && f > 0.85);
+    fill.classList.toggle('done', !fullIsBad && f >= 1);
   }
 
   return { template, mount };

@@ -104,11 +104,13 @@ const Dom = (() => {
     return { ctx, w, h };
   }
 
-  // A sparkline of `values` (oldest first) filling the canvas, scaled to its own maximum.
-  function sparkline(canvas, values, colour) {
+  // A sparkline of the last `slots` values (oldest first; missing older ones count as 0)
+  // filling the canvas, scaled to its own maximum.
+  function sparkline(canvas, given, colour, slots) {
     const { ctx, w, h } = canvas2d(canvas);
     ctx.clearRect(0, 0, w, h);
-    if (!values || values.length < 2) return;
+    const have = (given || []).slice(-slots);
+    const values = new Array(Math.max(2, slots - have.length)).fill(0).concat(have).slice(-Math.max(2, slots));
     let max = 1;
     for (const v of values) if (v > max) max = v;
     const dx = w / (values.length - 1);

@@ -46,7 +46,8 @@ const VolumePage = (() => {
     let dirty = false;
     let heatNonZero = 0;
 
-    const charts = makeCharts(q);
+    // The charts span the range's whole window, like the heat map, ending at the newest sample.
+    const charts = makeCharts(q, () => (RANGES[range].stepMs * RANGES[range].keep) / 1000);
     const heat = q('#vv-heat');
     const onResize = () => {
       for (const c of Object.values(charts)) c.setSize({ width: chartWidth(c.root.parentNode), height: CHART_HEIGHT_PX });
@@ -195,15 +196,20 @@ const VolumePage = (() => {
     return Math.max(300, (box.clientWidth || 600) - 8);
   }
 
-  function makeCharts(q) {
+  function makeCharts(q, windowS) {
+    // Wall-clock ticks at least 90 px apart (100 ms samples would otherwise get ".800" labels).
+    const timeAxis = {
+      space: 90,
+      values: (u, splits) => splits.map((t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false })),
+    };
     const siAxis = { size: AXIS_SIZE_PX, values: (u, vals) => vals.map(Fmt.si) };
     const latAxis = { size: AXIS_SIZE_PX, values: (u, vals) => vals.map((v) => Fmt.micros(v)) };
     const line = (label, stroke, dash) => ({
-      label, stroke, width: 1.5, dash, spanGaps: false,
+      label, stroke, width: 1.5, dash, spanGaps: false, points: { show: false },
       value: (u, v) => (v === null || v === undefined ? '–' : Fmt.si(v)),
     });
     const latLine = (label, stroke, dash) => ({
-      label, stroke, width: 1.25, dash, spanGaps: false,
+      label, stroke, width: 1.25, dash, spanGaps: false, points: { show: false },
       value: (u, v) => (v === null || v === undefined ? '–' : Fmt.micros(v)),
     });
     const make = (id, series, yAxis, yScale) => {
@@ -212,8 +218,10 @@ const VolumePage = (() => {
         width: chartWidth(box.parentNode),
         height: CHART_HEIGHT_PX,
         series: [{}, ...series],
-        scales: { x: { time: true }, y: yScale || { range: (u, min, max) => [0, Math.max(1, max || 0) * 1.1] } },
-        axes: [{}, yAxis],
+        scales: {
+          x: { time: true, range: (u, min, max) => (max === null ? [min, max] : [max - windowS(), max]) },
+          y: yScale || { range: (u, min, max) => [0, Math.max(1, max || 0) * 1.1] } },
+        axes: [timeAxis, yAxis],
         legend: { live: true },
         cursor: { drag: { x: false, y: false } },
       }, [[], ...series.map(() => [])], box);

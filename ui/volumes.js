@@ -8,6 +8,8 @@
 
 const VolumesPage = (() => {
   const SPARK_COLOUR = '#2563eb';
+  // Seconds a sparkline spans (the API's spark_iops).
+  const SPARK_SECONDS = 60;
   // Without the live stream, how often to poll /stats/volumes.
   const POLL_MS = 1000;
 
@@ -169,7 +171,7 @@ const VolumesPage = (() => {
     }
 
     function drawSpark(r) {
-      Dom.sparkline(r.spark, r.sparkValues, SPARK_COLOUR);
+      Dom.sparkline(r.spark, r.sparkValues, SPARK_COLOUR, SPARK_SECONDS);
       r.sparkDirty = false;
     }
 
