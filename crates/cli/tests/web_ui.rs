@@ -509,6 +509,13 @@ fn web_ui_in_headless_chromium() {
         PAGE_TIMEOUT,
     );
     page.screenshot(&shots, "3-volume", 1500);
+    // The 15-minute range: history at 1 s steps.
+    page.eval("document.querySelector('button[data-range=\"1s\"]').click()");
+    page.wait_for(
+        "the 1 s history",
+        "weft.volume.range() === '1s' && weft.volume.iops().some((v) => v > 0)",
+        PAGE_TIMEOUT,
+    );
 
     // The list sorted by IOPS: the busy volume first.
     page.go("#/volumes");

@@ -216,6 +216,25 @@ mod tests {
     }
 
     #[test]
+    fn a_current_copy_gets_304_and_every_answer_the_policy() {
+        let mut request = HeaderMap::new();
+        let fresh = serve(&request, INDEX_HTML, HTML, CACHE_REVALIDATE);
+        assert_eq!(fresh.status(), StatusCode::OK);
+        let tag = fresh.headers()[header::ETAG].clone();
+        assert_eq!(
+            fresh.headers()[header::CONTENT_SECURITY_POLICY],
+            CONTENT_SECURITY_POLICY
+        );
+        request.insert(header::IF_NONE_MATCH, tag);
+        let cached = serve(&request, INDEX_HTML, HTML, CACHE_REVALIDATE);
+        assert_eq!(cached.status(), StatusCode::NOT_MODIFIED);
+        assert_eq!(cached.headers()[header::CACHE_CONTROL], CACHE_REVALIDATE);
+        request.insert(header::IF_NONE_MATCH, HeaderValue::from_static("\"old\""));
+        let stale = serve(&request, INDEX_HTML, HTML, CACHE_REVALIDATE);
+        assert_eq!(stale.status(), StatusCode::OK);
+    }
+
+    #[test]
     fn etag_is_stable_and_content_dependent() {
         assert_eq!(etag(INDEX_HTML), etag(INDEX_HTML));
         assert_ne!(etag(ASSETS[0].body), etag(ASSETS[1].body));
