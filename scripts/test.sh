@@ -11,6 +11,7 @@ declare -A needed=(
   [fusermount3]=fuse3
   [mkfs.ext4]=e2fsprogs [chromium]=chromium [etcd]=etcd-server
   [iscsi-ls]=libiscsi-bin [iscsi-test-cu]=libiscsi-bin [tgtd]=tgt
+  [promtool]=prometheus
 )
 missing=()
 for tool in "${!needed[@]}"; do

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 
+use crate::size::parse_size;
+
 /// `weft bench`: an ORION-style I/O benchmark against an NBD export, an iSCSI LUN, a file or a
 /// block device.
 #[derive(Args, Debug)]
@@ -127,6 +129,21 @@ pub struct RunArgs {
     #[arg(long = "label")]
     pub label: Option<String>,
 
+    /// Percentage of each 4 KiB block written that compresses away (a repeated filler), as a
+    /// database's blocks would; 0 writes incompressible data.
+    #[arg(long = "compressible", value_parser = parse_percent, default_value = "0", value_name = "PCT")]
+    pub compressible_pct: u8,
+
+    /// Percentage of 4 KiB blocks written that duplicate another block (copies of a pool of
+    /// 1024 blocks shared by the run); 0 writes unique blocks.
+    #[arg(long = "dedupable", value_parser = parse_percent, default_value = "0", value_name = "PCT")]
+    pub dedupable_pct: u8,
+
+    /// Also sample the CPU of this local process (the server under test) per point and per
+    /// second, from /proc/PID/stat.
+    #[arg(long = "server-pid", value_name = "PID")]
+    pub server_pid: Option<u32>,
+
     /// Seed for offsets and write data (default: random).
     #[arg(long = "seed")]
     pub seed: Option<u64>,
@@ -138,32 +155,6 @@ pub struct RunArgs {
     /// Do not draw a progress bar.
     #[arg(long = "no-progress")]
     pub no_progress: bool,
-}
-
-/// Parses "8k", "1m", "4096", "1GiB" into bytes (binary units).
-pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    if digits_end == 0 {
-        return Err(format!("'{s}' is not a size (use e.g. 8k, 1m, 4096)"));
-    }
-    let n: u64 = t[..digits_end]
-        .parse()
-        .map_err(|_| format!("'{s}' is too large"))?;
-    let shift = match t[digits_end..].trim() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => {
-            return Err(format!(
-                "unknown size unit '{other}' in '{s}' (use k, m, g, t)"
-            ))
-        }
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("'{s}' is too large"))
 }
 
 /// Parses "10s", "500ms", "250us", "2m", or a bare number of seconds.
@@ -238,16 +229,6 @@ pub(crate) fn parse_region(s: &str) -> Result<(RegionBound, RegionBound), String
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_use_binary_units() {
-        assert_eq!(parse_size("8k"), Ok(8192));
-        assert_eq!(parse_size("1M"), Ok(1 << 20));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert!(parse_size("k").is_err());
-        assert!(parse_size("8q").is_err());
-    }
 
     #[test]
     fn durations_accept_common_units() {

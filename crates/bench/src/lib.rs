@@ -12,12 +12,14 @@
 use std::path::PathBuf;
 
 mod args;
+mod cpu;
 mod datagen;
 mod machine;
 mod plan;
 mod report;
 mod results;
 mod runner;
+pub mod size;
 mod stats;
 mod sys;
 mod target;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::args::{parse_region, Mode, RegionBound, RunArgs};
+use crate::datagen::DataPattern;
 use crate::target::TargetInfo;
 use crate::BenchError;
 
@@ -74,6 +75,8 @@ pub(crate) struct Plan {
     pub(crate) workers: u32,
     pub(crate) latency_threshold: Duration,
     pub(crate) seed: u64,
+    pub(crate) data_pattern: DataPattern,
+    pub(crate) server_pid: Option<u32>,
     pub(crate) points: Vec<PointSpec>,
 }
 
@@ -110,6 +113,9 @@ impl Plan {
                 points.len()
             ));
         }
+        if let Some(pid) = a.server_pid {
+            crate::cpu::check_pid(pid).map_err(BenchError::Usage)?;
+        }
         Ok(Plan {
             mode: a.mode,
             small_io_bytes,
@@ -123,6 +129,11 @@ impl Plan {
             workers: a.workers,
             latency_threshold: a.latency_threshold,
             seed: a.seed.unwrap_or_else(rand::random),
+            data_pattern: DataPattern {
+                compressible_pct: a.compressible_pct,
+                dedupable_pct: a.dedupable_pct,
+            },
+            server_pid: a.server_pid,
             points,
         })
     }
@@ -317,6 +328,8 @@ mod tests {
             workers: 1,
             latency_threshold: Duration::from_millis(1),
             seed: 1,
+            data_pattern: DataPattern::default(),
+            server_pid: None,
             points: build_points(Mode::Simple, &[1], &[1], &[0]),
         }
     }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::datagen::DataPattern;
 use crate::machine::Machine;
 use crate::plan::Region;
 use crate::stats::DirStats;
@@ -54,6 +55,12 @@ pub(crate) struct Config {
     pub(crate) seed: u64,
     /// How latency is measured, for readers of the file.
     pub(crate) latency_method: String,
+    /// What the written data looks like (absent in files from before: unique, incompressible).
+    #[serde(default)]
+    pub(crate) data_pattern: DataPattern,
+    /// The local server process whose CPU was sampled (`--server-pid`), if any.
+    #[serde(default)]
+    pub(crate) server_pid: Option<u32>,
 }
 
 /// One measured point.
@@ -77,6 +84,37 @@ pub(crate) struct PointResult {
     pub(crate) small: Option<ClassStats>,
     /// Large sequential I/O alone (present when large_qd > 0).
     pub(crate) large: Option<ClassStats>,
+    /// CPU used over the measured window (absent in files from before).
+    #[serde(default)]
+    pub(crate) cpu: PointCpu,
+    /// The measured window sample by sample: one per second, or ten for a window under 10 s.
+    #[serde(default)]
+    pub(crate) series: Vec<Sample>,
+}
+
+/// CPU used by the client (this process) and the server (`--server-pid`) over a point's
+/// measured window: percent of one core, and CPU microseconds per I/O.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub(crate) struct PointCpu {
+    pub(crate) client_pct: f64,
+    pub(crate) client_us_per_io: f64,
+    pub(crate) server_pct: Option<f64>,
+    pub(crate) server_us_per_io: Option<f64>,
+}
+
+/// One interval of a point's measured window.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub(crate) struct Sample {
+    /// End of the interval, seconds since the run started (points follow each other).
+    pub(crate) t_s: f64,
+    pub(crate) interval_s: f64,
+    pub(crate) ios: u64,
+    pub(crate) iops: f64,
+    pub(crate) mb_per_s: f64,
+    pub(crate) latency_us_mean: f64,
+    pub(crate) latency_us_max: f64,
+    pub(crate) client_cpu_pct: f64,
+    pub(crate) server_cpu_pct: Option<f64>,
 }
 
 /// Statistics of one I/O class (small random or large sequential) within a point.
@@ -136,7 +174,7 @@ pub(crate) fn find_knees(points: &[PointResult], threshold_us: f64) -> Vec<Knee>
 const CSV_HEADER: &str = "label,index,name,kind,small_qd,large_qd,write_pct,duration_s,\
 iops,mb_per_s,lat_mean_us,lat_p50_us,lat_p95_us,lat_p99_us,lat_p999_us,lat_max_us,\
 read_iops,read_mb_per_s,read_lat_mean_us,read_lat_p99_us,\
-write_iops,write_mb_per_s,write_lat_mean_us,write_lat_p99_us";
+write_iops,write_mb_per_s,write_lat_mean_us,write_lat_p99_us,client_cpu_pct,server_cpu_pct";
 
 /// One line per point, with a header.
 pub(crate) fn to_csv(r: &Results) -> String {
@@ -148,7 +186,7 @@ pub(crate) fn to_csv(r: &Results) -> String {
         let _ = writeln!(
             s,
             "{},{},{},{},{},{},{},{:.3},{:.1},{:.3},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},\
-             {:.1},{:.3},{:.2},{:.2},{:.1},{:.3},{:.2},{:.2}",
+             {:.1},{:.3},{:.2},{:.2},{:.1},{:.3},{:.2},{:.2},{:.1},{}",
             csv_field(&r.label),
             p.index,
             csv_field(&p.name),
@@ -173,6 +211,10 @@ pub(crate) fn to_csv(r: &Results) -> String {
             wr.mb_per_s,
             wr.latency_us.mean,
             wr.latency_us.p99,
+            p.cpu.client_pct,
+            p.cpu
+                .server_pct
+                .map_or(String::new(), |v| format!("{v:.1}")),
         );
     }
     s
@@ -191,7 +233,7 @@ pub(crate) fn summary_table(r: &Results) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:>3}  {:<28} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:>3}  {:<28} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
         "#",
         "point",
         "IOPS",
@@ -203,7 +245,9 @@ pub(crate) fn summary_table(r: &Results) -> String {
         "p99.9",
         "max",
         "rd mean",
-        "wr mean"
+        "wr mean",
+        "cli CPU",
+        "srv CPU"
     );
     for p in &r.points {
         let l = &p.total.latency_us;
@@ -216,7 +260,7 @@ pub(crate) fn summary_table(r: &Results) -> String {
         };
         let _ = writeln!(
             s,
-            "{:>3}  {:<28} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>9}",
+            "{:>3}  {:<28} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>9} {:>6.0}% {:>7}",
             p.index,
             p.name,
             p.total.iops,
@@ -228,7 +272,11 @@ pub(crate) fn summary_table(r: &Results) -> String {
             l.p999,
             l.max,
             dash(&p.read),
-            dash(&p.write)
+            dash(&p.write),
+            p.cpu.client_pct,
+            p.cpu
+                .server_pct
+                .map_or("-".to_string(), |v| format!("{v:.0}%")),
         );
     }
     for k in &r.knees {
@@ -303,6 +351,8 @@ pub(crate) mod tests {
             write: DirStats::default(),
             small: None,
             large: None,
+            cpu: PointCpu::default(),
+            series: Vec::new(),
         }
     }
 
@@ -362,10 +412,26 @@ pub(crate) mod tests {
                 latency_threshold_us: 1000.0,
                 seed: 0,
                 latency_method: String::new(),
+                data_pattern: DataPattern::default(),
+                server_pid: None,
             },
             points: vec![point(0, 1, 0, 1.0, 1.0), point(1, 2, 0, 2.0, 2.0)],
             knees: vec![],
         };
+        // A file from before data patterns, CPU and series still loads, with defaults.
+        let mut old = serde_json::to_value(&r).expect("serialises");
+        old["config"]
+            .as_object_mut()
+            .unwrap()
+            .remove("data_pattern");
+        old["config"].as_object_mut().unwrap().remove("server_pid");
+        for p in old["points"].as_array_mut().unwrap() {
+            p.as_object_mut().unwrap().remove("cpu");
+            p.as_object_mut().unwrap().remove("series");
+        }
+        let loaded: Results = serde_json::from_value(old).expect("old files load");
+        assert_eq!(loaded.config.data_pattern, DataPattern::default());
+        assert_eq!(loaded.points[1].cpu, PointCpu::default());
         let csv = to_csv(&r);
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 3);

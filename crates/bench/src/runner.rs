@@ -21,16 +21,27 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::args::RunArgs;
-use crate::datagen::Rng;
+use crate::cpu::{CpuMeter, CpuPct, CpuSample};
+use crate::datagen::{DataGen, Rng};
 use crate::machine::{utc_now, Machine};
 use crate::plan::{Plan, PointSpec, Region};
-use crate::results::{self, ClassStats, Config, PointResult, Results, Tool, SCHEMA_VERSION};
-use crate::stats::Recorder;
+use crate::results::{
+    self, ClassStats, Config, PointCpu, PointResult, Results, Sample, Tool, SCHEMA_VERSION,
+};
+use crate::stats::{Recorder, SeriesRecorder};
 use crate::target::{open_target, IoQueue, IoRequest, Op, Target, TargetError};
 use crate::{report, BenchError};
 
 /// How often the progress bar refreshes while a point runs.
 const PROGRESS_TICK: Duration = Duration::from_millis(100);
+/// The time series samples once a second...
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+/// ...but a window shorter than this many seconds gets this many samples, so that a short point
+/// still has a shape.
+const SAMPLES_MIN: u32 = 10;
+/// Most samples per point: a window longer than 20 minutes samples less often than once a
+/// second. Bounds each worker's series (32 bytes a sample) before the clock starts.
+const SAMPLES_MAX: u32 = 1200;
 
 const LATENCY_METHOD: &str = "closed loop at fixed outstanding I/O; per-I/O latency from \
 handing the request to the transport to seeing its completion, CLOCK_MONOTONIC; only I/Os \
@@ -58,6 +69,9 @@ struct PointCtx<'a> {
     warmup: Duration,
     duration: Duration,
     seed: u64,
+    /// Length and number of the time series' sampling intervals.
+    sample_interval: Duration,
+    samples: u32,
     abort: AtomicBool,
     completed_ios: AtomicU64,
     finished_workers: AtomicUsize,
@@ -98,17 +112,32 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
     );
     let bar = progress_bar(a.no_progress, plan.estimated());
     let mut points = Vec::with_capacity(plan.points.len());
+    let meter = CpuMeter::new(plan.server_pid);
+    let run_start = Instant::now();
     for spec in &plan.points {
-        let r = run_point(target.as_ref(), &plan, region, spec, &bar)?;
+        let r = run_point(
+            target.as_ref(),
+            &plan,
+            region,
+            spec,
+            &bar,
+            &meter,
+            run_start,
+        )?;
+        let server = r
+            .cpu
+            .server_pct
+            .map_or(String::new(), |v| format!(", server {v:.0}%"));
         let line = format!(
-            "point {:>3}/{} {:<28} {:>10.0} IOPS {:>9.1} MB/s {:>9.1} µs mean {:>9.1} µs p99",
+            "point {:>3}/{} {:<28} {:>10.0} IOPS {:>9.1} MB/s {:>9.1} µs mean {:>9.1} µs p99, CPU client {:.0}%{server}",
             spec.index + 1,
             plan.points.len(),
             r.name,
             r.total.iops,
             r.total.mb_per_s,
             r.total.latency_us.mean,
-            r.total.latency_us.p99
+            r.total.latency_us.p99,
+            r.cpu.client_pct,
         );
         if bar.is_hidden() {
             eprintln!("{line}");
@@ -166,6 +195,8 @@ fn config_record(plan: &Plan, region: Region) -> Config {
         latency_threshold_us: plan.latency_threshold.as_secs_f64() * 1e6,
         seed: plan.seed,
         latency_method: LATENCY_METHOD.into(),
+        data_pattern: plan.data_pattern,
+        server_pid: plan.server_pid,
     }
 }
 
@@ -202,12 +233,25 @@ fn assign_slots(spec: &PointSpec, workers: u32, queue_depth_max: u32) -> Vec<Vec
     out
 }
 
+/// How a window of `duration` is cut into samples: their length and number.
+fn sampling(duration: Duration) -> (Duration, u32) {
+    let per_second = duration.as_secs_f64() / SAMPLE_INTERVAL.as_secs_f64();
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // clamped to u32 range
+    let n = (per_second.round() as u32).clamp(SAMPLES_MIN, SAMPLES_MAX);
+    (duration / n, n)
+}
+
+/// The workers' outcome: latency recorders and the time series.
+type WorkerOutcome = Result<(Recorders, SeriesRecorder), TargetError>;
+
 fn run_point(
     target: &dyn Target,
     plan: &Plan,
     region: Region,
     spec: &PointSpec,
     bar: &ProgressBar,
+    meter: &CpuMeter,
+    run_start: Instant,
 ) -> Result<PointResult, BenchError> {
     let run_err = |source: TargetError| BenchError::Run {
         point: spec.name(),
@@ -230,9 +274,15 @@ fn run_point(
             .max()
             .expect("every queue has a slot");
         let depth = u32::try_from(classes.len()).expect("depth bounded by QUEUE_DEPTH_MAX");
-        let seed = mix_seed(plan.seed, spec.index, qi, 0);
-        queues.push(target.open_queue(depth, io_max, seed).map_err(run_err)?);
+        // Every queue writes its own data; duplicates come from one pool for the whole run.
+        let data = DataGen::new(
+            mix_seed(plan.seed, spec.index, qi, 0),
+            plan.data_pattern,
+            mix_seed(plan.seed, 0, 0, 2),
+        );
+        queues.push(target.open_queue(depth, io_max, data).map_err(run_err)?);
     }
+    let (sample_interval, samples) = sampling(plan.duration);
     let ctx = PointCtx {
         spec,
         region,
@@ -242,6 +292,8 @@ fn run_point(
         warmup: plan.warmup,
         duration: plan.duration,
         seed: plan.seed,
+        sample_interval,
+        samples,
         abort: AtomicBool::new(false),
         completed_ios: AtomicU64::new(0),
         finished_workers: AtomicUsize::new(0),
@@ -249,7 +301,8 @@ fn run_point(
     let barrier = Barrier::new(nqueues + 1);
     let bar_base = bar.position();
     bar.set_message(spec.name());
-    let outcomes: Vec<Result<Recorders, TargetError>> = std::thread::scope(|scope| {
+    let mut cpu_samples = Vec::with_capacity(samples as usize + 1);
+    let outcomes: Vec<WorkerOutcome> = std::thread::scope(|scope| {
         let handles: Vec<_> = queues
             .into_iter()
             .zip(slots.iter())
@@ -280,7 +333,7 @@ fn run_point(
         let start = Instant::now();
         ctx.start.set(start).expect("start is set once");
         barrier.wait();
-        watch_progress(&ctx, start, nqueues, bar, bar_base);
+        watch_progress(&ctx, start, nqueues, bar, bar_base, meter, &mut cpu_samples);
         handles
             .into_iter()
             .map(|h| h.join().expect("worker thread panicked"))
@@ -289,13 +342,86 @@ fn run_point(
     let total_ms = u64::try_from((plan.warmup + plan.duration).as_millis()).unwrap_or(u64::MAX);
     bar.set_position(bar_base + total_ms);
     let mut merged: Recorders = Default::default();
+    let mut series = SeriesRecorder::new(nanos(sample_interval), samples as usize);
     for outcome in outcomes {
-        let recs = outcome.map_err(run_err)?;
+        let (recs, s) = outcome.map_err(run_err)?;
         for (m, r) in merged.iter_mut().flatten().zip(recs.iter().flatten()) {
             m.merge(r);
         }
+        series.merge(&s);
     }
-    Ok(point_result(spec, plan, &merged, nqueues))
+    let mut r = point_result(spec, plan, &merged, nqueues);
+    r.cpu = point_cpu(&cpu_samples, r.total.ios);
+    let window_start_s = ctx.start.get().map_or(0.0, |s| {
+        (*s + plan.warmup).duration_since(run_start).as_secs_f64()
+    });
+    r.series = samples_of(&series, &cpu_samples, sample_interval, window_start_s);
+    Ok(r)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+}
+
+/// CPU over the measured window: from the first sample (window open) to the last.
+fn point_cpu(cpu: &[CpuSample], ios: u64) -> PointCpu {
+    let (Some(first), Some(last)) = (cpu.first(), cpu.last()) else {
+        return PointCpu::default();
+    };
+    let pct = CpuPct::between(first, last);
+    let wall_s = last.at.duration_since(first.at).as_secs_f64();
+    #[allow(clippy::cast_precision_loss)] // I/O counts far below 2^52
+    let per_io = |pct: f64| {
+        if ios == 0 {
+            0.0
+        } else {
+            pct / 100.0 * wall_s * 1e6 / ios as f64
+        }
+    };
+    PointCpu {
+        client_pct: pct.client,
+        client_us_per_io: per_io(pct.client),
+        server_pct: pct.server,
+        server_us_per_io: pct.server.map(per_io),
+    }
+}
+
+/// The time series of a point: I/O counts per interval with the CPU sampled at its ends.
+#[allow(clippy::cast_precision_loss)] // counts far below 2^52
+fn samples_of(
+    series: &SeriesRecorder,
+    cpu: &[CpuSample],
+    interval: Duration,
+    window_start_s: f64,
+) -> Vec<Sample> {
+    let interval_s = interval.as_secs_f64();
+    series
+        .intervals()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let cpu_pct = match (cpu.get(i), cpu.get(i + 1)) {
+                (Some(a), Some(b)) => CpuPct::between(a, b),
+                _ => CpuPct::default(),
+            };
+            let mean_us = if c.ios == 0 {
+                0.0
+            } else {
+                c.latency_ns_sum as f64 / c.ios as f64 / 1000.0
+            };
+            Sample {
+                t_s: window_start_s + interval_s * (i + 1) as f64,
+                interval_s,
+                ios: c.ios,
+                iops: c.ios as f64 / interval_s,
+                mb_per_s: c.bytes as f64 / interval_s / 1e6,
+                latency_us_mean: mean_us,
+                latency_us_max: c.latency_ns_max as f64 / 1000.0,
+                client_cpu_pct: cpu_pct.client,
+                server_cpu_pct: cpu_pct.server,
+            }
+        })
+        .collect()
 }
 
 /// Seeds differ per point, queue and purpose so no two streams share data or offsets.
@@ -315,22 +441,32 @@ fn stream_start(ctx: &PointCtx<'_>, qi: usize, nqueues: usize) -> u64 {
     ctx.region.start_bytes + share / large * large
 }
 
+/// Refreshes the progress bar and samples CPU at each sampling boundary of the window (its
+/// opening, the end of each interval) until the window closes or the workers stop.
 fn watch_progress(
     ctx: &PointCtx<'_>,
     start: Instant,
     nqueues: usize,
     bar: &ProgressBar,
     base: u64,
+    meter: &CpuMeter,
+    cpu: &mut Vec<CpuSample>,
 ) {
-    let end = start + ctx.warmup + ctx.duration;
+    let warm_end = start + ctx.warmup;
+    let end = warm_end + ctx.duration;
+    let boundary = |k: u32| warm_end + ctx.sample_interval * k;
+    let mut next_k = 0u32;
     let mut last_ios = 0u64;
     let mut last_t = start;
-    while ctx.finished_workers.load(Ordering::Relaxed) < nqueues {
+    while ctx.finished_workers.load(Ordering::Relaxed) < nqueues && next_k <= ctx.samples {
         let now = Instant::now();
-        if now >= end {
-            break;
+        if now >= boundary(next_k) {
+            cpu.push(meter.sample());
+            next_k += 1;
+            continue;
         }
-        std::thread::sleep(PROGRESS_TICK.min(end - now));
+        let wake = (now + PROGRESS_TICK).min(boundary(next_k)).min(end);
+        std::thread::sleep(wake.saturating_duration_since(now));
         let now = Instant::now();
         let ios = ctx.completed_ios.load(Ordering::Relaxed);
         let dt = now.duration_since(last_t).as_secs_f64();
@@ -350,6 +486,11 @@ fn watch_progress(
         last_ios = ios;
         last_t = now;
     }
+    // The workers can all finish between the window's end and our wake-up: take the last
+    // sample now (a little late) rather than lose the last interval's CPU.
+    if next_k == ctx.samples {
+        cpu.push(meter.sample());
+    }
 }
 
 /// One worker's closed loop over its queue.
@@ -359,13 +500,14 @@ fn drive(
     classes: &[Class],
     seq_start: u64,
     seed: u64,
-) -> Result<Recorders, TargetError> {
+) -> WorkerOutcome {
     let start = *ctx.start.get().expect("start set before the barrier");
     let warm_end = start + ctx.warmup;
     let end = warm_end + ctx.duration;
     let depth = classes.len();
     let mut rng = Rng::new(seed);
     let mut recs: Recorders = Default::default();
+    let mut series = SeriesRecorder::new(nanos(ctx.sample_interval), ctx.samples as usize);
     let mut free: Vec<u32> = (0..u32::try_from(depth).expect("depth fits u32"))
         .rev()
         .collect();
@@ -439,6 +581,9 @@ fn drive(
                     large
                 };
                 recs[class][dir].record(ns, bytes);
+                let since_ns =
+                    u64::try_from(t_done.duration_since(warm_end).as_nanos()).unwrap_or(u64::MAX);
+                series.record(since_ns, ns, bytes);
                 counted += 1;
             }
             free.push(tag);
@@ -451,7 +596,7 @@ fn drive(
             stopping = true;
         }
     }
-    Ok(recs)
+    Ok((recs, series))
 }
 
 fn point_result(spec: &PointSpec, plan: &Plan, recs: &Recorders, queues: usize) -> PointResult {
@@ -482,6 +627,8 @@ fn point_result(spec: &PointSpec, plan: &Plan, recs: &Recorders, queues: usize) 
         write: sum(&[sw, lw]).summarize(secs),
         small: (spec.small_qd > 0).then(|| class(sr, sw, plan.small_io_bytes)),
         large: (spec.large_qd > 0).then(|| class(lr, lw, plan.large_io_bytes)),
+        cpu: PointCpu::default(),
+        series: Vec::new(),
     };
     let n: u64 = recs.iter().flatten().map(Recorder::ios).sum();
     assert_eq!(r.total.ios, n, "merging lost I/Os");
@@ -491,6 +638,20 @@ fn point_result(spec: &PointSpec, plan: &Plan, recs: &Recorders, queues: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_sample_each_second_or_ten_times() {
+        assert_eq!(
+            sampling(Duration::from_secs(30)),
+            (Duration::from_secs(1), 30)
+        );
+        assert_eq!(sampling(Duration::from_millis(200)).1, 10);
+        assert_eq!(
+            sampling(Duration::from_secs(5)),
+            (Duration::from_millis(500), 10)
+        );
+        assert_eq!(sampling(Duration::from_secs(7200)).1, SAMPLES_MAX);
+    }
 
     #[test]
     fn slots_spread_over_workers_and_files_get_one_per_io() {

@@ -133,6 +133,60 @@ impl Recorder {
     }
 }
 
+/// I/Os of one sampling interval (one second of the measured window, or a tenth of a short one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct IntervalCounts {
+    pub(crate) ios: u64,
+    pub(crate) bytes: u64,
+    pub(crate) latency_ns_sum: u64,
+    pub(crate) latency_ns_max: u64,
+}
+
+/// Per-interval counts of one worker over a point's measured window: the time series. An I/O
+/// falls in the interval in which it completed.
+#[derive(Debug, Clone)]
+pub(crate) struct SeriesRecorder {
+    interval_ns: u64,
+    intervals: Vec<IntervalCounts>,
+}
+
+impl SeriesRecorder {
+    /// `count` intervals of `interval_ns` each; allocated once, before the clock starts.
+    pub(crate) fn new(interval_ns: u64, count: usize) -> Self {
+        assert!(interval_ns > 0 && count > 0);
+        SeriesRecorder {
+            interval_ns,
+            intervals: vec![IntervalCounts::default(); count],
+        }
+    }
+
+    /// Records an I/O that completed `since_window_ns` after the window opened.
+    #[inline]
+    pub(crate) fn record(&mut self, since_window_ns: u64, latency_ns: u64, bytes: u64) {
+        let last = self.intervals.len() - 1;
+        let i = usize::try_from(since_window_ns / self.interval_ns).map_or(last, |i| i.min(last));
+        let c = &mut self.intervals[i];
+        c.ios += 1;
+        c.bytes += bytes;
+        c.latency_ns_sum = c.latency_ns_sum.saturating_add(latency_ns);
+        c.latency_ns_max = c.latency_ns_max.max(latency_ns);
+    }
+
+    pub(crate) fn merge(&mut self, other: &SeriesRecorder) {
+        assert_eq!(self.intervals.len(), other.intervals.len());
+        for (a, b) in self.intervals.iter_mut().zip(&other.intervals) {
+            a.ios += b.ios;
+            a.bytes += b.bytes;
+            a.latency_ns_sum = a.latency_ns_sum.saturating_add(b.latency_ns_sum);
+            a.latency_ns_max = a.latency_ns_max.max(b.latency_ns_max);
+        }
+    }
+
+    pub(crate) fn intervals(&self) -> &[IntervalCounts] {
+        &self.intervals
+    }
+}
+
 /// Power-of-two µs bucket of a latency: the number of bits of its whole microseconds.
 #[inline]
 pub(crate) fn pow2_bucket(latency_ns: u64) -> usize {
@@ -185,6 +239,24 @@ mod tests {
         assert_eq!(s.latency_us.mean, 20.0);
         assert_eq!(s.latency_us.min, 10.0);
         assert_eq!(s.latency_us.max, 30.0);
+    }
+
+    #[test]
+    fn series_counts_land_in_their_interval_and_merge() {
+        let mut a = SeriesRecorder::new(1_000, 3);
+        let mut b = SeriesRecorder::new(1_000, 3);
+        a.record(10, 50, 8);
+        a.record(1_500, 70, 8);
+        b.record(1_999, 90, 8);
+        b.record(99_999, 30, 8); // after the last interval: counted in it
+        a.merge(&b);
+        let i = a.intervals();
+        assert_eq!(i[0].ios, 1);
+        assert_eq!(
+            (i[1].ios, i[1].latency_ns_sum, i[1].latency_ns_max),
+            (2, 160, 90)
+        );
+        assert_eq!((i[2].ios, i[2].bytes), (1, 8));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The few raw system calls std does not offer: a non-blocking send on a blocking socket
-//! (MSG_DONTWAIT), poll(2), and page-aligned buffers for O_DIRECT. Each unsafe block is here.
+//! (MSG_DONTWAIT), poll(2), page-aligned buffers for O_DIRECT, this process's CPU time
+//! (getrusage) and the clock tick of /proc. Each unsafe block is here.
 
 #![allow(unsafe_code)]
 
@@ -76,6 +77,29 @@ pub(crate) fn poll_socket(fd: RawFd, want_write: bool) -> io::Result<()> {
     }
 }
 
+/// CPU time this process has used so far, user and system, in microseconds.
+pub(crate) fn self_cpu_us() -> (u64, u64) {
+    // SAFETY: rusage is plain data; all-zero bytes are a valid value of it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage on our stack; RUSAGE_SELF is always accepted.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    assert_eq!(
+        rc, 0,
+        "getrusage(RUSAGE_SELF) cannot fail with a valid pointer"
+    );
+    let us = |tv: libc::timeval| {
+        u64::try_from(tv.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(tv.tv_usec).unwrap_or(0)
+    };
+    (us(ru.ru_utime), us(ru.ru_stime))
+}
+
+/// Clock ticks per second, the unit of the CPU times in /proc/PID/stat (100 on Linux).
+pub(crate) fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf takes no pointers and only reads system configuration.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(100)
+}
+
 /// A zeroed heap buffer aligned to [`DIRECT_ALIGN_BYTES`], for O_DIRECT reads and writes.
 #[derive(Debug)]
 pub(crate) struct AlignedBuf {
@@ -122,6 +146,20 @@ impl Drop for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_time_grows_while_we_compute() {
+        let (u0, s0) = self_cpu_us();
+        let mut x = 1u64;
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(30) {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let (u1, s1) = self_cpu_us();
+        assert!(u1 + s1 > u0 + s0);
+        assert!(clock_ticks_per_s() >= 1);
+    }
 
     #[test]
     fn aligned_buffer_is_page_aligned_and_rounded_up() {

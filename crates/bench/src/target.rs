@@ -9,6 +9,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::datagen::DataGen;
+
 mod file;
 mod iscsi;
 mod nbd;
@@ -78,13 +80,13 @@ pub(crate) trait Target: Send + Sync {
     /// opens one queue (and thread) per outstanding I/O.
     fn queue_depth_max(&self) -> u32;
 
-    /// Opens a queue for up to `depth` outstanding I/Os of at most `io_bytes_max` each. `seed`
-    /// seeds the write data so that every queue writes different bytes.
+    /// Opens a queue for up to `depth` outstanding I/Os of at most `io_bytes_max` each. `data`
+    /// makes the write data (seeded per queue, so that every queue writes different bytes).
     fn open_queue(
         &self,
         depth: u32,
         io_bytes_max: u32,
-        seed: u64,
+        data: DataGen,
     ) -> Result<Box<dyn IoQueue>, TargetError>;
 }
 

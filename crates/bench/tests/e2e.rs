@@ -1,6 +1,7 @@
 //! End-to-end tests of the `weft-bench` binary against nbdkit's memory plugin and a file:
 //! every mode writes JSON valid against `schema/results.schema.json`, CSV and HTML; the HTML
-//! renders its charts in headless Chromium; bad targets (NBD, iSCSI, files) fail with exit
+//! renders its uPlot charts and ORION grids in headless Chromium; data patterns and the server's
+//! CPU are recorded; bad targets (NBD, iSCSI, files) fail with exit
 //! code 2 and a message. iSCSI runs against a real target are `crates/cli/tests/bench_iscsi.rs`.
 //!
 //! Needs nbdkit and chromium on PATH (Debian packages `nbdkit`, `chromium`).
@@ -79,6 +80,10 @@ impl Nbdkit {
 
     fn uri(&self) -> String {
         format!("nbd://127.0.0.1:{}/", self.port)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
@@ -160,6 +165,7 @@ fn check_csv(path: &Path, value: &serde_json::Value) {
         "one CSV row per point plus a header"
     );
     assert!(lines[0].starts_with("label,index,name,kind"));
+    assert!(lines[0].ends_with(",client_cpu_pct,server_cpu_pct"));
 }
 
 fn points_of(v: &serde_json::Value) -> &Vec<serde_json::Value> {
@@ -180,6 +186,15 @@ fn assert_every_point_did_io(v: &serde_json::Value) {
         if w == 0 {
             assert_eq!(p["write"]["ios"], 0);
         }
+        // The time series covers the window and adds up to the point's I/Os.
+        let series = p["series"].as_array().unwrap();
+        assert_eq!(series.len(), 10, "a window under 10 s has ten samples");
+        let ios: u64 = series.iter().map(|s| s["ios"].as_u64().unwrap()).sum();
+        assert_eq!(ios, p["total"]["ios"].as_u64().unwrap());
+        assert!(
+            p["cpu"]["client_pct"].as_f64().unwrap() > 0.0,
+            "no client CPU: {p}"
+        );
     }
 }
 
@@ -313,13 +328,58 @@ fn every_mode_against_a_file() {
 }
 
 #[test]
+fn data_pattern_and_server_cpu_are_recorded() {
+    let nbd = Nbdkit::start(&[], "64M");
+    let dir = tempfile::tempdir().unwrap();
+    let pid = nbd.pid().to_string();
+    let v = run_ok(
+        &nbd.uri(),
+        &dir.path().join("pattern"),
+        &[
+            "--mode",
+            "oltp",
+            "--qd",
+            "4",
+            "-w",
+            "100",
+            "--compressible",
+            "50",
+            "--dedupable",
+            "25%",
+            "--server-pid",
+            &pid,
+            "--small",
+            "8KiB",
+        ],
+    );
+    assert_eq!(v["config"]["data_pattern"]["compressible_pct"], 50);
+    assert_eq!(v["config"]["data_pattern"]["dedupable_pct"], 25);
+    assert_eq!(v["config"]["server_pid"], nbd.pid());
+    assert_eq!(v["config"]["small_io_bytes"], 8192);
+    let p = &points_of(&v)[0];
+    assert!(
+        p["cpu"]["server_pct"].as_f64().unwrap() > 0.0,
+        "nbdkit served: {p}"
+    );
+    assert!(p["cpu"]["server_us_per_io"].as_f64().unwrap() > 0.0);
+    assert!(p["series"][0]["server_cpu_pct"].is_number());
+    expect_usage_error(
+        &[&nbd.uri(), "--server-pid", "4294967295"],
+        "--server-pid 4294967295: cannot read /proc/4294967295/stat",
+    );
+    expect_usage_error(&[&nbd.uri(), "--compressible", "101"], "percentage");
+}
+
+#[test]
 fn report_overlays_results_and_renders_in_chromium() {
     let nbd = Nbdkit::start(&[], "64M");
     let dir = tempfile::tempdir().unwrap();
     let file = temp_file(dir.path(), 32 << 20);
     let common = ["--qd", "1,2,4", "-w", "0,40", "--large-qd", "1,2"];
     let mut a = common.to_vec();
-    a.extend_from_slice(&["--label", "nbdkit", "--mode", "oltp"]);
+    let pid = nbd.pid().to_string();
+    a.extend_from_slice(&["--label", "nbdkit", "--mode", "oltp", "--server-pid", &pid]);
+    a.extend_from_slice(&["--compressible", "60", "--dedupable", "20"]);
     run_ok(&nbd.uri(), &dir.path().join("a"), &a);
     let mut b = common.to_vec();
     b.extend_from_slice(&["--label", "file", "--mode", "simple"]);
@@ -342,20 +402,90 @@ fn report_overlays_results_and_renders_in_chromium() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let dom = chromium(dir.path(), &["--dump-dom"], &html);
+    let dom = chromium(
+        dir.path(),
+        &["--dump-dom", "--window-size=1200,2000"],
+        &html,
+    );
     assert!(
         dom.contains("data-rendered=\"true\""),
         "report script did not finish"
     );
-    let charts = svg_charts(&dom);
-    for kind in ["iops-latency", "mbps-qd", "iops-qd", "histogram"] {
-        let c = charts.iter().find(|(k, _, _)| k == kind);
-        let (_, series, points) = c.unwrap_or_else(|| panic!("no {kind} chart in {charts:?}"));
-        assert!(*points > 0 && *series > 0, "{kind} chart has no data");
+    let charts = plot_charts(&dom);
+    for c in &charts {
+        assert!(c.num("data-points") > 0.0, "a chart was left empty: {c:?}");
     }
-    let iops_latency = charts.iter().find(|c| c.0 == "iops-latency").unwrap();
-    assert_eq!(iops_latency.1, 4, "2 runs x 2 write percentages");
-    assert!(dom.matches("class=\"pt\"").count() >= 12);
+    for kind in [
+        "latency-qd",
+        "iops-latency",
+        "mbps-qd",
+        "iops-qd",
+        "histogram",
+        "cpu-point",
+        "time-io",
+        "time-latency",
+        "time-cpu",
+    ] {
+        let c = charts
+            .iter()
+            .find(|c| c.attr("data-chart") == kind)
+            .unwrap_or_else(|| panic!("no {kind} chart in {charts:#?}"));
+        assert!(
+            c.num("data-points") > 0.0 && c.num("data-series") > 0.0,
+            "{kind} chart has no data: {c:?}"
+        );
+        assert_eq!(c.attr("data-drawn"), "true", "uPlot did not draw {kind}");
+        assert!(c.num("data-y-max") > 0.0, "{kind}: flat zero data {c:?}");
+        assert!(c.num("data-x-max") >= c.num("data-x-min"), "{kind}: {c:?}");
+        // Charts take the page's width: two 560 px columns or one wider one at 1200 px.
+        assert!(c.num("data-width") >= 500.0, "{kind} is narrow: {c:?}");
+    }
+    // Mean, p99 and p99.9 against outstanding I/Os (1, 2, 4): both runs, small random I/O.
+    let lat = charts
+        .iter()
+        .find(|c| c.attr("data-chart") == "latency-qd" && c.attr("data-labels").contains("file"))
+        .expect("a latency chart overlays both runs");
+    let labels: Vec<&str> = lat.attr("data-labels").split('|').collect();
+    for stat in ["mean", "p99", "p99.9"] {
+        for run in ["nbdkit", "file"] {
+            let want = format!("{run}: {stat}");
+            assert!(
+                labels.contains(&want.as_str()),
+                "{want} missing: {labels:?}"
+            );
+        }
+    }
+    assert_eq!((lat.num("data-x-min"), lat.num("data-x-max")), (1.0, 4.0));
+    let iops_latency = charts
+        .iter()
+        .find(|c| c.attr("data-chart") == "iops-latency")
+        .unwrap();
+    assert_eq!(
+        iops_latency.num("data-series"),
+        4.0,
+        "2 runs x 2 write percentages"
+    );
+    assert!(iops_latency.num("data-points") >= 12.0);
+    // Large sequential MB/s at 1 and 2 outstanding I/Os (the simple run), per write %.
+    let mbps = charts
+        .iter()
+        .find(|c| c.attr("data-chart") == "mbps-qd")
+        .unwrap();
+    assert_eq!((mbps.num("data-x-min"), mbps.num("data-x-max")), (1.0, 2.0));
+    // The server's CPU (nbdkit's pid) is drawn for the run that watched it.
+    assert!(charts.iter().any(|c| c.attr("data-chart") == "time-cpu"
+        && c.attr("data-labels")
+            .contains(&format!("server CPU (pid {pid})"))));
+    // ORION grids: IOPS and latency by small outstanding I/Os for both runs; MB/s by large
+    // outstanding I/Os for the simple run.
+    for grid in ["iops", "mbps", "latency"] {
+        assert!(
+            dom.contains(&format!("class=\"grid\" data-grid=\"{grid}\"")),
+            "no {grid} grid"
+        );
+    }
+    assert!(dom.contains("small \\ large"));
+    assert!(dom.contains("60% compressible, 20% duplicate 4 KiB blocks"));
     assert!(dom.contains("class=\"knee\""));
 
     let shot = dir.path().join("report.png");
@@ -413,23 +543,47 @@ fn chromium(dir: &Path, args: &[&str], html: &Path) -> String {
     reader.join().unwrap()
 }
 
-/// (data-chart, data-series, data-points) of each rendered chart.
-fn svg_charts(dom: &str) -> Vec<(String, u64, u64)> {
-    let attr = |tag: &str, name: &str| -> Option<String> {
-        let key = format!("{name}=\"");
-        let at = tag.find(&key)? + key.len();
-        Some(tag[at..].split('"').next()?.to_string())
-    };
-    dom.match_indices("<svg class=\"weft-chart\"")
+/// The attributes report.js puts on one chart's container.
+#[derive(Debug)]
+struct Chart(Vec<(String, String)>);
+
+impl Chart {
+    fn attr(&self, name: &str) -> &str {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    }
+
+    fn num(&self, name: &str) -> f64 {
+        self.attr(name)
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} is not a number in {self:?}"))
+    }
+}
+
+/// Every `<div class="plot" data-chart=...>` in the dumped DOM with its attributes (the
+/// inlined script mentions the bare tag in a comment).
+fn plot_charts(dom: &str) -> Vec<Chart> {
+    dom.match_indices("<div class=\"plot\" data-chart=")
         .filter_map(|(i, _)| {
-            let tag = &dom[i..i + dom[i..].find('>')?];
-            Some((
-                attr(tag, "data-chart")?,
-                attr(tag, "data-series")?.parse().ok()?,
-                attr(tag, "data-points")?.parse().ok()?,
-            ))
+            let tag = &dom[i + "<div".len()..i + dom[i..].find('>')?];
+            Some(Chart(attributes(tag)))
         })
         .collect()
+}
+
+/// `name="value"` pairs of a serialised tag (values hold no '"': the DOM escapes it).
+fn attributes(mut tag: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    while let Some((name, rest)) = tag.split_once("=\"") {
+        let Some((value, rest)) = rest.split_once('"') else {
+            break;
+        };
+        out.push((name.trim().to_string(), value.to_string()));
+        tag = rest;
+    }
+    out
 }
 
 fn expect_usage_error(args: &[&str], needle: &str) {

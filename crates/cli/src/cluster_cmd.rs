@@ -55,6 +55,10 @@ pub struct DnodeCommand {
     pub action: Option<DnodeAction>,
     #[command(flatten)]
     pub run: Option<DnodeRunArgs>,
+    /// Beside `run`, not in it: clap gives a struct that flattens another an empty group, and
+    /// `Option<DnodeRunArgs>` would then always be `None`.
+    #[command(flatten)]
+    pub daemon: crate::config_file::DaemonArgs,
 }
 
 #[derive(Debug, Args)]

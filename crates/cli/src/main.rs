@@ -4,9 +4,12 @@
 
 mod client;
 mod cluster_cmd;
+mod config_file;
 mod host_cmd;
+mod logging;
 mod print;
 mod size;
+mod top;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -81,6 +84,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Per-volume IOPS, MB/s and latency, refreshed every second (like iostat).
+    Top(top::TopArgs),
     /// Wait until every acknowledged write is destaged into sealed segments.
     Sync,
     /// Run garbage collection now.
@@ -94,6 +99,8 @@ enum Command {
 #[derive(Debug, Args)]
 struct CnodeArgs {
     #[command(flatten)]
+    daemon: config_file::DaemonArgs,
+    #[command(flatten)]
     cluster: cluster_cmd::CnodeClusterArgs,
     #[command(flatten)]
     engine: EngineArgs,
@@ -101,6 +108,8 @@ struct CnodeArgs {
 
 #[derive(Debug, Args)]
 struct ServeArgs {
+    #[command(flatten)]
+    daemon: config_file::DaemonArgs,
     #[command(flatten)]
     engine: EngineArgs,
     /// Limit the bytes the local chunk store may use (default: the file system's free space).
@@ -281,15 +290,17 @@ enum CloneCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `Cli::parse()`, completed with the values of a daemon's --config file (config_file.rs).
+    let cli: Cli = config_file::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(&cli.global, args),
         Command::Cnode(args) => cnode(&cli.global, args),
         Command::Dnode(cluster_cmd::DnodeCommand {
             action: None,
             run: Some(args),
+            daemon,
         }) => {
-            init_logging();
+            logging::init_logging(daemon.log_format);
             cluster_cmd::run_dnode(args)
         }
         Command::Bench(args) => {
@@ -320,6 +331,7 @@ fn main() -> ExitCode {
                 Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a),
                 Command::Volume(VolumeCommand::Unmap(a)) => host_cmd::unmap(&client, a),
                 Command::Cluster(c) => cluster_cmd::cluster(&client, c),
+                Command::Top(args) => top::top(&client, args),
                 command => client::run(&client, command_to_request(command)),
             }
         }
@@ -405,6 +417,7 @@ fn command_to_request(command: Command) -> client::Request {
         | Command::Volume(VolumeCommand::Map(_) | VolumeCommand::Unmap(_))
         | Command::Pool(_)
         | Command::Cluster(_)
+        | Command::Top(_)
         | Command::Bench(_) => unreachable!("handled before"),
     }
 }
@@ -425,21 +438,6 @@ fn parse_listen(s: &str) -> Result<Listen, String> {
         })
         .collect::<Result<_, _>>()
         .map(Listen)
-}
-
-/// Logs go to stderr at the level `WEFT_LOG` names (`info` by default; any
-/// `tracing_subscriber` filter, e.g. `debug` or `info,weft_engine=debug`), coloured only when
-/// stderr is a terminal (a log file or journald gets plain text).
-fn init_logging() {
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 fn nbd_tls_files(args: &EngineArgs) -> Option<weft_server::nbd_listener::NbdTlsFiles> {
@@ -474,7 +472,7 @@ fn run_server(config: ServeConfig) -> anyhow::Result<()> {
 }
 
 fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
-    init_logging();
+    logging::init_logging(args.daemon.log_format);
     let config = ServeConfig {
         engine: engine_config(global, &args.engine)?,
         backend: Backend::Local(weft_engine::LocalStoreConfig {
@@ -497,7 +495,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
-    init_logging();
+    logging::init_logging(args.daemon.log_format);
     let c = args.cluster;
     let mut engine = engine_config(global, &args.engine)?;
     engine.repair_rate_bytes_per_s = c.rebuild_rate;

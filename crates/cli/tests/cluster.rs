@@ -221,6 +221,7 @@ fn rebuild_after_out_then_survive_two_more_losses() {
         "every PG healthy again on 7 d.nodes:\n{s:#}"
     );
     fio_verify(&c, size, fio_seed, "verify-only after the rebuild");
+    assert_dnode_metrics(&c, &id);
 
     // Two more: every stripe keeps at least 4 of its 6 chunks.
     let more = pick(&mut rng, 8, 2, &[first]);
@@ -239,6 +240,40 @@ fn rebuild_after_out_then_survive_two_more_losses() {
     );
     fio_verify(&c, size, fio_seed, "verify-only with three d.nodes out");
     c.step("done");
+}
+
+/// The c.node's `/metrics` shows every d.node, the out one down, chunk I/O to the others and
+/// the rebuild done.
+fn assert_dnode_metrics(c: &Cluster, out_id: &str) {
+    let cnode = c.cnode.as_ref().unwrap();
+    let base = cnode.metrics.trim_end_matches("/metrics");
+    let (status, text) = api_request(base, "GET", "/metrics", None, None);
+    assert_eq!(status, 200, "{text}");
+    let value = |prefix: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix}… in /metrics:\n{text}"))
+    };
+    for d in &c.dnodes {
+        let up = value(&format!("weft_dnode_up{{dnode=\"{}\"", d.id));
+        assert_eq!(
+            up,
+            if d.id == out_id { 0.0 } else { 1.0 },
+            "d.node {}",
+            d.id
+        );
+    }
+    let puts: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("weft_dnode_chunk_requests_total{") && l.contains("op=\"put\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    assert!(puts > 0.0, "chunk puts counted per d.node:\n{text}");
+    assert!(
+        value("weft_repair_chunks_rebuilt_all_total ") > 0.0,
+        "{text}"
+    );
 }
 
 // ------------------------------------------------------------------------------------------

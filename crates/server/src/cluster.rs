@@ -4,6 +4,7 @@
 //! d.nodes down (registration gone) and out (down longer than the grace period) and moves
 //! their placement-group positions to other d.nodes.
 
+pub mod chunk_io;
 pub mod pgmap;
 pub mod placement;
 pub mod records;

@@ -14,9 +14,9 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use weft_engine::Engine;
+use weft_engine::{Engine, EngineStats};
 
-use crate::cluster::ClusterPlacement;
+use crate::cluster::{ClusterPlacement, NodeState, NodeStatus};
 use crate::io_stats::{prometheus_buckets, IoStats, Op, Protocol};
 
 /// What a scrape reads.
@@ -129,12 +129,20 @@ fn family<'e>(
 
 impl Family<'_> {
     fn counter(&mut self, labels: &Labels, value: u64) -> std::fmt::Result {
+        if labels.is_empty() {
+            return self
+                .encoder
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&value, None);
+        }
         self.encoder
             .encode_family(labels)?
             .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&value, None)
     }
 
     fn gauge(&mut self, labels: &Labels, value: f64) -> std::fmt::Result {
+        if labels.is_empty() {
+            return self.encoder.encode_gauge(&value);
+        }
         self.encoder.encode_family(labels)?.encode_gauge(&value)
     }
 
@@ -179,10 +187,9 @@ impl Collector for Scrape {
         .gauge(&vec![("version", env!("CARGO_PKG_VERSION"))], 1.0)?;
         encode_io(&mut encoder, &source.io)?;
         encode_volumes(&mut encoder, &source.engine)?;
-        encode_engine(&mut encoder, &source.engine)?;
-        if let Some(cluster) = &source.cluster {
-            encode_dnodes(&mut encoder, cluster)?;
-        }
+        let stats = source.engine.stats();
+        encode_engine(&mut encoder, &stats)?;
+        encode_dnodes(&mut encoder, source.cluster.as_deref(), &stats)?;
         Ok(())
     }
 }
@@ -325,8 +332,7 @@ fn encode_volumes(encoder: &mut DescriptorEncoder, engine: &Engine) -> std::fmt:
     Ok(())
 }
 
-fn encode_engine(encoder: &mut DescriptorEncoder, engine: &Engine) -> std::fmt::Result {
-    let s = engine.stats();
+fn encode_engine(encoder: &mut DescriptorEncoder, s: &EngineStats) -> std::fmt::Result {
     let r = &s.reduction;
     gauges(
         encoder,
@@ -502,9 +508,29 @@ fn encode_engine(encoder: &mut DescriptorEncoder, engine: &Engine) -> std::fmt::
     )
 }
 
-fn encode_dnodes(encoder: &mut DescriptorEncoder, cluster: &ClusterPlacement) -> std::fmt::Result {
-    let nodes = cluster.nodes();
-    let rows: Vec<(Labels, &crate::cluster::NodeStatus)> = nodes
+/// One row per d.node: the cluster's, or in single-process mode the local store as `local`.
+fn encode_dnodes(
+    encoder: &mut DescriptorEncoder,
+    cluster: Option<&ClusterPlacement>,
+    stats: &EngineStats,
+) -> std::fmt::Result {
+    let nodes = match cluster {
+        Some(c) => c.nodes(),
+        None => {
+            vec![NodeStatus {
+                id: "local".into(),
+                addr: String::new(),
+                zone: String::new(),
+                state: NodeState::Up,
+                capacity_bytes: stats.capacity_bytes.unwrap_or(0),
+                used_bytes: stats.used_bytes,
+                down_for_s: None,
+                pg_positions: 0,
+                chunk_io: Default::default(),
+            }]
+        }
+    };
+    let rows: Vec<(Labels, &NodeStatus)> = nodes
         .iter()
         .map(|n| {
             (
@@ -517,17 +543,17 @@ fn encode_dnodes(encoder: &mut DescriptorEncoder, cluster: &ClusterPlacement) ->
             )
         })
         .collect();
-    type Get = fn(&crate::cluster::NodeStatus) -> f64;
+    type Get = fn(&NodeStatus) -> f64;
     let per_node: [(&str, &str, Get); 5] = [
         (
             "dnode_up",
             "1 when the d.node is registered and reachable",
-            |n| f64::from(u8::from(n.state == crate::cluster::NodeState::Up)),
+            |n| f64::from(u8::from(n.state == NodeState::Up)),
         ),
         (
             "dnode_out",
             "1 when the d.node is out (its data is being moved away)",
-            |n| f64::from(u8::from(n.state == crate::cluster::NodeState::Out)),
+            |n| f64::from(u8::from(n.state == NodeState::Out)),
         ),
         (
             "dnode_capacity_bytes",
@@ -551,21 +577,41 @@ fn encode_dnodes(encoder: &mut DescriptorEncoder, cluster: &ClusterPlacement) ->
             f.gauge(labels, value(n))?;
         }
     }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counters_get_their_total_suffix_in_prometheus_text() {
-        let om = "# HELP weft_x I/O.\n# TYPE weft_x counter\nweft_x_total{a=\"b\"} 3\n\
-                  # HELP weft_g A gauge.\n# TYPE weft_g gauge\nweft_g 1.0\n# EOF\n";
-        assert_eq!(
-            openmetrics_to_prometheus_text(om),
-            "# HELP weft_x_total I/O.\n# TYPE weft_x_total counter\nweft_x_total{a=\"b\"} 3\n\
-             # HELP weft_g A gauge.\n# TYPE weft_g gauge\nweft_g 1.0\n"
-        );
+    if cluster.is_none() {
+        return Ok(());
     }
+    let mut f = family(
+        encoder,
+        "dnode_chunk_requests",
+        "Chunk requests this c.node sent the d.node, by operation",
+        MetricType::Counter,
+    )?;
+    for n in &nodes {
+        let io = &n.chunk_io;
+        for (op, count) in [("put", io.puts), ("read", io.reads), ("delete", io.deletes)] {
+            f.counter(&vec![("dnode", n.id.as_str()), ("op", op)], count)?;
+        }
+    }
+    let mut f = family(
+        encoder,
+        "dnode_chunk_bytes",
+        "Chunk bytes this c.node wrote to or read from the d.node",
+        MetricType::Counter,
+    )?;
+    for n in &nodes {
+        let io = &n.chunk_io;
+        for (op, bytes) in [("put", io.put_bytes), ("read", io.read_bytes)] {
+            f.counter(&vec![("dnode", n.id.as_str()), ("op", op)], bytes)?;
+        }
+    }
+    let mut f = family(
+        encoder,
+        "dnode_chunk_errors",
+        "Chunk requests to the d.node that failed",
+        MetricType::Counter,
+    )?;
+    for n in &nodes {
+        f.counter(&vec![("dnode", n.id.as_str())], n.chunk_io.errors)?;
+    }
+    Ok(())
 }

@@ -11,7 +11,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::datagen::Rng;
+use crate::datagen::DataGen;
 use crate::sys::{AlignedBuf, DIRECT_ALIGN_BYTES};
 use crate::target::{IoQueue, IoRequest, Op, Target, TargetError, TargetInfo};
 
@@ -117,14 +117,14 @@ impl Target for FileTarget {
         &self,
         depth: u32,
         io_bytes_max: u32,
-        seed: u64,
+        data: DataGen,
     ) -> Result<Box<dyn IoQueue>, TargetError> {
         assert_eq!(depth, 1, "file queues are synchronous");
         Ok(Box::new(FileQueue {
             file: Arc::clone(&self.file),
             buf: AlignedBuf::new(io_bytes_max as usize),
             pending: None,
-            rng: Rng::new(seed),
+            data,
         }))
     }
 }
@@ -134,14 +134,14 @@ struct FileQueue {
     file: Arc<File>,
     buf: AlignedBuf,
     pending: Option<IoRequest>,
-    rng: Rng,
+    data: DataGen,
 }
 
 impl IoQueue for FileQueue {
     fn submit(&mut self, req: IoRequest) {
         assert!(self.pending.is_none(), "file queue depth is 1");
         if req.op == Op::Write {
-            self.rng
+            self.data
                 .fill(&mut self.buf.as_mut_slice()[..req.len_bytes as usize]);
         }
         self.pending = Some(req);

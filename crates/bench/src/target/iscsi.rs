@@ -29,6 +29,7 @@ use connection::open_session;
 use queue::IscsiQueue;
 use uri::{redact_uri, IscsiUri};
 
+use crate::datagen::{DataGen, DataPattern};
 use crate::target::{IoQueue, Target, TargetError, TargetInfo, ISCSI_TARGET};
 
 /// Largest single I/O when the target's Block Limits page gives no limit: 32 MiB, as for
@@ -82,7 +83,7 @@ impl IscsiTarget {
             0,
             1,
             PROBE_IO_BYTES_MAX,
-            PROBE_SEED,
+            DataGen::new(PROBE_SEED, DataPattern::default(), PROBE_SEED),
         );
         let window = probe_queue.window().max(1);
         let facts = probe::probe(&mut probe_queue)?.map_err(|reason| TargetError::UnusableLun {
@@ -132,7 +133,7 @@ impl Target for IscsiTarget {
         &self,
         depth: u32,
         io_bytes_max: u32,
-        seed: u64,
+        data: DataGen,
     ) -> Result<Box<dyn IoQueue>, TargetError> {
         let session = open_session(&self.addr, &self.addr_text, &self.uri)?;
         Ok(Box::new(IscsiQueue::new(
@@ -142,7 +143,7 @@ impl Target for IscsiTarget {
             self.block_bytes,
             depth,
             io_bytes_max,
-            seed,
+            data,
         )))
     }
 }

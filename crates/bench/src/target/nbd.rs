@@ -14,7 +14,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use crate::datagen::Rng;
+use crate::datagen::DataGen;
 use crate::sys;
 use crate::target::{
     IoQueue, IoRequest, Op, Target, TargetError, TargetInfo, NBD_SERVER, NBD_URI_FORM,
@@ -177,7 +177,7 @@ impl Target for NbdTarget {
         &self,
         depth: u32,
         io_bytes_max: u32,
-        seed: u64,
+        data: DataGen,
     ) -> Result<Box<dyn IoQueue>, TargetError> {
         let (stream, _) = self.connect()?;
         Ok(Box::new(NbdQueue::new(
@@ -185,7 +185,7 @@ impl Target for NbdTarget {
             self.addr_text.clone(),
             depth,
             io_bytes_max,
-            seed,
+            data,
         )))
     }
 }
@@ -512,7 +512,7 @@ struct NbdQueue {
     recv_pos: usize,
     recv_len: usize,
     parser: ReplyParser,
-    rng: Rng,
+    data: DataGen,
 }
 
 impl std::fmt::Debug for NbdQueue {
@@ -524,7 +524,7 @@ impl std::fmt::Debug for NbdQueue {
 }
 
 impl NbdQueue {
-    fn new(stream: TcpStream, addr: String, depth: u32, io_bytes_max: u32, seed: u64) -> Self {
+    fn new(stream: TcpStream, addr: String, depth: u32, io_bytes_max: u32, data: DataGen) -> Self {
         let depth = depth as usize;
         let idle = Inflight {
             outstanding: false,
@@ -546,7 +546,7 @@ impl NbdQueue {
             recv_pos: 0,
             recv_len: 0,
             parser: ReplyParser::default(),
-            rng: Rng::new(seed),
+            data,
         }
     }
 
@@ -677,7 +677,7 @@ impl IoQueue for NbdQueue {
             req.len_bytes,
         );
         let data = start + REQUEST_HEADER_BYTES;
-        self.rng.fill(&mut self.send_buf[data..data + payload]);
+        self.data.fill(&mut self.send_buf[data..data + payload]);
         self.send_len = need;
     }
 

@@ -236,6 +236,8 @@ pub struct Cnode {
     pub data_dir: PathBuf,
     pub nbd: SocketAddr,
     pub api: String,
+    /// `http://host:port/metrics`.
+    pub metrics: String,
     child: Option<Bg>,
     log_dir: PathBuf,
 }
@@ -272,6 +274,7 @@ impl Cnode {
             data_dir,
             nbd: "127.0.0.1:0".parse().unwrap(),
             api: String::new(),
+            metrics: String::new(),
             child: Some(bg),
             log_dir: log_dir.to_path_buf(),
         };
@@ -296,6 +299,7 @@ impl Cnode {
         );
         c.nbd = info["nbd"].as_str().unwrap().parse().unwrap();
         c.api = info["api"].as_str().unwrap().trim_end_matches('/').into();
+        c.metrics = info["metrics"].as_str().unwrap_or_default().into();
         eprintln!(
             "c.node {name} ready: nbd {}, api {} (pid {pid})",
             c.nbd, c.api

@@ -28,7 +28,7 @@ const SPARK_SECONDS: usize = 60;
 const STALE_MS: u64 = 2_500;
 
 /// Every export's recent rates.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct VolumesStats {
     /// Unix ms of the answer.
     pub time_ms: u64,
@@ -37,7 +37,7 @@ pub struct VolumesStats {
     pub volumes: Vec<VolumeRate>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VolumeRate {
     pub name: String,
     pub size_bytes: u64,
@@ -51,7 +51,7 @@ pub struct VolumeRate {
 }
 
 /// One export's series.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct VolumeSeries {
     pub name: String,
     pub step_ms: u64,

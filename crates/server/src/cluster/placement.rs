@@ -27,6 +27,7 @@ use weft_ec::Redundancy;
 use weft_engine::stripe::Placement;
 use weft_meta::{get_json, list_json, MetaStore};
 
+use crate::cluster::chunk_io::{ChunkIoCounters, ChunkIoTotals, CountingChunkStore};
 use crate::cluster::pgmap::{self, Candidate};
 use crate::cluster::records::{
     pgmap_key, pool_key, DnodeAdmin, DnodeRecord, PgMap, PoolRecord, DNODES_PREFIX,
@@ -72,6 +73,8 @@ pub struct NodeStatus {
     pub down_for_s: Option<u64>,
     /// PG positions it holds.
     pub pg_positions: u64,
+    /// Chunk requests this c.node sent it since start.
+    pub chunk_io: ChunkIoTotals,
 }
 
 #[derive(Debug)]
@@ -81,6 +84,8 @@ struct NodeView {
     down_since: Option<Instant>,
     admin_out: bool,
     store: Arc<dyn ChunkStore>,
+    /// Chunk requests sent to it (kept when it reconnects at a new address).
+    chunk_io: Arc<ChunkIoCounters>,
 }
 
 #[derive(Debug, Clone)]
@@ -237,7 +242,15 @@ impl ClusterPlacement {
                     tracing::warn!(node = %id, addr = %record.addr, "d.node registered an unusable address");
                     continue;
                 };
-                let store = (self.connect)(id, addr);
+                let chunk_io = view
+                    .nodes
+                    .get(id)
+                    .map(|n| Arc::clone(&n.chunk_io))
+                    .unwrap_or_default();
+                let store: Arc<dyn ChunkStore> = Arc::new(CountingChunkStore::new(
+                    (self.connect)(id, addr),
+                    Arc::clone(&chunk_io),
+                ));
                 self.generation.fetch_add(1, Ordering::AcqRel);
                 view.nodes.insert(
                     id.clone(),
@@ -247,6 +260,7 @@ impl ClusterPlacement {
                         down_since: None,
                         admin_out: false,
                         store,
+                        chunk_io,
                     },
                 );
             } else if let Some(n) = view.nodes.get_mut(id) {
@@ -471,6 +485,7 @@ impl ClusterPlacement {
                     .flat_map(|p| p.pgmap.pgs.iter().flatten())
                     .filter(|p| p.as_deref() == Some(n.record.id.as_str()))
                     .count() as u64,
+                chunk_io: n.chunk_io.totals(),
             })
             .collect()
     }

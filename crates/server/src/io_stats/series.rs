@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::histogram::{bucket_high_us, Buckets};
 
@@ -63,7 +63,7 @@ impl Step {
 }
 
 /// One operation over one interval.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct OpRate {
     pub iops: f32,
     pub bytes_per_s: f32,
@@ -74,7 +74,7 @@ pub struct OpRate {
 }
 
 /// One export over one interval: the three operations and the read+write latency spread.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Sample {
     /// Unix time in ms at the end of the interval.
     pub t_ms: u64,

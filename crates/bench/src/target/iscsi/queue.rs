@@ -17,7 +17,7 @@ use weft_iscsi::{parse_pdu_ref, Digests, Parse};
 
 use super::connection::{Session, RECV_DATA_SEGMENT_MAX_BYTES};
 use super::pipeline::{Direction, Pipeline, PipelineError, Received};
-use crate::datagen::Rng;
+use crate::datagen::DataGen;
 use crate::sys;
 use crate::target::{IoQueue, IoRequest, Op, ScsiFailure, TargetError, ISCSI_TARGET};
 
@@ -72,7 +72,7 @@ pub(super) struct IscsiQueue {
     recv_buf: Vec<u8>,
     recv_pos: usize,
     recv_len: usize,
-    rng: Rng,
+    data: DataGen,
 }
 
 impl std::fmt::Debug for IscsiQueue {
@@ -93,7 +93,7 @@ impl IscsiQueue {
         block_bytes: u32,
         depth: u32,
         io_bytes_max: u32,
-        seed: u64,
+        data: DataGen,
     ) -> IscsiQueue {
         let mut recv_buf = vec![0; RECV_BUF_BYTES];
         let leftover = session.leftover.len().min(RECV_BUF_BYTES);
@@ -114,7 +114,7 @@ impl IscsiQueue {
             recv_buf,
             recv_pos: 0,
             recv_len: leftover,
-            rng: Rng::new(seed),
+            data,
         }
     }
 
@@ -336,7 +336,7 @@ impl IoQueue for IscsiQueue {
         let direction = match req.op {
             Op::Read => Direction::Read,
             Op::Write => {
-                self.rng
+                self.data
                     .fill(self.pipeline.buffer_mut(req.tag, req.len_bytes));
                 Direction::Write
             }

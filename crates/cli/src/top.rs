@@ -1,0 +1,282 @@
+//! `weft top`: per-volume I/O like iostat, one line per volume, refreshed every second from
+//! the live statistics (`GET /api/v1/stats/volumes`). On a terminal the screen is redrawn in
+//! place and cut to its height; elsewhere each refresh is a block of lines, as iostat does.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use weft_server::api::stats::{VolumeRate, VolumesStats};
+
+use crate::client::ApiClient;
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between refreshes (the rates are averaged over the last second).
+    #[arg(long, short = 'i', default_value = "1s", value_parser = crate::cluster_cmd::parse_duration)]
+    interval: Duration,
+    /// Stop after this many refreshes (default: until Ctrl-C).
+    #[arg(long, short = 'n')]
+    count: Option<u64>,
+    /// Order of the lines.
+    #[arg(long, short = 's', value_enum, default_value_t = SortBy::Iops)]
+    sort: SortBy,
+    /// Also show volumes and snapshots without I/O.
+    #[arg(long, short = 'a')]
+    all: bool,
+}
+
+/// What `weft top` sorts by (highest first, except the name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SortBy {
+    /// Read plus write IOPS.
+    Iops,
+    /// Read plus write MB/s.
+    Throughput,
+    /// The worse of the read and write p99 latency.
+    Latency,
+    /// IOPS per GB of provisioned size (IO intensity, for tiering).
+    Intensity,
+    Name,
+}
+
+pub fn top(client: &ApiClient, args: TopArgs) -> anyhow::Result<()> {
+    let terminal = std::io::stdout().is_terminal();
+    let mut done = 0u64;
+    loop {
+        let stats: VolumesStats =
+            serde_json::from_value(client.call("GET", "/stats/volumes", None)?)?;
+        let height = if terminal {
+            terminal_rows()
+        } else {
+            usize::MAX
+        };
+        let screen = render(&stats, &args, height);
+        let mut out = std::io::stdout().lock();
+        if terminal {
+            // Home, clear to the end: redraw in place.
+            write!(out, "\x1b[H\x1b[2J")?;
+        }
+        write!(out, "{screen}")?;
+        if !terminal {
+            writeln!(out)?;
+        }
+        out.flush()?;
+        done += 1;
+        if args.count.is_some_and(|n| done >= n) {
+            return Ok(());
+        }
+        std::thread::sleep(args.interval);
+    }
+}
+
+/// One refresh: a title line, a header and one line per volume (at most `height` lines).
+pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
+    let mut rows: Vec<&VolumeRate> = stats
+        .volumes
+        .iter()
+        .filter(|v| args.all || iops(v) > 0.0)
+        .collect();
+    sort(&mut rows, args.sort);
+    let total_iops: f64 = stats.volumes.iter().map(iops).sum();
+    let total_mbps: f64 = stats.volumes.iter().map(mbps).sum();
+    let mut s = format!(
+        "weft top  {}  {} volumes, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by {:?})\n",
+        clock(stats.time_ms),
+        stats.volumes.len(),
+        stats.volumes.iter().filter(|v| iops(v) > 0.0).count(),
+        total_iops,
+        total_mbps,
+        args.sort
+    );
+    s.push_str(&format!(
+        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}\n",
+        "VOLUME",
+        "r/s",
+        "w/s",
+        "rMB/s",
+        "wMB/s",
+        "r_p50",
+        "r_p99",
+        "w_p50",
+        "w_p99",
+        "IOPS/GB",
+        "SIZE"
+    ));
+    for v in rows.iter().take(height.saturating_sub(3)) {
+        s.push_str(&format!(
+            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>9.1} {:>10}\n",
+            shorten(&v.name, 24),
+            v.read.iops,
+            v.write.iops,
+            f64::from(v.read.bytes_per_s) / 1e6,
+            f64::from(v.write.bytes_per_s) / 1e6,
+            latency(v.read.p50_us),
+            latency(v.read.p99_us),
+            latency(v.write.p50_us),
+            latency(v.write.p99_us),
+            v.iops_per_gb,
+            size(v.size_bytes),
+        ));
+    }
+    if rows.is_empty() {
+        s.push_str("(no volume did I/O in the last second; --all lists them all)\n");
+    }
+    s
+}
+
+fn iops(v: &VolumeRate) -> f64 {
+    f64::from(v.read.iops) + f64::from(v.write.iops)
+}
+
+fn mbps(v: &VolumeRate) -> f64 {
+    (f64::from(v.read.bytes_per_s) + f64::from(v.write.bytes_per_s)) / 1e6
+}
+
+fn sort(rows: &mut [&VolumeRate], by: SortBy) {
+    let key = |v: &VolumeRate| -> f64 {
+        match by {
+            SortBy::Iops => iops(v),
+            SortBy::Throughput => mbps(v),
+            SortBy::Latency => f64::from(v.read.p99_us.max(v.write.p99_us)),
+            SortBy::Intensity => v.iops_per_gb,
+            SortBy::Name => 0.0,
+        }
+    };
+    rows.sort_by(|a, b| key(b).total_cmp(&key(a)).then_with(|| a.name.cmp(&b.name)));
+}
+
+/// `87µs`, `1.2ms`, `3.4s`; `-` without I/O.
+fn latency(us: f32) -> String {
+    let us = f64::from(us);
+    if us <= 0.0 {
+        "-".into()
+    } else if us < 1000.0 {
+        format!("{us:.0}µs")
+    } else if us < 1e6 {
+        format!("{:.1}ms", us / 1000.0)
+    } else {
+        format!("{:.1}s", us / 1e6)
+    }
+}
+
+/// Binary units: `10.0G`, `512M`.
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "K", "M", "G", "T", "P"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value >= 100.0 || unit == 0 {
+        format!("{value:.0}{}", UNITS[unit])
+    } else {
+        format!("{value:.1}{}", UNITS[unit])
+    }
+}
+
+fn shorten(name: &str, width: usize) -> String {
+    if name.chars().count() <= width {
+        return name.to_string();
+    }
+    let head: String = name.chars().take(width - 1).collect();
+    format!("{head}…")
+}
+
+/// `HH:MM:SS UTC` of a unix time in ms.
+fn clock(unix_ms: u64) -> String {
+    let s = unix_ms / 1000 % 86_400;
+    format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// The terminal's height from `LINES` or the tty, else 24.
+fn terminal_rows() -> usize {
+    if let Some(lines) = std::env::var("LINES").ok().and_then(|l| l.parse().ok()) {
+        return lines;
+    }
+    // SAFETY: TIOCGWINSZ fills a winsize struct we own; stdout is a terminal here.
+    #[allow(unsafe_code)]
+    let rows = unsafe {
+        let mut size: libc::winsize = std::mem::zeroed();
+        (libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) == 0).then_some(size.ws_row)
+    };
+    rows.filter(|r| *r > 3).map_or(24, usize::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_server::io_stats::OpRate;
+
+    fn volume(name: &str, read_iops: f32, write_p99: f32) -> VolumeRate {
+        VolumeRate {
+            name: name.into(),
+            size_bytes: 10 << 30,
+            read_only: false,
+            read: OpRate {
+                iops: read_iops,
+                bytes_per_s: read_iops * 4096.0,
+                p50_us: 80.0,
+                p99_us: 200.0,
+                max_us: 900.0,
+            },
+            write: OpRate {
+                iops: 10.0,
+                p99_us: write_p99,
+                ..OpRate::default()
+            },
+            iops_per_gb: f64::from(read_iops + 10.0) / 10.737,
+            spark_iops: Vec::new(),
+        }
+    }
+
+    fn args(sort: SortBy, all: bool) -> TopArgs {
+        TopArgs {
+            interval: Duration::from_secs(1),
+            count: None,
+            sort,
+            all,
+        }
+    }
+
+    #[test]
+    fn lines_are_sorted_and_formatted() {
+        let stats = VolumesStats {
+            time_ms: 3_723_000,
+            window_ms: 1000,
+            volumes: vec![volume("quiet", 5.0, 100.0), volume("busy", 5000.0, 2500.0)],
+        };
+        let text = render(&stats, &args(SortBy::Iops, false), 100);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("01:02:03 UTC"), "{text}");
+        assert!(lines[2].starts_with("busy"), "{text}");
+        assert!(
+            lines[2].contains("2.5ms") && lines[2].contains("10.0G"),
+            "{text}"
+        );
+        assert!(lines[3].starts_with("quiet"), "{text}");
+        let by_name = render(&stats, &args(SortBy::Name, false), 100);
+        assert!(by_name.lines().nth(2).unwrap().starts_with("busy"));
+        // A short screen keeps the header.
+        assert_eq!(
+            render(&stats, &args(SortBy::Iops, false), 4)
+                .lines()
+                .count(),
+            3
+        );
+    }
+
+    #[test]
+    fn idle_volumes_only_with_all() {
+        let mut idle = volume("idle", 0.0, 0.0);
+        idle.write.iops = 0.0;
+        let stats = VolumesStats {
+            time_ms: 0,
+            window_ms: 1000,
+            volumes: vec![idle],
+        };
+        assert!(render(&stats, &args(SortBy::Iops, false), 100).contains("no volume did I/O"));
+        assert!(render(&stats, &args(SortBy::Iops, true), 100).contains("\nidle "));
+    }
+}
