@@ -409,7 +409,8 @@ fn web_ui_in_headless_chromium() {
     page.navigate(&format!("{}/", srv.api));
     page.wait_for(
         "the login page",
-        "window.weft && weft.page === 'login' && !!document.getElementById('login-token')",
+        "window.weft && weft.page === 'login' && !!document.getElementById('login-token') \
+         && getComputedStyle(document.getElementById('topbar')).display === 'none'",
         PAGE_TIMEOUT,
     );
     page.screenshot(&shots, "1-login", VIEW_HEIGHT_PX);
