@@ -189,6 +189,7 @@ pub fn router(state: ApiState) -> Router {
         // Probes for load balancers and supervisors: no token, no data.
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(crate::web_ui::router()) // the web UI's static files: no token, no data
         .with_state(state)
 }
 

@@ -12,4 +12,5 @@ pub mod metrics;
 pub mod nbd_listener;
 pub mod serve;
 pub mod sub_block;
+pub mod web_ui;
 mod workers;

@@ -1,0 +1,607 @@
+//! The web UI in headless Chromium, driven over the DevTools protocol (a websocket to the
+//! page): the static files' headers, login with the token (a wrong one refused), the volume
+//! list, the volume page's live charts and heat map moving while fio writes, the list sorted
+//! by IOPS with the busy volume first, the cluster page, and 500 volumes listed and sorted.
+//!
+//! Screenshots of each page go to `$CARGO_TARGET_TMPDIR/web-ui-screenshots/` (the path is
+//! printed). The page exposes its data for tests as `window.weft` (see ui/app.js).
+
+mod common;
+
+use std::fs;
+use std::io::ErrorKind;
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::*;
+use serde_json::{json, Value};
+use tungstenite::{Message, WebSocket};
+
+/// Chromium's start, up to its DevTools port file.
+const BROWSER_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// One DevTools call (a screenshot of a tall page is the slowest).
+const CDP_CALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a page may take to show what the test waits for.
+const PAGE_TIMEOUT: Duration = Duration::from_secs(15);
+/// The fio run: long enough for the volume page and the list checks while it writes.
+const FIO_RUNTIME_S: u32 = 15;
+/// Volumes in the datastore for the list check.
+const VOLUMES_MANY: usize = 500;
+/// A sort of 500 rows: a functional bound, not a benchmark.
+const SORT_TIMEOUT_MS: f64 = 5000.0;
+/// The viewport of the screenshots.
+const VIEW_WIDTH_PX: u32 = 1400;
+const VIEW_HEIGHT_PX: u32 = 1000;
+
+fn chromium() -> PathBuf {
+    ["chromium", "chromium-browser"]
+        .iter()
+        .find_map(|t| which(t))
+        .unwrap_or_else(|| {
+            panic!(
+                "required tool `chromium` is not installed (Debian package `chromium`); \
+                 .ci/run installs it: apt-get install -y chromium"
+            )
+        })
+}
+
+/// Headless Chromium in its own process group; the group is SIGKILLed on drop.
+struct Browser {
+    process: Option<Bg>,
+    port: u16,
+    _profile: Scratch,
+}
+
+impl Browser {
+    fn launch() -> Browser {
+        let profile = Scratch::new("web-ui-chromium");
+        let mut cmd = Command::new(chromium());
+        cmd.args([
+            "--headless",
+            "--no-sandbox", // CI runs as root
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-background-timer-throttling",
+            "--disable-renderer-backgrounding",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            &format!("--window-size={VIEW_WIDTH_PX},{VIEW_HEIGHT_PX}"),
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("about:blank")
+        .process_group(0);
+        let mut process = Bg::spawn(&mut cmd);
+        let port_file = profile.join("DevToolsActivePort");
+        let port = poll_until(
+            BROWSER_START_TIMEOUT,
+            "Chromium's DevToolsActivePort",
+            || {
+                if let Some(st) = process.try_wait() {
+                    panic!("chromium exited ({st}):\n{}", process.all_so_far());
+                }
+                let text = fs::read_to_string(&port_file).ok()?;
+                text.lines().next()?.trim().parse::<u16>().ok()
+            },
+        );
+        eprintln!("chromium pid {} devtools port {port}", process.pid());
+        Browser {
+            process: Some(process),
+            port,
+            _profile: profile,
+        }
+    }
+
+    /// The tab Chromium opened (about:blank), over its websocket.
+    fn page(&self) -> Page {
+        let list_url = format!("http://127.0.0.1:{}", self.port);
+        let targets: Value = poll_until(PAGE_TIMEOUT, "a page target in /json/list", || {
+            let (st, body) = try_api_request(&list_url, "GET", "/json/list", None, None).ok()?;
+            let v: Value = serde_json::from_str(&body).ok()?;
+            (st == 200 && v.as_array()?.iter().any(|t| t["type"] == "page")).then_some(v)
+        });
+        let ws_url = targets
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == "page")
+            .and_then(|t| t["webSocketDebuggerUrl"].as_str())
+            .unwrap_or_else(|| panic!("no page websocket in {targets}"))
+            .to_string();
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to devtools");
+        stream.set_read_timeout(Some(CDP_CALL_TIMEOUT)).unwrap();
+        let (ws, _) = tungstenite::client(ws_url.as_str(), stream)
+            .unwrap_or_else(|e| panic!("websocket handshake with {ws_url}: {e}"));
+        // Short reads from now on, so a call's deadline is checked while waiting.
+        ws.get_ref()
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut page = Page { ws, next_id: 0 };
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": VIEW_WIDTH_PX, "height": VIEW_HEIGHT_PX,
+                   "deviceScaleFactor": 1, "mobile": false}),
+        );
+        page
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            // The browser's renderer and GPU processes are in its group (pgid = its pid).
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", p.pid())])
+                .status();
+            p.sigkill();
+            let out = p.wait(Duration::from_secs(10));
+            if std::thread::panicking() {
+                eprintln!("chromium output:\n{}\n{}", out.stdout, out.stderr);
+            }
+        }
+    }
+}
+
+/// One page over the DevTools protocol: calls answered in order of their ids, events ignored
+/// (no domain is enabled, so there are few).
+struct Page {
+    ws: WebSocket<TcpStream>,
+    next_id: u64,
+}
+
+impl Page {
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let request = json!({"id": id, "method": method, "params": params}).to_string();
+        self.ws
+            .send(Message::text(request))
+            .unwrap_or_else(|e| panic!("send {method}: {e}"));
+        let deadline = Instant::now() + CDP_CALL_TIMEOUT;
+        loop {
+            match self.ws.read() {
+                Ok(Message::Text(text)) => {
+                    let v: Value = serde_json::from_str(text.as_str()).expect("devtools JSON");
+                    if v["id"].as_u64() == Some(id) {
+                        if let Some(err) = v.get("error") {
+                            panic!("{method} failed: {err}");
+                        }
+                        return v["result"].clone();
+                    }
+                }
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => panic!("devtools websocket, waiting for {method}: {e}"),
+            }
+            if Instant::now() > deadline {
+                panic!("no answer to {method} within {CDP_CALL_TIMEOUT:?}");
+            }
+        }
+    }
+
+    /// Evaluates `expr` in the page (awaiting a promise) and returns its value as JSON.
+    fn eval(&mut self, expr: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({"expression": expr, "returnByValue": true, "awaitPromise": true}),
+        );
+        if let Some(ex) = r.get("exceptionDetails") {
+            panic!("page threw evaluating `{expr}`: {ex}");
+        }
+        r["result"]["value"].clone()
+    }
+
+    /// Polls `expr` every 100 ms until it is truthy; returns its value.
+    fn wait_for(&mut self, what: &str, expr: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        let guarded =
+            format!("(() => {{ try {{ return ({expr}); }} catch (e) {{ return null; }} }})()");
+        loop {
+            let v = self.eval(&guarded);
+            let truthy = match &v {
+                Value::Null => false,
+                Value::Bool(b) => *b,
+                Value::Number(n) => n.as_f64() != Some(0.0),
+                Value::String(s) => !s.is_empty(),
+                _ => true,
+            };
+            if truthy {
+                return v;
+            }
+            if Instant::now() > deadline {
+                let state = self.eval(
+                    "JSON.stringify({href: location.href, page: window.weft && weft.page, \
+                     errors: window.weft && weft.errors, \
+                     text: document.body.innerText.slice(0, 1500)})",
+                );
+                panic!("timed out after {timeout:?} waiting for {what} (`{expr}`); page: {state}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn navigate(&mut self, url: &str) {
+        self.call("Page.navigate", json!({ "url": url }));
+    }
+
+    /// Sets the route (`#/...`) inside the loaded app.
+    fn go(&mut self, hash: &str) {
+        self.eval(&format!("location.hash = {}", json!(hash)));
+    }
+
+    fn screenshot(&mut self, dir: &Path, name: &str, height_px: u32) {
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": VIEW_WIDTH_PX, "height": height_px,
+                   "deviceScaleFactor": 1, "mobile": false}),
+        );
+        // Let the page lay out and draw at the new size.
+        std::thread::sleep(Duration::from_millis(300));
+        let shot = self.call("Page.captureScreenshot", json!({"format": "png"}));
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().expect("screenshot data"))
+            .expect("screenshot is base64");
+        assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
+        let path = dir.join(format!("{name}.png"));
+        fs::write(&path, png).unwrap();
+        eprintln!("screenshot {}", path.display());
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": VIEW_WIDTH_PX, "height": VIEW_HEIGHT_PX,
+                   "deviceScaleFactor": 1, "mobile": false}),
+        );
+    }
+
+    fn login(&mut self, token: &str) {
+        self.eval(&format!(
+            "document.getElementById('login-token').value = {}; \
+             document.getElementById('login-submit').click()",
+            json!(token)
+        ));
+    }
+
+    /// Clicks a column header of the volume list until the list is sorted by `col` in that
+    /// direction; returns the milliseconds the last click took to reorder the rows.
+    fn sort_list(&mut self, col: &str, desc: bool) -> f64 {
+        for _ in 0..3 {
+            let ms = self.eval(&format!(
+                "(async () => {{ const t = performance.now(); \
+                   document.querySelector('#vl-table th[data-sort={col}]').click(); \
+                   await new Promise((r) => requestAnimationFrame(() => r())); \
+                   return performance.now() - t; }})()"
+            ));
+            let sort = self.eval("weft.volumes.sort()");
+            if sort["col"] == col && sort["desc"] == desc {
+                return ms.as_f64().unwrap();
+            }
+        }
+        panic!("the list did not sort by {col} (desc {desc})");
+    }
+}
+
+fn screenshot_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-ui-screenshots");
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// GET without following redirects: (status, headers as lowercase name -> value, body).
+fn raw_get(base: &str, path: &str) -> (u16, Vec<(String, String)>, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut resp = agent
+        .get(&format!("{base}{path}"))
+        .call()
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    let headers = resp
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_ascii_lowercase(),
+                v.to_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let status = resp.status().as_u16();
+    let body = resp.body_mut().read_to_string().unwrap_or_default();
+    (status, headers, body)
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("")
+}
+
+/// The UI's files: no token needed, right types, a strict policy; the API still wants one.
+fn check_static_files(api: &str) {
+    let (st, h, _) = raw_get(api, "/");
+    assert!((300..400).contains(&st), "GET / -> {st}, want a redirect");
+    assert_eq!(header(&h, "location"), "/ui/");
+
+    let (st, h, body) = raw_get(api, "/ui/");
+    assert_eq!(st, 200, "GET /ui/");
+    assert!(header(&h, "content-type").starts_with("text/html"), "{h:?}");
+    let csp = header(&h, "content-security-policy");
+    for part in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "connect-src 'self'",
+    ] {
+        assert!(csp.contains(part), "CSP lacks {part}: {csp}");
+    }
+    assert!(!csp.contains("unsafe"), "CSP allows unsafe sources: {csp}");
+    assert!(!header(&h, "cache-control").is_empty(), "no Cache-Control");
+    assert!(body.contains("assets/app.js"), "index.html: {body}");
+
+    let (st, h, _) = raw_get(api, "/ui/assets/app.js");
+    assert_eq!(st, 200);
+    assert!(header(&h, "content-type").starts_with("text/javascript"));
+    let (st, h, _) = raw_get(api, "/ui/assets/uplot-1.6.32/uPlot.iife.min.js");
+    assert_eq!(st, 200);
+    assert!(header(&h, "cache-control").contains("immutable"), "{h:?}");
+    let (st, h, _) = raw_get(api, "/ui/assets/app.css");
+    assert_eq!(st, 200);
+    assert!(header(&h, "content-type").starts_with("text/css"));
+    let (st, _, _) = raw_get(api, "/ui/assets/nothing.js");
+    assert_eq!(st, 404);
+    let (st, _, _) = raw_get(api, "/api/v1/volumes");
+    assert_eq!(st, 401, "the API without a token");
+}
+
+/// The page's own record of errors (uncaught exceptions, rejected promises, CSP violations).
+fn assert_no_page_errors(page: &mut Page, when: &str) {
+    let errors = page.eval("weft.errors");
+    assert_eq!(errors, json!([]), "page errors {when}");
+}
+
+#[test]
+fn web_ui_in_headless_chromium() {
+    let started = Instant::now();
+    require_tools(&["fio", "timeout"]);
+    chromium();
+    let srv = Server::start_with("web-ui", ServeOpts::default().volume_size("1G"));
+    if srv.skip_without_api("web_ui_in_headless_chromium") {
+        return;
+    }
+    let token = srv.token();
+    check_static_files(&srv.api);
+
+    // A quiet volume, a snapshot of vol0 and a clone of it: the tree and the sort have
+    // something to show.
+    srv.api_json(
+        "POST",
+        "/api/v1/volumes",
+        Some(json!({"name": "quiet", "size_bytes": 1u64 << 30})),
+    );
+    srv.api_json(
+        "POST",
+        "/api/v1/volumes/vol0/snapshots",
+        Some(json!({"name": "vol0-monday"})),
+    );
+    srv.api_json(
+        "POST",
+        "/api/v1/snapshots/vol0-monday/clones",
+        Some(json!({"name": "vol0-dev"})),
+    );
+
+    let shots = screenshot_dir();
+    eprintln!("web UI screenshots: {}", shots.display());
+    let browser = Browser::launch();
+    let mut page = browser.page();
+
+    // Login: refused with a wrong token, accepted with the right one.
+    page.navigate(&format!("{}/", srv.api));
+    page.wait_for(
+        "the login page",
+        "window.weft && weft.page === 'login' && !!document.getElementById('login-token') \
+         && getComputedStyle(document.getElementById('topbar')).display === 'none'",
+        PAGE_TIMEOUT,
+    );
+    page.screenshot(&shots, "1-login", VIEW_HEIGHT_PX);
+    page.login("not-the-token");
+    page.wait_for(
+        "the wrong token refused",
+        "document.getElementById('login-error').textContent.includes('Wrong token')",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(page.eval("weft.page"), "login");
+    assert_eq!(
+        page.eval("sessionStorage.getItem('weft.token')"),
+        Value::Null,
+        "a wrong token kept"
+    );
+    page.login(&token);
+    page.wait_for(
+        "the volume list",
+        "weft.page === 'volumes' && weft.volumes && weft.volumes.rows().length >= 4",
+        PAGE_TIMEOUT,
+    );
+    let rows = page.eval("weft.volumes.rows()");
+    for name in ["vol0", "quiet", "vol0-monday", "vol0-dev"] {
+        assert!(
+            rows.as_array().unwrap().iter().any(|r| r == name),
+            "{name} not listed: {rows}"
+        );
+    }
+
+    // The volume page, quiet first: its history loads with zero IOPS.
+    page.go("#/volume/vol0");
+    page.wait_for(
+        "vol0's history",
+        "weft.page === 'volume' && weft.volume && weft.volume.samples() > 0",
+        PAGE_TIMEOUT,
+    );
+    let idle = page.eval("weft.volume.lastIops()");
+    assert_eq!(idle.as_f64(), Some(0.0), "vol0 is idle: {idle}");
+    page.wait_for(
+        "the snapshot/clone tree",
+        "document.querySelector('#vv-tree li[data-name=\"vol0-dev\"]') !== null",
+        PAGE_TIMEOUT,
+    );
+
+    // fio writes: the charts move.
+    let mut fio = Command::new(require_tool("timeout"));
+    fio.arg(format!("{}", FIO_RUNTIME_S + 20))
+        .arg(require_tool("fio"))
+        .arg("--ioengine=nbd")
+        .arg(format!("--uri={}", srv.nbd_uri("vol0")))
+        .args([
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=8",
+            "--time_based",
+            &format!("--runtime={FIO_RUNTIME_S}"),
+            "--name=w",
+        ])
+        .current_dir(srv.scratch.path());
+    let fio = Bg::spawn(&mut fio);
+    page.wait_for(
+        "vol0's IOPS chart above 0",
+        "weft.volume.lastIops() > 0",
+        PAGE_TIMEOUT,
+    );
+    let read = |page: &mut Page| {
+        page.eval(
+            "JSON.stringify({t: weft.volume.lastTimeMs(), iops: weft.volume.iops().slice(-20)})",
+        )
+    };
+    let first = read(&mut page);
+    std::thread::sleep(Duration::from_secs(1));
+    let second = read(&mut page);
+    assert_ne!(first, second, "the IOPS chart did not move in a second");
+    let (a, b): (Value, Value) = (
+        serde_json::from_str(first.as_str().unwrap()).unwrap(),
+        serde_json::from_str(second.as_str().unwrap()).unwrap(),
+    );
+    assert!(
+        b["t"].as_u64() > a["t"].as_u64(),
+        "no newer sample: {a} then {b}"
+    );
+    let attr = page.eval("parseFloat(document.getElementById('vv-iops').dataset.lastIops)");
+    assert!(
+        attr.as_f64().unwrap_or(0.0) > 0.0,
+        "data-last-iops is {attr}"
+    );
+    page.wait_for(
+        "non-zero heat map cells",
+        "weft.volume.heatNonZero() > 0",
+        PAGE_TIMEOUT,
+    );
+    // A few seconds of writes on the charts for the picture.
+    page.wait_for(
+        "4 s of writes on the chart",
+        "weft.volume.iops().filter((v) => v > 0).length >= 40",
+        PAGE_TIMEOUT,
+    );
+    page.screenshot(&shots, "3-volume", 1500);
+    // The 15-minute range: history at 1 s steps.
+    page.eval("document.querySelector('button[data-range=\"1s\"]').click()");
+    page.wait_for(
+        "the 1 s history",
+        "weft.volume.range() === '1s' && weft.volume.iops().some((v) => v > 0)",
+        PAGE_TIMEOUT,
+    );
+
+    // The list sorted by IOPS: the busy volume first.
+    page.go("#/volumes");
+    page.wait_for(
+        "the volume list",
+        "weft.page === 'volumes' && weft.volumes.rows().length >= 4",
+        PAGE_TIMEOUT,
+    );
+    page.sort_list("iops", true);
+    page.wait_for(
+        "vol0 first by IOPS",
+        "weft.volumes.rows()[0] === 'vol0' \
+         && document.querySelector('#vl-table tbody tr').dataset.name === 'vol0' \
+         && parseFloat(document.querySelector('#vl-table tbody tr').dataset.iops) > 0",
+        PAGE_TIMEOUT,
+    );
+    page.screenshot(&shots, "2-volumes", VIEW_HEIGHT_PX);
+
+    page.go("#/cluster");
+    page.wait_for(
+        "the cluster page",
+        "weft.page === 'cluster' && weft.cluster.refreshes > 0 \
+         && document.getElementById('cl-capacity').textContent.length > 0 \
+         && document.querySelector('#cl-nodes tbody tr') !== null \
+         && document.getElementById('cl-throughput-now').textContent.includes('IOPS now')",
+        PAGE_TIMEOUT,
+    );
+    page.screenshot(&shots, "4-cluster", VIEW_HEIGHT_PX);
+    assert_no_page_errors(&mut page, "after the fio run");
+
+    let out = fio.wait(Duration::from_secs(u64::from(FIO_RUNTIME_S) + 30));
+    assert_fio_ok(&out, "fio randwrite on vol0");
+
+    // 500 volumes: every row rendered, a sort completes.
+    let have = srv.api_json("GET", "/api/v1/volumes", None);
+    let existing = have.as_array().unwrap().len();
+    let t = Instant::now();
+    for i in 0..VOLUMES_MANY.saturating_sub(existing) {
+        srv.api_json(
+            "POST",
+            "/api/v1/volumes",
+            Some(json!({"name": format!("bulk-{i:03}"), "size_bytes": 1u64 << 30})),
+        );
+    }
+    eprintln!(
+        "created {} volumes in {:?}",
+        VOLUMES_MANY - existing,
+        t.elapsed()
+    );
+    let exports = VOLUMES_MANY + 1; // and the snapshot
+    page.go("#/volumes");
+    page.wait_for(
+        "every export in the list",
+        &format!(
+            "weft.page === 'volumes' && weft.volumes.rows().length === {exports} \
+             && document.querySelectorAll('#vl-table tbody tr').length === {exports}"
+        ),
+        Duration::from_secs(30),
+    );
+    let t = Instant::now();
+    let ms = page.sort_list("name", false);
+    page.wait_for(
+        "the list sorted by name",
+        "document.querySelector('#vl-table tbody tr').dataset.name === 'bulk-000'",
+        PAGE_TIMEOUT,
+    );
+    eprintln!(
+        "sort of {exports} rows: {ms:.1} ms in the page, {:?} seen from the test",
+        t.elapsed()
+    );
+    assert!(ms < SORT_TIMEOUT_MS, "sorting {exports} rows took {ms} ms");
+    page.screenshot(&shots, "5-volumes-500", VIEW_HEIGHT_PX);
+    assert_no_page_errors(&mut page, "with 500 volumes");
+
+    // A token that stops working (here: removed from the session) sends the user to login.
+    page.eval("sessionStorage.setItem('weft.token', 'revoked'); location.hash = '#/cluster'");
+    page.wait_for(
+        "back at the login page after a 401",
+        "weft.page === 'login' \
+         && document.getElementById('login-error').textContent.includes('refused')",
+        PAGE_TIMEOUT,
+    );
+    eprintln!(
+        "web UI test done in {:?}; screenshots in {}",
+        started.elapsed(),
+        shots.display()
+    );
+}

@@ -1,0 +1,238 @@
+// The volume list: every export (volumes and snapshots) with a sparkline of its IOPS over the
+// last minute and its rates, sortable, updated each second from the statistics stream.
+//
+// Built for hundreds of volumes: each row is created once and its cells are updated in place
+// (text only when it changed); sparklines are drawn on a small canvas per row, and only for rows
+// on screen; a sort moves the existing rows instead of rebuilding them.
+'use strict';
+
+const VolumesPage = (() => {
+  const SPARK_COLOUR = '#2563eb';
+  // Seconds a sparkline spans (the API's spark_iops).
+  const SPARK_SECONDS = 60;
+  // Without the live stream, how often to poll /stats/volumes.
+  const POLL_MS = 1000;
+
+  // Sort keys: a value per row, and whether bigger comes first.
+  const SORTS = {
+    name: { key: (r) => r.name, desc: false },
+    size: { key: (r) => r.size, desc: true },
+    iops: { key: (r) => r.iops, desc: true },
+    mbps: { key: (r) => r.mbps, desc: true },
+    p99: { key: (r) => r.p99, desc: true },
+    iopsgb: { key: (r) => r.iopsgb, desc: true },
+  };
+
+  const template = 'tpl-volumes';
+
+  async function mount(root, _arg, signal, setLive) {
+    const tbody = root.querySelector('#vl-table tbody');
+    const count = root.querySelector('#vl-count');
+    const note = root.querySelector('#vl-note');
+    const filter = root.querySelector('#vl-filter');
+    const showSnapshots = root.querySelector('#vl-snapshots');
+    const rows = new Map(); // name -> row state
+    let order = []; // rows in display order
+    let sort = loadSort();
+
+    // Sparklines only for rows in view: a row scrolled away is redrawn when it comes back.
+    const visible = new IntersectionObserver((entries) => {
+      for (const e of entries) {
+        const r = e.target.weftRow;
+        if (!r) continue;
+        r.onScreen = e.isIntersecting;
+        if (r.onScreen && r.sparkDirty) drawSpark(r);
+      }
+    });
+    signal.addEventListener('abort', () => visible.disconnect());
+
+    for (const th of root.querySelectorAll('#vl-table th[data-sort]')) {
+      th.addEventListener('click', () => {
+        const col = th.dataset.sort;
+        sort = sort.col === col ? { col, desc: !sort.desc } : { col, desc: SORTS[col].desc };
+        sessionStorage.setItem('weft.volumeSort', JSON.stringify(sort));
+        applySort();
+      });
+    }
+    filter.addEventListener('input', applyFilter);
+    showSnapshots.addEventListener('change', applyFilter);
+
+    window.weft.volumes = {
+      rows: () => order.map((r) => r.name),
+      sort: () => ({ ...sort }),
+      updates: 0,
+    };
+
+    // First paint from the one-shot endpoint, then the 1 s stream; without a stream (an older
+    // server), poll; without live statistics at all, list the volumes alone.
+    let haveStats = true;
+    try {
+      update(await Api.get('/stats/volumes', signal));
+    } catch (e) {
+      if (!(e instanceof Api.ApiError) || e.status !== 404) throw e;
+      haveStats = false;
+      note.textContent = 'live statistics are not available on this server';
+      update(await fallbackList(signal));
+    }
+    if (!haveStats) return;
+    Api.stream('/stats/stream', signal, (name, data) => {
+      if (name === 'volumes') update(data);
+    }, setLive, () => poll(signal));
+
+    async function poll(sig) {
+      while (!sig.aborted) {
+        await Api.sleep(POLL_MS, sig);
+        if (sig.aborted) return;
+        try {
+          update(await Api.get('/stats/volumes', sig));
+          setLive(true);
+        } catch (e) {
+          if (e instanceof Api.Unauthorized) return;
+          setLive(false);
+        }
+      }
+    }
+
+    function update(data) {
+      const seen = new Set();
+      let added = false;
+      for (const v of data.volumes) {
+        seen.add(v.name);
+        let r = rows.get(v.name);
+        if (!r) {
+          r = makeRow(v);
+          rows.set(v.name, r);
+          order.push(r);
+          added = true;
+        }
+        fillRow(r, v);
+      }
+      let removed = false;
+      for (const [name, r] of rows) {
+        if (!seen.has(name)) {
+          r.tr.remove();
+          visible.unobserve(r.tr);
+          rows.delete(name);
+          removed = true;
+        }
+      }
+      if (removed) order = order.filter((r) => rows.has(r.name));
+      if (added) applyFilter();
+      applySort(added);
+      const volumes = order.filter((r) => !r.readOnly).length;
+      Dom.setText(count, volumes + ' volumes, ' + (order.length - volumes) + ' snapshots');
+      window.weft.volumes.updates += 1;
+      window.weft.volumes.time_ms = data.time_ms;
+    }
+
+    function makeRow(v) {
+      const r = {
+        name: v.name,
+        readOnly: !!v.read_only,
+        spark: Dom.el('canvas', { class: 'spark' }),
+        cells: {},
+        sparkDirty: true,
+        onScreen: false,
+      };
+      const link = Dom.el('a', { href: '#/volume/' + encodeURIComponent(v.name), text: v.name });
+      const nameCell = Dom.el('td', { class: 'name' }, link);
+      if (r.readOnly) nameCell.append(' ', Dom.el('span', { class: 'tag small', text: 'snapshot' }));
+      for (const k of ['size', 'iops', 'mbps', 'p99', 'iopsgb']) r.cells[k] = Dom.el('td', { class: 'num' });
+      r.tr = Dom.el('tr', { 'data-name': v.name },
+        nameCell, r.cells.size, Dom.el('td', { class: 'sparkcell' }, r.spark),
+        r.cells.iops, r.cells.mbps, r.cells.p99, r.cells.iopsgb);
+      r.tr.weftRow = r;
+      r.tr.addEventListener('click', (ev) => {
+        if (ev.target.tagName !== 'A') location.hash = '#/volume/' + encodeURIComponent(v.name);
+      });
+      tbody.append(r.tr);
+      visible.observe(r.tr);
+      return r;
+    }
+
+    function fillRow(r, v) {
+      const read = v.read || {};
+      const write = v.write || {};
+      r.size = v.size_bytes || 0;
+      r.iops = (read.iops || 0) + (write.iops || 0);
+      r.mbps = ((read.bytes_per_s || 0) + (write.bytes_per_s || 0)) / 1e6;
+      r.p99 = Math.max(read.p99_us || 0, write.p99_us || 0);
+      r.iopsgb = v.iops_per_gb || 0;
+      r.sparkValues = v.spark_iops || [];
+      r.sparkDirty = true;
+      r.tr.dataset.iops = r.iops.toFixed(1);
+      Dom.setText(r.cells.size, Fmt.bytes(r.size));
+      Dom.setText(r.cells.iops, Fmt.si(r.iops));
+      Dom.setText(r.cells.mbps, Fmt.si(r.mbps));
+      Dom.setText(r.cells.p99, Fmt.micros(read.p99_us) + ' / ' + Fmt.micros(write.p99_us));
+      Dom.setText(r.cells.iopsgb, Fmt.si(r.iopsgb));
+      r.tr.classList.toggle('busy', r.iops > 0);
+      if (r.onScreen) drawSpark(r);
+    }
+
+    function drawSpark(r) {
+      Dom.sparkline(r.spark, r.sparkValues, SPARK_COLOUR, SPARK_SECONDS);
+      r.sparkDirty = false;
+    }
+
+    function applySort(force) {
+      const s = SORTS[sort.col] ? sort : { col: 'name', desc: false };
+      const key = SORTS[s.col].key;
+      const sign = s.desc ? -1 : 1;
+      const sorted = order.slice().sort((a, b) => {
+        const ka = key(a);
+        const kb = key(b);
+        if (ka < kb) return -sign;
+        if (ka > kb) return sign;
+        return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
+      });
+      for (const th of root.querySelectorAll('#vl-table th[data-sort]')) {
+        th.classList.toggle('sorted', th.dataset.sort === s.col);
+        th.classList.toggle('desc', th.dataset.sort === s.col && s.desc);
+      }
+      const same = !force && sorted.length === order.length && sorted.every((r, i) => r === order[i]);
+      order = sorted;
+      if (same) return;
+      // Move only the rows that are out of place (appending a row that is already last is a
+      // no-op in effect, but still a DOM mutation: skip it).
+      let prev = null;
+      for (const r of order) {
+        const want = prev ? prev.nextSibling : tbody.firstChild;
+        if (want !== r.tr) tbody.insertBefore(r.tr, want);
+        prev = r.tr;
+      }
+    }
+
+    function applyFilter() {
+      const text = filter.value.trim().toLowerCase();
+      const snaps = showSnapshots.checked;
+      for (const r of order) {
+        r.tr.hidden = (text && !r.name.toLowerCase().includes(text)) || (!snaps && r.readOnly);
+      }
+    }
+  }
+
+  function loadSort() {
+    try {
+      const s = JSON.parse(sessionStorage.getItem('weft.volumeSort'));
+      if (s && SORTS[s.col]) return s;
+    } catch (_) { /* default */ }
+    return { col: 'name', desc: false };
+  }
+
+  // Without /stats/volumes: the volumes and snapshots, with no rates.
+  async function fallbackList(signal) {
+    const [vols, snaps] = await Promise.all([Api.get('/volumes', signal), Api.get('/snapshots', signal)]);
+    const zero = { iops: 0, bytes_per_s: 0, p50_us: 0, p99_us: 0, max_us: 0 };
+    const row = (v, ro) => ({
+      name: v.name, size_bytes: v.size_bytes, read_only: ro, read: zero, write: zero,
+      iops_per_gb: 0, spark_iops: [],
+    });
+    return {
+      time_ms: Date.now(),
+      volumes: vols.map((v) => row(v, false)).concat(snaps.map((s) => row(s, true))),
+    };
+  }
+
+  return { template, mount };
+})();
