@@ -285,6 +285,11 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}",
         name = config.default_volume
     )?;
+    writeln!(
+        out,
+        "ui: http://{api_addr}/ (log in with the token in {})",
+        data_dir.join(TOKEN_FILE).display()
+    )?;
     if let Some(addr) = metrics_addr {
         writeln!(out, "metrics: http://{addr}/metrics (Prometheus, no token)")?;
     }
