@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """What the live statistics cost the data path (issue 10): fio 4k randread QD32 and randwrite
-QD32 over NBD against `weft serve` with per-volume statistics on — and a UI-like observer
-reading the 100 ms stream of the volume, the 1 s stream of all volumes, and scraping /metrics
-every second — and with them off (`--no-io-stats --metrics-listen off`), in the same run.
+QD32 over NBD against `weft serve` in three modes, in the same run:
+  off      `--no-io-stats --metrics-listen off`: nothing counted;
+  on       statistics on (every I/O timed and counted, the 100 ms sampler running), nobody
+           watching;
+  watched  statistics on, and a UI-like observer on the same machine reading the 100 ms stream
+           of the volume and the 1 s stream of all volumes, and scraping /metrics every second
+           (Prometheus scrapes every 10-15 s; this is harsher).
 
-Rounds alternate the order (on, off, off, on, ...) so drift of the shared machine cancels out.
+Rounds rotate the order of the modes so drift of the shared machine cancels out.
 Each round: a fresh data dir and server, the volume prefilled (reads hit stored data), then the
 two jobs. Prints a markdown table with the on/off ratios (the goal: within 3%) and writes JSON
 to bench/results/.
@@ -97,15 +101,19 @@ def fio(uri: str, job: list[str], runtime: int, size: str, out: Path) -> dict:
             "lat_p99_us": side["clat_ns"]["percentile"]["99.000000"] / 1000}
 
 
-def one_round(a: argparse.Namespace, stats_on: bool, work: Path) -> dict:
-    data = work / ("on" if stats_on else "off")
+MODES = ["off", "on", "watched"]
+
+
+def one_round(a: argparse.Namespace, mode: str, work: Path) -> dict:
+    stats_on = mode != "off"
+    data = work / mode
     nbd, api, metrics = free_port(), free_port(), free_port()
     cmd = [str(a.weft_bin), "--data-dir", str(data), "serve", "--nbd-listen", f"127.0.0.1:{nbd}",
            "--api-listen", f"127.0.0.1:{api}", "--iscsi-listen", "off",
            "--default-volume-size", a.size]
     cmd += ["--metrics-listen", f"127.0.0.1:{metrics}"] if stats_on else \
         ["--metrics-listen", "off", "--no-io-stats"]
-    server = Proc("weft-" + ("on" if stats_on else "off"), cmd, work)
+    server = Proc("weft-" + mode, cmd, work)
     server.wait_ready(60)
     wait_port(nbd, server.proc, 30)
     uri = f"nbd://127.0.0.1:{nbd}/vol0"
@@ -113,14 +121,14 @@ def one_round(a: argparse.Namespace, stats_on: bool, work: Path) -> dict:
                     "--bs=1M", "--iodepth=8", f"--size={a.size}", "--refill_buffers=1"],
                    check=True, timeout=600, stdout=subprocess.DEVNULL)
     token = (data / "api-token").read_text().strip()
-    result = {"stats": stats_on, "jobs": {}}
+    result = {"mode": mode, "jobs": {}}
     for name, job in JOBS.items():
-        out = work / f"{name}-{'on' if stats_on else 'off'}.json"
+        out = work / f"{name}-{mode}.json"
         t0 = time.monotonic()
         cpu_box: dict = {}
         sampler = threading.Thread(
             target=lambda: cpu_box.update(cores=cores_over([server.pid], a.runtime)), daemon=True)
-        if stats_on:
+        if mode == "watched":
             with Observer(api, metrics, token) as obs:
                 time.sleep(0.5)
                 sampler.start()
@@ -133,9 +141,9 @@ def one_round(a: argparse.Namespace, stats_on: bool, work: Path) -> dict:
         r["server_cores"] = cpu_box.get("cores")
         r["wall_s"] = time.monotonic() - t0
         result["jobs"][name] = r
-        log(f"{'on ' if stats_on else 'off'} {name}: {r['iops']:.0f} IOPS, "
+        log(f"{mode:>7} {name}: {r['iops']:.0f} IOPS, "
             f"mean {r['lat_mean_us']:.0f} µs, p99 {r['lat_p99_us']:.0f} µs"
-            + (f", {r['stream_events']} events, {r['scrapes']} scrapes" if stats_on else ""))
+            + (f", {r['stream_events']} events, {r['scrapes']} scrapes" if mode == "watched" else ""))
     server.stop()
     subprocess.run(["rm", "-rf", str(data)], check=False)
     return result
@@ -145,7 +153,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--weft-bin", type=Path, default=REPO / "target/release/weft")
     p.add_argument("--runtime", type=int, default=10, help="seconds per fio job (plus 2 s ramp)")
-    p.add_argument("--rounds", type=int, default=2, help="on/off pairs, order alternating")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of the three modes, order rotating")
     p.add_argument("--size", default="1G", help="volume size (prefilled)")
     a = p.parse_args()
     if not a.weft_bin.exists():
@@ -154,23 +162,23 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="weft-stats-cost-") as tmp:
             for i in range(a.rounds):
-                order = [True, False] if i % 2 == 0 else [False, True]
-                for on in order:
-                    rounds.append(one_round(a, on, Path(tmp)))
+                for mode in MODES[i % 3:] + MODES[:i % 3]:
+                    rounds.append(one_round(a, mode, Path(tmp)))
     finally:
         stop_all()
-    lines = ["| job | stats on IOPS | stats off IOPS | on/off | on p99 µs | off p99 µs | "
-             "server cores on | off |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| job | off IOPS | on IOPS | on/off | watched IOPS | watched/off | p99 µs off / on / "
+             "watched | server cores off / on / watched |", "|---|---|---|---|---|---|---|---|"]
     summary = {}
     for name in JOBS:
-        on = [r["jobs"][name] for r in rounds if r["stats"]]
-        off = [r["jobs"][name] for r in rounds if not r["stats"]]
-        med = lambda xs, k: statistics.median(x[k] for x in xs if x.get(k) is not None)  # noqa: E731
-        ratio = med(on, "iops") / med(off, "iops")
-        summary[name] = {"on_iops": med(on, "iops"), "off_iops": med(off, "iops"), "ratio": ratio}
-        lines.append(f"| {name} | {med(on, 'iops'):.0f} | {med(off, 'iops'):.0f} | {ratio:.3f}x | "
-                     f"{med(on, 'lat_p99_us'):.0f} | {med(off, 'lat_p99_us'):.0f} | "
-                     f"{med(on, 'server_cores'):.2f} | {med(off, 'server_cores'):.2f} |")
+        by = {m: [r["jobs"][name] for r in rounds if r["mode"] == m] for m in MODES}
+        med = lambda m, k: statistics.median(x[k] for x in by[m] if x.get(k) is not None)  # noqa: E731
+        off, on, watched = (med(m, "iops") for m in MODES)
+        summary[name] = {"off_iops": off, "on_iops": on, "watched_iops": watched,
+                         "on_ratio": on / off, "watched_ratio": watched / off}
+        lines.append(f"| {name} | {off:.0f} | {on:.0f} | {on / off:.3f}x | {watched:.0f} | "
+                     f"{watched / off:.3f}x | "
+                     + " / ".join(f"{med(m, 'lat_p99_us'):.0f}" for m in MODES) + " | "
+                     + " / ".join(f"{med(m, 'server_cores'):.2f}" for m in MODES) + " |")
     table = "\n".join(lines)
     print(table)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
