@@ -111,7 +111,7 @@ pub struct HostSpec {
 }
 
 /// A host as the API shows it: everything but the secrets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HostInfo {
     pub name: String,
     pub iqns: Vec<String>,
@@ -126,7 +126,7 @@ pub struct HostInfo {
 }
 
 /// One LUN of a host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LunInfo {
     pub lun: u64,
     pub export: String,

@@ -47,6 +47,7 @@ pub use catalog::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
 pub use engine::{Backends, Engine, EngineConfig, LocalStoreConfig};
 pub use error::{EngineError, IoFailure};
 pub use hosts::{HostInfo, HostRecord, HostSpec, LunInfo};
+pub use repair_status::RepairStatus;
 pub use space::{FamilyReduction, SpaceUsage};
 pub use stats::{EngineStats, GcReport, GcStats, ReductionStats};
 pub use units::{BlockId, FamilyId, Lba, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES};

@@ -2,10 +2,10 @@
 //! ([`RepairControl`]); the repairer itself is in [`crate::repair`].
 
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What the repairer has done and is doing.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, utoipa::ToSchema)]
 pub struct RepairStatus {
     /// A scan is rebuilding chunks now.
     pub running: bool,

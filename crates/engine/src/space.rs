@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::block_map::{Mapping, PAGE_ENTRIES};
 use crate::family::Family;
@@ -12,7 +12,7 @@ use crate::units::{BlockId, LayerId, BLOCK_SIZE_U64};
 
 /// Space of one volume or snapshot. Logical figures count 4 KiB blocks as the host sees them;
 /// `unique_stored_bytes` counts bytes on disk after zero elimination, dedup and compression.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct SpaceUsage {
     /// Blocks that read as written data or written zeroes, through the whole chain.
     pub mapped_bytes: u64,
@@ -30,7 +30,7 @@ pub struct SpaceUsage {
 
 /// Data reduction of one family: its layers' own entries (each block of each layer counted
 /// once, not once per clone that reads it) against the bytes stored for them.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct FamilyReduction {
     /// 4096 × entries of all layers (written data or zeroes).
     pub logical_bytes: u64,

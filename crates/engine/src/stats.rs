@@ -1,11 +1,11 @@
 //! Engine-wide figures for the API and metrics: data reduction, write amplification, GC,
 //! buffer, space.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Data reduction across all families: every layer's own entries (a block a clone reads
 /// from its base is counted once, in the base).
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, utoipa::ToSchema)]
 pub struct ReductionStats {
     /// 4096 × mapped blocks (written data or zeroes, not trimmed).
     pub logical_bytes: u64,
@@ -23,7 +23,7 @@ pub struct ReductionStats {
 }
 
 /// GC counters since start.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, utoipa::ToSchema)]
 pub struct GcStats {
     pub runs: u64,
     pub segments_reclaimed: u64,
@@ -32,7 +32,7 @@ pub struct GcStats {
 }
 
 /// What one GC run did.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, utoipa::ToSchema)]
 pub struct GcReport {
     pub segments_reclaimed: u64,
     pub bytes_moved: u64,
@@ -40,7 +40,7 @@ pub struct GcReport {
 }
 
 /// Engine-wide figures for the API and metrics.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EngineStats {
     /// Reads that had to reconstruct a chunk from the rest of its stripe.
     pub degraded_reads: u64,

@@ -59,6 +59,23 @@ impl From<LogicalBlockSize> for u32 {
     }
 }
 
+/// In the API it is a plain number, 512 or 4096.
+impl utoipa::PartialSchema for LogicalBlockSize {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int32)))
+            .enum_values(Some([512, 4096]))
+            .description(Some(
+                "The sector size hosts see, in bytes: 512 (512e) or 4096 (4Kn).",
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for LogicalBlockSize {}
+
 impl std::fmt::Display for LogicalBlockSize {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.0)

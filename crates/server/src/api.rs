@@ -7,6 +7,10 @@
 //! `POST /snapshots/{name}/clones`. Volumes and snapshots carry their `nbd_uri` (a snapshot is
 //! exported read-only under its name). Hosts and LUN mappings: see [`hosts`]. Errors are
 //! `{"error": message}` with the engine's text.
+//!
+//! Every handler carries its `#[utoipa::path]`; [`openapi`] gathers them into the OpenAPI
+//! document checked in as `docs/openapi.json` and served at `GET /api/v1/openapi.json`. The
+//! bodies are typed: engine types and [`types`].
 
 use std::sync::Arc;
 
@@ -16,14 +20,19 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
-use weft_engine::{Engine, EngineError, LogicalBlockSize, SnapshotInfo, VolumeInfo};
+use weft_engine::{Engine, EngineError, SnapshotInfo, VolumeInfo};
 
 use crate::cluster::ClusterPlacement;
+use types::{
+    Checkpointed, CreateVolume, DeleteSnapshotQuery, DeleteVolumeQuery, ErrorBody,
+    ListSnapshotsQuery, NewName, ResizeVolume, Snapshot, Synced, ToSnapshot, Volume,
+};
 
 mod cluster;
 mod hosts;
+pub mod openapi;
 pub mod stats;
+pub mod types;
 
 /// What handlers share.
 #[derive(Debug, Clone)]
@@ -42,66 +51,13 @@ pub struct ApiState {
     pub io: Arc<crate::io_stats::IoStats>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateVolume {
-    name: String,
-    size_bytes: u64,
-    /// A pool of the cluster (default: the c.node's pool).
-    #[serde(default)]
-    pool: Option<String>,
-    /// The sector size hosts see: 512 (the default) or 4096; anything else is a 400.
-    #[serde(default)]
-    logical_block_size: LogicalBlockSize,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ResizeVolume {
-    size_bytes: u64,
-}
-
-/// Body of snapshot create and clone create: the new snapshot's or volume's name.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewName {
-    name: String,
-}
-
-/// Body of refresh and rollback.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ToSnapshot {
-    snapshot: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DeleteVolumeQuery {
-    #[serde(default)]
-    with_snapshots: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DeleteSnapshotQuery {
-    #[serde(default)]
-    keep_hidden: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListSnapshotsQuery {
-    volume: Option<String>,
-}
-
 /// An API error: status and message.
 #[derive(Debug)]
 pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+        (self.0, Json(ErrorBody { error: self.1 })).into_response()
     }
 }
 
@@ -189,21 +145,50 @@ pub fn router(state: ApiState) -> Router {
         // Probes for load balancers and supervisors: no token, no data.
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        // The API's own description: no token, no data.
+        .route("/api/v1/openapi.json", get(openapi::serve))
         .merge(crate::web_ui::router()) // the web UI's static files: no token, no data
         .with_state(state)
 }
 
 /// The server's version (the CLI's `weft status` shows it beside its own).
-async fn version() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }))
+#[utoipa::path(
+    get,
+    path = "/api/v1/version",
+    tag = "probes",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The version", body = types::Version),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    ),
+)]
+async fn version() -> Json<types::Version> {
+    Json(types::Version {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
 }
 
 /// The process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "probes",
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain")),
+)]
 async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// The datastore answers: its catalog can be read.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "probes",
+    responses(
+        (status = 200, description = "`ready`", body = String, content_type = "text/plain"),
+        (status = 500, description = "The datastore does not answer", body = ErrorBody),
+    ),
+)]
 async fn readyz(State(state): State<ApiState>) -> Result<&'static str, ApiError> {
     let engine = state.engine.clone();
     blocking(move || Ok(engine.list_images().len())).await?;
@@ -241,26 +226,41 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
-/// A volume or snapshot as JSON, with the NBD URI it is exported under (its name).
-fn with_uri(state: &ApiState, name: &str, info: &impl Serialize) -> serde_json::Value {
-    let mut v = serde_json::to_value(info).expect("volume and snapshot info serialise");
-    v["nbd_uri"] = format!("nbd://{}/{name}", state.nbd_address).into();
-    v
+fn nbd_uri(state: &ApiState, name: &str) -> String {
+    format!("nbd://{}/{name}", state.nbd_address)
 }
 
-fn volume_json(state: &ApiState, info: &VolumeInfo) -> serde_json::Value {
-    with_uri(state, &info.name, info)
+fn volume(state: &ApiState, info: VolumeInfo) -> Volume {
+    Volume {
+        nbd_uri: nbd_uri(state, &info.name),
+        info,
+    }
 }
 
-fn snapshot_json(state: &ApiState, info: &SnapshotInfo) -> serde_json::Value {
-    with_uri(state, &info.name, info)
+fn snapshot(state: &ApiState, info: SnapshotInfo) -> Snapshot {
+    Snapshot {
+        nbd_uri: nbd_uri(state, &info.name),
+        info,
+    }
 }
 
-async fn list_volumes(State(state): State<ApiState>) -> Result<Json<serde_json::Value>, ApiError> {
+/// List the volumes.
+#[utoipa::path(
+    get,
+    path = "/api/v1/volumes",
+    tag = "volumes",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every volume", body = Vec<Volume>),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
+async fn list_volumes(State(state): State<ApiState>) -> Result<Json<Vec<Volume>>, ApiError> {
     let engine = state.engine.clone();
     let volumes = blocking(move || Ok(engine.list_volumes())).await?;
     Ok(Json(
-        volumes.iter().map(|v| volume_json(&state, v)).collect(),
+        volumes.into_iter().map(|v| volume(&state, v)).collect(),
     ))
 }
 
@@ -297,10 +297,26 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<
     }
 }
 
+/// Create a volume.
+#[utoipa::path(
+    post,
+    path = "/api/v1/volumes",
+    tag = "volumes",
+    security(("bearer" = [])),
+    request_body = CreateVolume,
+    responses(
+        (status = 201, description = "Created", body = Volume),
+        (status = 400, description = "Invalid name, size, pool, block size or body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 409, description = "The name is taken", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 507, description = "Out of space", body = ErrorBody),
+    ),
+)]
 async fn create_volume(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<CreateVolume>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+) -> Result<(StatusCode, Json<Volume>), ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || {
         engine.create_volume_in(
@@ -312,18 +328,48 @@ async fn create_volume(
     })
     .await?;
     tracing::info!(volume = %info.name, size_bytes = info.size_bytes, "volume created");
-    Ok((StatusCode::CREATED, Json(volume_json(&state, &info))))
+    Ok((StatusCode::CREATED, Json(volume(&state, info))))
 }
 
+/// A volume.
+#[utoipa::path(
+    get,
+    path = "/api/v1/volumes/{name}",
+    tag = "volumes",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The volume")),
+    responses(
+        (status = 200, description = "The volume", body = Volume),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such volume", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 async fn volume_info(
     State(state): State<ApiState>,
     Path(name): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Volume>, ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || engine.volume_info(&name)).await?;
-    Ok(Json(volume_json(&state, &info)))
+    Ok(Json(volume(&state, info)))
 }
 
+/// Delete a volume (refused while it is mapped, or has snapshots without `with_snapshots`).
+#[utoipa::path(
+    delete,
+    path = "/api/v1/volumes/{name}",
+    tag = "volumes",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The volume"), DeleteVolumeQuery),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such volume", body = ErrorBody),
+        (status = 409, description = "Mapped to a host, or has snapshots", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 async fn delete_volume(
     State(state): State<ApiState>,
     Path(name): Path<String>,
@@ -334,46 +380,126 @@ async fn delete_volume(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Resize a volume.
+#[utoipa::path(
+    post,
+    path = "/api/v1/volumes/{name}/resize",
+    tag = "volumes",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The volume")),
+    request_body = ResizeVolume,
+    responses(
+        (status = 200, description = "Resized", body = Volume),
+        (status = 400, description = "Invalid size or body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such volume", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 507, description = "Out of space", body = ErrorBody),
+    ),
+)]
 async fn resize_volume(
     State(state): State<ApiState>,
     Path(name): Path<String>,
     JsonBody(body): JsonBody<ResizeVolume>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Volume>, ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || engine.resize_volume(&name, body.size_bytes)).await?;
-    Ok(Json(volume_json(&state, &info)))
+    Ok(Json(volume(&state, info)))
 }
 
+/// Snapshot a volume (crash-consistent, metadata only).
+#[utoipa::path(
+    post,
+    path = "/api/v1/volumes/{name}/snapshots",
+    tag = "snapshots",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The volume")),
+    request_body = NewName,
+    responses(
+        (status = 201, description = "Created", body = Snapshot),
+        (status = 400, description = "Invalid name or body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such volume", body = ErrorBody),
+        (status = 409, description = "The name is taken, or the chain is too deep", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 507, description = "Out of space", body = ErrorBody),
+    ),
+)]
 async fn create_snapshot(
     State(state): State<ApiState>,
     Path(volume): Path<String>,
     JsonBody(body): JsonBody<NewName>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || engine.create_snapshot(&volume, &body.name)).await?;
-    Ok((StatusCode::CREATED, Json(snapshot_json(&state, &info))))
+    Ok((StatusCode::CREATED, Json(snapshot(&state, info))))
 }
 
+/// List the snapshots, of every volume or of one.
+#[utoipa::path(
+    get,
+    path = "/api/v1/snapshots",
+    tag = "snapshots",
+    security(("bearer" = [])),
+    params(ListSnapshotsQuery),
+    responses(
+        (status = 200, description = "The snapshots", body = Vec<Snapshot>),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such volume", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 async fn list_snapshots(
     State(state): State<ApiState>,
     QueryArgs(query): QueryArgs<ListSnapshotsQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Vec<Snapshot>>, ApiError> {
     let engine = state.engine.clone();
     let snapshots = blocking(move || engine.list_snapshots(query.volume.as_deref())).await?;
     Ok(Json(
-        snapshots.iter().map(|s| snapshot_json(&state, s)).collect(),
+        snapshots.into_iter().map(|s| snapshot(&state, s)).collect(),
     ))
 }
 
+/// A snapshot.
+#[utoipa::path(
+    get,
+    path = "/api/v1/snapshots/{name}",
+    tag = "snapshots",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The snapshot")),
+    responses(
+        (status = 200, description = "The snapshot", body = Snapshot),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such snapshot", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 async fn snapshot_info(
     State(state): State<ApiState>,
     Path(name): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Snapshot>, ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || engine.snapshot_info(&name)).await?;
-    Ok(Json(snapshot_json(&state, &info)))
+    Ok(Json(snapshot(&state, info)))
 }
 
+/// Delete a snapshot (refused while clones use it, unless `keep_hidden` hides it).
+#[utoipa::path(
+    delete,
+    path = "/api/v1/snapshots/{name}",
+    tag = "snapshots",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The snapshot"), DeleteSnapshotQuery),
+    responses(
+        (status = 204, description = "Deleted (or hidden)"),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such snapshot", body = ErrorBody),
+        (status = 409, description = "Clones use it, or it is mapped to a host", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 async fn delete_snapshot(
     State(state): State<ApiState>,
     Path(name): Path<String>,
@@ -384,54 +510,160 @@ async fn delete_snapshot(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Clone a snapshot into a new writable, thin volume.
+#[utoipa::path(
+    post,
+    path = "/api/v1/snapshots/{name}/clones",
+    tag = "snapshots",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The snapshot")),
+    request_body = NewName,
+    responses(
+        (status = 201, description = "Created", body = Volume),
+        (status = 400, description = "Invalid name or body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such snapshot", body = ErrorBody),
+        (status = 409, description = "The name is taken, or the chain is too deep", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 507, description = "Out of space", body = ErrorBody),
+    ),
+)]
 async fn create_clone(
     State(state): State<ApiState>,
-    Path(snapshot): Path<String>,
+    Path(snapshot_name): Path<String>,
     JsonBody(body): JsonBody<NewName>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+) -> Result<(StatusCode, Json<Volume>), ApiError> {
     let engine = state.engine.clone();
-    let info = blocking(move || engine.create_clone(&snapshot, &body.name)).await?;
-    Ok((StatusCode::CREATED, Json(volume_json(&state, &info))))
+    let info = blocking(move || engine.create_clone(&snapshot_name, &body.name)).await?;
+    Ok((StatusCode::CREATED, Json(volume(&state, info))))
 }
 
+/// Drop a clone's changes and have it read a snapshot of its family (clients reconnect).
+#[utoipa::path(
+    post,
+    path = "/api/v1/volumes/{name}/refresh",
+    tag = "volumes",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The volume")),
+    request_body = ToSnapshot,
+    responses(
+        (status = 200, description = "Refreshed", body = Volume),
+        (status = 400, description = "Invalid body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such volume or snapshot", body = ErrorBody),
+        (status = 409, description = "The snapshot is of another family, or the chain is too deep", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 507, description = "Out of space", body = ErrorBody),
+    ),
+)]
 async fn refresh_volume(
     State(state): State<ApiState>,
-    Path(volume): Path<String>,
+    Path(name): Path<String>,
     JsonBody(body): JsonBody<ToSnapshot>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Volume>, ApiError> {
     let engine = state.engine.clone();
-    let info = blocking(move || engine.refresh_volume(&volume, &body.snapshot)).await?;
-    Ok(Json(volume_json(&state, &info)))
+    let info = blocking(move || engine.refresh_volume(&name, &body.snapshot)).await?;
+    Ok(Json(volume(&state, info)))
 }
 
+/// Roll a volume back to one of its own snapshots (clients reconnect).
+#[utoipa::path(
+    post,
+    path = "/api/v1/volumes/{name}/rollback",
+    tag = "volumes",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The volume")),
+    request_body = ToSnapshot,
+    responses(
+        (status = 200, description = "Rolled back", body = Volume),
+        (status = 400, description = "Invalid body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such volume or snapshot", body = ErrorBody),
+        (status = 409, description = "Not a snapshot of this volume", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 507, description = "Out of space", body = ErrorBody),
+    ),
+)]
 async fn rollback_volume(
     State(state): State<ApiState>,
-    Path(volume): Path<String>,
+    Path(name): Path<String>,
     JsonBody(body): JsonBody<ToSnapshot>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Volume>, ApiError> {
     let engine = state.engine.clone();
-    let info = blocking(move || engine.rollback_volume(&volume, &body.snapshot)).await?;
-    Ok(Json(volume_json(&state, &info)))
+    let info = blocking(move || engine.rollback_volume(&name, &body.snapshot)).await?;
+    Ok(Json(volume(&state, info)))
 }
 
+/// Engine-wide figures: data reduction, space, write amplification, GC, repair.
+#[utoipa::path(
+    get,
+    path = "/api/v1/stats",
+    operation_id = "engine_stats",
+    tag = "stats",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The figures", body = weft_engine::EngineStats),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 async fn stats(State(state): State<ApiState>) -> Result<Json<weft_engine::EngineStats>, ApiError> {
     let engine = state.engine.clone();
     Ok(Json(blocking(move || Ok(engine.stats())).await?))
 }
 
-async fn sync(State(state): State<ApiState>) -> Result<Json<serde_json::Value>, ApiError> {
+/// Wait until every acknowledged write is in sealed segments.
+#[utoipa::path(
+    post,
+    path = "/api/v1/sync",
+    tag = "maintenance",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Synced", body = Synced),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 507, description = "Out of space", body = ErrorBody),
+    ),
+)]
+async fn sync(State(state): State<ApiState>) -> Result<Json<Synced>, ApiError> {
     let engine = state.engine.clone();
     blocking(move || engine.sync()).await?;
-    Ok(Json(serde_json::json!({ "synced": true })))
+    Ok(Json(Synced { synced: true }))
 }
 
+/// Compact segments now.
+#[utoipa::path(
+    post,
+    path = "/api/v1/gc",
+    tag = "maintenance",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "What the run did", body = weft_engine::GcReport),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 507, description = "Out of space", body = ErrorBody),
+    ),
+)]
 async fn gc(State(state): State<ApiState>) -> Result<Json<weft_engine::GcReport>, ApiError> {
     let engine = state.engine.clone();
     Ok(Json(blocking(move || engine.gc_now()).await?))
 }
 
-async fn checkpoint(State(state): State<ApiState>) -> Result<Json<serde_json::Value>, ApiError> {
+/// Checkpoint the maps now.
+#[utoipa::path(
+    post,
+    path = "/api/v1/checkpoint",
+    tag = "maintenance",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Checkpointed", body = Checkpointed),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 507, description = "Out of space", body = ErrorBody),
+    ),
+)]
+async fn checkpoint(State(state): State<ApiState>) -> Result<Json<Checkpointed>, ApiError> {
     let engine = state.engine.clone();
     blocking(move || engine.checkpoint_now()).await?;
-    Ok(Json(serde_json::json!({ "checkpointed": true })))
+    Ok(Json(Checkpointed { checkpointed: true }))
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use parking_lot::Mutex;
 
@@ -18,7 +18,7 @@ use crate::units::{BlockId, FamilyId, LayerId, LogicalBlockSize, VolumeId, BLOCK
 const PAGES_PER_LOCK: usize = 64;
 
 /// A family as a volume or snapshot shows it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct FamilySummary {
     pub id: u64,
     pub volumes: usize,
@@ -29,7 +29,7 @@ pub struct FamilySummary {
 }
 
 /// A volume as the API shows it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct VolumeInfo {
     pub name: String,
     pub id: u64,
@@ -54,7 +54,7 @@ pub struct VolumeInfo {
 }
 
 /// A snapshot as the API shows it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct SnapshotInfo {
     pub name: String,
     pub id: u64,

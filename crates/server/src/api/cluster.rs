@@ -8,32 +8,17 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
 use weft_ec::Redundancy;
 
+use super::types::{
+    ClusterStatus, ClusterWideStatus, CreatePool, DnodeOut, ErrorBody, LocalNode, PoolCreated,
+    RepairRate, RepairScan, ScanState, ScrubReport, SingleProcessStatus,
+};
 use super::{ApiError, ApiState, JsonBody};
-use crate::cluster::{ClusterPlacement, CreatePoolError};
+use crate::cluster::{ClusterPlacement, CreatePoolError, NodeState, NodeStatus, PoolStatus};
 
 /// Placement groups of a pool created without a count.
 const PG_COUNT_DEFAULT: u32 = 64;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct CreatePool {
-    name: String,
-    /// `none`, `x3`, `4+2`, ...
-    redundancy: String,
-    pg_count: Option<u32>,
-    /// Chunks durable before a stripe is (default min(k+1, k+m)).
-    min_size: Option<u8>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RepairRate {
-    rate_bytes_per_s: u64,
-}
 
 fn cluster(state: &ApiState) -> Result<&std::sync::Arc<ClusterPlacement>, ApiError> {
     state.cluster.as_ref().ok_or_else(|| {
@@ -48,22 +33,38 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
-pub(super) async fn status(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
+/// The cluster's health.
+///
+/// Its d.nodes, pools and their PG health, and repair progress (in single-process mode: the
+/// local d.node).
+#[utoipa::path(
+    get,
+    path = "/api/v1/cluster",
+    operation_id = "cluster_status",
+    tag = "cluster",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The status, by `mode`", body = ClusterStatus),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
+pub(super) async fn status(State(state): State<ApiState>) -> Result<Json<ClusterStatus>, ApiError> {
     let engine = state.engine.clone();
     let stats = tokio::task::spawn_blocking(move || engine.stats())
         .await
         .map_err(internal)?;
-    let repair = serde_json::to_value(&stats.repair).map_err(internal)?;
     let Some(c) = &state.cluster else {
-        return Ok(Json(json!({
-            "mode": "single-process",
-            "nodes": [{
-                "id": "local", "state": "up",
-                "capacity_bytes": stats.capacity_bytes, "used_bytes": stats.used_bytes,
+        return Ok(Json(ClusterStatus::SingleProcess(SingleProcessStatus {
+            nodes: vec![LocalNode {
+                id: "local".into(),
+                state: NodeState::Up,
+                capacity_bytes: stats.capacity_bytes,
+                used_bytes: stats.used_bytes,
             }],
-            "pools": [],
-            "repair": repair,
-            "degraded_reads": stats.degraded_reads,
+            pools: Vec::new(),
+            repair: stats.repair,
+            degraded_reads: stats.degraded_reads,
         })));
     };
     let nodes = c.nodes();
@@ -74,36 +75,64 @@ pub(super) async fn status(State(state): State<ApiState>) -> Result<Json<Value>,
         .iter()
         .all(|p| p.pgs_degraded == 0 && p.pgs_incomplete == 0)
         && stats.repair.caught_up;
-    Ok(Json(json!({
-        "mode": "cluster",
-        "healthy": healthy,
-        "nodes": nodes,
-        "pools": pools,
-        "repair": repair,
-        "degraded_reads": stats.degraded_reads,
-        "chunks_missed_at_write": stats.chunks_missed_at_write,
-        "capacity_bytes": stats.capacity_bytes,
-        "used_bytes": stats.used_bytes,
+    Ok(Json(ClusterStatus::Cluster(ClusterWideStatus {
+        healthy,
+        nodes,
+        pools,
+        repair: stats.repair,
+        degraded_reads: stats.degraded_reads,
+        chunks_missed_at_write: stats.chunks_missed_at_write,
+        capacity_bytes: stats.capacity_bytes,
+        used_bytes: stats.used_bytes,
     })))
 }
 
-pub(super) async fn dnodes(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(json!(cluster(&state)?.nodes())))
+/// The cluster's d.nodes.
+#[utoipa::path(
+    get,
+    path = "/api/v1/dnodes",
+    operation_id = "list_dnodes",
+    tag = "cluster",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every d.node", body = Vec<NodeStatus>),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 409, description = "Single-process datastore: no cluster", body = ErrorBody),
+    ),
+)]
+pub(super) async fn dnodes(
+    State(state): State<ApiState>,
+) -> Result<Json<Vec<NodeStatus>>, ApiError> {
+    Ok(Json(cluster(&state)?.nodes()))
 }
 
+/// A d.node.
+#[utoipa::path(
+    get,
+    path = "/api/v1/dnodes/{id}",
+    tag = "cluster",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "The d.node")),
+    responses(
+        (status = 200, description = "The d.node", body = NodeStatus),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such d.node", body = ErrorBody),
+        (status = 409, description = "Single-process datastore: no cluster", body = ErrorBody),
+    ),
+)]
 pub(super) async fn dnode_info(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<NodeStatus>, ApiError> {
     cluster(&state)?
         .nodes()
         .into_iter()
         .find(|n| n.id == id)
-        .map(|n| Json(json!(n)))
+        .map(Json)
         .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no d.node {id:?}")))
 }
 
-async fn set_out(state: ApiState, id: String, out: bool) -> Result<Json<Value>, ApiError> {
+async fn set_out(state: ApiState, id: String, out: bool) -> Result<Json<DnodeOut>, ApiError> {
     let c = cluster(&state)?.clone();
     if !c.nodes().iter().any(|n| n.id == id) {
         return Err(ApiError(StatusCode::NOT_FOUND, format!("no d.node {id:?}")));
@@ -114,43 +143,117 @@ async fn set_out(state: ApiState, id: String, out: bool) -> Result<Json<Value>, 
         .map_err(internal)?
         .map_err(internal)?;
     tracing::info!(node = %id, out, "d.node marked by the operator");
-    Ok(Json(json!({ "id": id, "out": out })))
+    Ok(Json(DnodeOut { id, out }))
 }
 
+/// Mark a d.node out: its PG positions move to other d.nodes.
+#[utoipa::path(
+    post,
+    path = "/api/v1/dnodes/{id}/out",
+    tag = "cluster",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "The d.node")),
+    responses(
+        (status = 200, description = "Marked out", body = DnodeOut),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such d.node", body = ErrorBody),
+        (status = 409, description = "Single-process datastore: no cluster", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 pub(super) async fn dnode_out(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DnodeOut>, ApiError> {
     set_out(state, id, true).await
 }
 
+/// Mark a d.node in again.
+#[utoipa::path(
+    post,
+    path = "/api/v1/dnodes/{id}/in",
+    tag = "cluster",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "The d.node")),
+    responses(
+        (status = 200, description = "Marked in", body = DnodeOut),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such d.node", body = ErrorBody),
+        (status = 409, description = "Single-process datastore: no cluster", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 pub(super) async fn dnode_in(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DnodeOut>, ApiError> {
     set_out(state, id, false).await
 }
 
-pub(super) async fn pools(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(json!(cluster(&state)?.pools())))
+/// The cluster's pools.
+#[utoipa::path(
+    get,
+    path = "/api/v1/pools",
+    operation_id = "list_pools",
+    tag = "cluster",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every pool", body = Vec<PoolStatus>),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 409, description = "Single-process datastore: no cluster", body = ErrorBody),
+    ),
+)]
+pub(super) async fn pools(
+    State(state): State<ApiState>,
+) -> Result<Json<Vec<PoolStatus>>, ApiError> {
+    Ok(Json(cluster(&state)?.pools()))
 }
 
+/// A pool.
+#[utoipa::path(
+    get,
+    path = "/api/v1/pools/{name}",
+    tag = "cluster",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The pool")),
+    responses(
+        (status = 200, description = "The pool", body = PoolStatus),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such pool", body = ErrorBody),
+        (status = 409, description = "Single-process datastore: no cluster", body = ErrorBody),
+    ),
+)]
 pub(super) async fn pool_info(
     State(state): State<ApiState>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PoolStatus>, ApiError> {
     cluster(&state)?
         .pools()
         .into_iter()
         .find(|p| p.name == name)
-        .map(|p| Json(json!(p)))
+        .map(Json)
         .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no pool {name:?}")))
 }
 
+/// Create a pool.
+#[utoipa::path(
+    post,
+    path = "/api/v1/pools",
+    tag = "cluster",
+    security(("bearer" = [])),
+    request_body = CreatePool,
+    responses(
+        (status = 201, description = "Created", body = PoolCreated),
+        (status = 400, description = "Invalid redundancy, counts or body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 409, description = "The name is taken, or no cluster", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 pub(super) async fn create_pool(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<CreatePool>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<PoolCreated>), ApiError> {
     let c = cluster(&state)?.clone();
     let redundancy = Redundancy::parse(&body.redundancy)
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("redundancy: {e}")))?;
@@ -175,16 +278,31 @@ pub(super) async fn create_pool(
     tracing::info!(pool = %body.name, %redundancy, pg_count, "pool created");
     Ok((
         StatusCode::CREATED,
-        Json(
-            json!({ "name": body.name, "redundancy": redundancy.to_string(), "pg_count": pg_count }),
-        ),
+        Json(PoolCreated {
+            name: body.name,
+            redundancy: redundancy.to_string(),
+            pg_count,
+        }),
     ))
 }
 
+/// Set the rebuild rate limit.
+#[utoipa::path(
+    put,
+    path = "/api/v1/cluster/repair",
+    tag = "cluster",
+    security(("bearer" = [])),
+    request_body = RepairRate,
+    responses(
+        (status = 200, description = "The new limit", body = RepairRate),
+        (status = 400, description = "Zero, or an invalid body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    ),
+)]
 pub(super) async fn set_repair_rate(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<RepairRate>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RepairRate>, ApiError> {
     if body.rate_bytes_per_s == 0 {
         return Err(ApiError(
             StatusCode::BAD_REQUEST,
@@ -192,21 +310,49 @@ pub(super) async fn set_repair_rate(
         ));
     }
     state.engine.set_repair_rate(body.rate_bytes_per_s);
-    Ok(Json(json!({ "rate_bytes_per_s": body.rate_bytes_per_s })))
+    Ok(Json(body))
 }
 
-pub(super) async fn repair_now(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
+/// Start a repair scan now.
+#[utoipa::path(
+    post,
+    path = "/api/v1/cluster/repair",
+    tag = "cluster",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A scan was started", body = RepairScan),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    ),
+)]
+pub(super) async fn repair_now(
+    State(state): State<ApiState>,
+) -> Result<Json<RepairScan>, ApiError> {
     state.engine.repair_now();
-    Ok(Json(json!({ "scan": "started" })))
+    Ok(Json(RepairScan {
+        scan: ScanState::Started,
+    }))
 }
 
-pub(super) async fn scrub(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
+/// Verify every chunk on every d.node now; corrupt ones are rebuilt.
+#[utoipa::path(
+    post,
+    path = "/api/v1/cluster/scrub",
+    tag = "cluster",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "What the scrub found", body = ScrubReport),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
+pub(super) async fn scrub(State(state): State<ApiState>) -> Result<Json<ScrubReport>, ApiError> {
     let engine = state.engine.clone();
     let (checked, corrupt, failed) = tokio::task::spawn_blocking(move || engine.scrub())
         .await
         .map_err(internal)?;
-    let corrupt: Vec<String> = corrupt.iter().map(ToString::to_string).collect();
-    Ok(Json(
-        json!({ "checked": checked, "corrupt": corrupt, "failed_stores": failed }),
-    ))
+    Ok(Json(ScrubReport {
+        checked,
+        corrupt: corrupt.iter().map(ToString::to_string).collect(),
+        failed_stores: failed,
+    }))
 }

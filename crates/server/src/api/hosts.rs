@@ -10,61 +10,54 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::Value;
-use weft_engine::{HostInfo, HostSpec, LunInfo};
+use weft_engine::HostSpec;
 
+use super::types::{CreateHost, ErrorBody, Host, Lun, MapExport, MappedLun};
 use super::{blocking, ApiError, ApiState, JsonBody};
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct CreateHost {
-    name: String,
-    #[serde(default)]
-    iqns: Vec<String>,
-    #[serde(default)]
-    nbd_addresses: Vec<String>,
-    #[serde(default)]
-    tls_names: Vec<String>,
-    chap_user: Option<String>,
-    chap_secret: Option<String>,
-    mutual_chap_user: Option<String>,
-    mutual_chap_secret: Option<String>,
+fn host(state: &ApiState, info: weft_engine::HostInfo) -> Host {
+    Host::new(info, &state.array_target, state.iscsi_portal.as_deref())
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct MapExport {
-    export: String,
-    lun: Option<u64>,
-}
-
-fn lun_json(state: &ApiState, lun: &LunInfo) -> Value {
-    let mut v = serde_json::to_value(lun).expect("LUN info serialises");
-    if let Some(portal) = &state.iscsi_portal {
-        v["iscsi_uri"] = format!("iscsi://{portal}/{}/{}", state.array_target, lun.lun).into();
-    }
-    v
-}
-
-fn host_json(state: &ApiState, host: &HostInfo) -> Value {
-    let mut v = serde_json::to_value(host).expect("host info serialises");
-    v["luns"] = host.luns.iter().map(|l| lun_json(state, l)).collect();
-    v["iscsi_target"] = state.array_target.to_string().into();
-    v["iscsi_portal"] = state.iscsi_portal.as_deref().into();
-    v
-}
-
-pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
+/// List the hosts.
+#[utoipa::path(
+    get,
+    path = "/api/v1/hosts",
+    operation_id = "list_hosts",
+    tag = "hosts",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every host", body = Vec<Host>),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
+pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<Vec<Host>>, ApiError> {
     let engine = state.engine.clone();
     let hosts = blocking(move || Ok(engine.list_hosts())).await?;
-    Ok(Json(hosts.iter().map(|h| host_json(&state, h)).collect()))
+    Ok(Json(hosts.into_iter().map(|h| host(&state, h)).collect()))
 }
 
+/// Define a host.
+#[utoipa::path(
+    post,
+    path = "/api/v1/hosts",
+    operation_id = "create_host",
+    tag = "hosts",
+    security(("bearer" = [])),
+    request_body = CreateHost,
+    responses(
+        (status = 201, description = "Created", body = Host),
+        (status = 400, description = "Invalid name, initiator, address, CHAP or body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 409, description = "The name is taken", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 pub(super) async fn create(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<CreateHost>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Host>), ApiError> {
     let spec = HostSpec {
         name: body.name,
         iqns: body.iqns,
@@ -77,18 +70,49 @@ pub(super) async fn create(
     };
     let engine = state.engine.clone();
     let info = blocking(move || engine.create_host(&spec)).await?;
-    Ok((StatusCode::CREATED, Json(host_json(&state, &info))))
+    Ok((StatusCode::CREATED, Json(host(&state, info))))
 }
 
+/// A host and its LUNs.
+#[utoipa::path(
+    get,
+    path = "/api/v1/hosts/{name}",
+    operation_id = "host_info",
+    tag = "hosts",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The host")),
+    responses(
+        (status = 200, description = "The host", body = Host),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such host", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 pub(super) async fn info(
     State(state): State<ApiState>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Host>, ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || engine.host_info(&name)).await?;
-    Ok(Json(host_json(&state, &info)))
+    Ok(Json(host(&state, info)))
 }
 
+/// Delete a host.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/hosts/{name}",
+    operation_id = "delete_host",
+    tag = "hosts",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The host")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such host", body = ErrorBody),
+        (status = 409, description = "It still has LUNs", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 pub(super) async fn delete(
     State(state): State<ApiState>,
     Path(name): Path<String>,
@@ -98,19 +122,54 @@ pub(super) async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Map a volume or snapshot to a host as a LUN (snapshots read-only).
+#[utoipa::path(
+    post,
+    path = "/api/v1/hosts/{name}/luns",
+    operation_id = "map_lun",
+    tag = "hosts",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The host")),
+    request_body = MapExport,
+    responses(
+        (status = 201, description = "Mapped", body = MappedLun),
+        (status = 400, description = "Invalid LUN or body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such host, volume or snapshot", body = ErrorBody),
+        (status = 409, description = "The LUN is taken, or the export is mapped to the host already", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 pub(super) async fn map(
     State(state): State<ApiState>,
     Path(name): Path<String>,
     JsonBody(body): JsonBody<MapExport>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<MappedLun>), ApiError> {
     let engine = state.engine.clone();
     let host = name.clone();
     let lun = blocking(move || engine.map_export(&host, &body.export, body.lun)).await?;
-    let mut v = lun_json(&state, &lun);
-    v["host"] = name.into();
-    Ok((StatusCode::CREATED, Json(v)))
+    let lun = Lun::new(lun, &state.array_target, state.iscsi_portal.as_deref());
+    Ok((StatusCode::CREATED, Json(MappedLun { lun, host: name })))
 }
 
+/// Unmap a volume or snapshot from a host.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/hosts/{name}/luns/{export}",
+    operation_id = "unmap_lun",
+    tag = "hosts",
+    security(("bearer" = [])),
+    params(
+        ("name" = String, Path, description = "The host"),
+        ("export" = String, Path, description = "The volume or snapshot"),
+    ),
+    responses(
+        (status = 204, description = "Unmapped"),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such host, or not mapped to it", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 pub(super) async fn unmap(
     State(state): State<ApiState>,
     Path((name, export)): Path<(String, String)>,

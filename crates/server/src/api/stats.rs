@@ -19,6 +19,7 @@ use axum::Json;
 use futures_util::stream::{self, Stream};
 use serde::{Deserialize, Serialize};
 
+use super::types::ErrorBody;
 use super::{blocking, ApiError, ApiState};
 use crate::io_stats::{IoStats, OpRate, Sample, Step, HEAT_BOUNDS_US};
 
@@ -28,7 +29,7 @@ const SPARK_SECONDS: usize = 60;
 const STALE_MS: u64 = 2_500;
 
 /// Every export's recent rates.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VolumesStats {
     /// Unix ms of the answer.
     pub time_ms: u64,
@@ -37,7 +38,8 @@ pub struct VolumesStats {
     pub volumes: Vec<VolumeRate>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One export's rates over the last second.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VolumeRate {
     pub name: String,
     pub size_bytes: u64,
@@ -51,7 +53,7 @@ pub struct VolumeRate {
 }
 
 /// One export's series.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VolumeSeries {
     pub name: String,
     pub step_ms: u64,
@@ -60,17 +62,22 @@ pub struct VolumeSeries {
     pub samples: Vec<Sample>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(super) struct SeriesQuery {
+    /// `100ms` (the default, kept for a minute), `1s` (15 minutes) or `10s` (an hour).
     step: Option<String>,
+    /// Only samples after this Unix time in ms.
     #[serde(default)]
     since_ms: u64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(super) struct StreamQuery {
+    /// Stream this volume's (or snapshot's) 100 ms samples instead of every export's rates.
     volume: Option<String>,
 }
 
@@ -110,6 +117,19 @@ fn volumes_stats(state: &ApiState) -> VolumesStats {
     }
 }
 
+/// Every export's rates over the last second, IO intensity and a one-minute sparkline.
+#[utoipa::path(
+    get,
+    path = "/api/v1/stats/volumes",
+    operation_id = "volume_rates",
+    tag = "stats",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every volume's and snapshot's rates", body = VolumesStats),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 pub(super) async fn volumes(State(state): State<ApiState>) -> Result<Json<VolumesStats>, ApiError> {
     blocking(move || Ok(volumes_stats(&state))).await.map(Json)
 }
@@ -122,6 +142,22 @@ fn heat_bounds() -> Vec<f64> {
         .collect()
 }
 
+/// A volume's (or snapshot's) kept series, with a latency heat map per sample.
+#[utoipa::path(
+    get,
+    path = "/api/v1/volumes/{name}/stats",
+    operation_id = "volume_series",
+    tag = "stats",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The volume or snapshot"), SeriesQuery),
+    responses(
+        (status = 200, description = "The series", body = VolumeSeries),
+        (status = 400, description = "Invalid step", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such volume or snapshot", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
 pub(super) async fn series(
     State(state): State<ApiState>,
     Path(name): Path<String>,
@@ -155,13 +191,29 @@ pub(super) async fn series(
 }
 
 /// A sample with its export's name, as streamed.
-#[derive(Serialize)]
-struct NamedSample<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct NamedSample<'a> {
     name: &'a str,
     #[serde(flatten)]
     sample: &'a Sample,
 }
 
+/// Live statistics as server-sent events.
+///
+/// `sample` (a `NamedSample`) every 100 ms for one volume, or `volumes` (a `VolumesStats`)
+/// every second.
+#[utoipa::path(
+    get,
+    path = "/api/v1/stats/stream",
+    operation_id = "stats_stream",
+    tag = "stats",
+    security(("bearer" = [])),
+    params(StreamQuery),
+    responses(
+        (status = 200, description = "An endless `text/event-stream`: events `sample` (JSON `NamedSample`) with `?volume=`, else `volumes` (JSON `VolumesStats`)", body = String, content_type = "text/event-stream"),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    ),
+)]
 pub(super) async fn stream(
     State(state): State<ApiState>,
     Query(query): Query<StreamQuery>,

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use weft_chunk::{
     ChunkError, ChunkInfo, ChunkKey, ChunkMeta, ChunkStore, Epoch, ScrubReport, StoreStat,
 };
@@ -22,7 +22,7 @@ pub struct ChunkIoCounters {
 }
 
 /// A copy of [`ChunkIoCounters`].
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct ChunkIoTotals {
     pub puts: u64,
     pub put_bytes: u64,

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use weft_chunk::ChunkStore;
 use weft_ec::Redundancy;
 use weft_engine::stripe::Placement;
@@ -52,7 +52,7 @@ pub struct ClusterOptions {
 }
 
 /// A d.node's state as this c.node sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeState {
     Up,
@@ -61,7 +61,7 @@ pub enum NodeState {
 }
 
 /// One d.node in the status report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NodeStatus {
     pub id: String,
     pub addr: String,
@@ -111,7 +111,7 @@ impl View {
 }
 
 /// A pool in the status report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PoolStatus {
     pub name: String,
     pub redundancy: String,

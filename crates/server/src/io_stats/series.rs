@@ -63,7 +63,7 @@ impl Step {
 }
 
 /// One operation over one interval.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct OpRate {
     pub iops: f32,
     pub bytes_per_s: f32,
@@ -74,7 +74,7 @@ pub struct OpRate {
 }
 
 /// One export over one interval: the three operations and the read+write latency spread.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Sample {
     /// Unix time in ms at the end of the interval.
     pub t_ms: u64,
