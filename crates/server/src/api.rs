@@ -4,9 +4,12 @@
 //! Volumes: `GET|POST /volumes`, `GET|DELETE /volumes/{name}[?with_snapshots=true]`,
 //! `POST /volumes/{name}/{resize,snapshots,refresh,rollback}`.
 //! Snapshots: `GET /snapshots[?volume=V]`, `GET|DELETE /snapshots/{name}[?keep_hidden=true]`,
-//! `POST /snapshots/{name}/clones`. Volumes and snapshots carry their `nbd_uri` (a snapshot is
-//! exported read-only under its name). Hosts and LUN mappings: see [`hosts`]. Errors are
-//! `{"error": message}` with the engine's text.
+//! `POST /snapshots/{name}/clones`. A snapshot's `name` is its full name `VOLUME@SNAPSHOT`
+//! (`/snapshots/pgdata@monday`, or `pgdata%40monday`), beside its `short_name`; a name without
+//! `@` finds the one snapshot with that short name (409 listing them when several have it).
+//! Volumes and snapshots carry their `nbd_uri` (a snapshot is exported read-only under its
+//! full name) and, with iSCSI on, their own target's `iscsi_uri` (`@` is `:` there). Hosts and
+//! LUN mappings: see [`hosts`]. Errors are `{"error": message}` with the engine's text.
 
 use std::sync::Arc;
 
@@ -118,12 +121,15 @@ impl From<EngineError> for ApiError {
             | EngineError::HostExists { .. }
             | EngineError::Mapped { .. }
             | EngineError::NameTaken { .. }
+            | EngineError::SnapshotExists { .. }
+            | EngineError::AmbiguousSnapshot { .. }
             | EngineError::InUse { .. }
             | EngineError::HasSnapshots { .. }
             | EngineError::WrongFamily { .. }
             | EngineError::NotOwnSnapshot { .. }
             | EngineError::ChainTooDeep { .. } => StatusCode::CONFLICT,
             EngineError::InvalidName { .. }
+            | EngineError::InvalidSnapshotName { .. }
             | EngineError::InvalidHost { .. }
             | EngineError::InvalidSize { .. }
             | EngineError::InvalidPool { .. }
@@ -234,10 +240,18 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
-/// A volume or snapshot as JSON, with the NBD URI it is exported under (its name).
+/// A volume or snapshot as JSON, with the NBD URI it is exported under (its name) and, with
+/// iSCSI on, the URI of LUN 0 of its own target.
 fn with_uri(state: &ApiState, name: &str, info: &impl Serialize) -> serde_json::Value {
     let mut v = serde_json::to_value(info).expect("volume and snapshot info serialise");
     v["nbd_uri"] = format!("nbd://{}/{name}", state.nbd_address).into();
+    if let Some(portal) = &state.iscsi_portal {
+        v["iscsi_uri"] = format!(
+            "iscsi://{portal}/{}/0",
+            crate::iscsi_listener::target_name(name)
+        )
+        .into();
+    }
     v
 }
 
