@@ -83,7 +83,22 @@ fn create_snapshot(srv: &Server, volume: &str, name: &str) -> Value {
         Some(json!({ "name": name })),
         201,
     );
-    assert_eq!(info["name"], name, "snapshot create answer: {info}");
+    // Its full name is VOLUME@NAME, whichever form was given.
+    let full = if name.contains('@') {
+        name.to_string()
+    } else {
+        format!("{volume}@{name}")
+    };
+    assert_eq!(
+        info["name"],
+        full.as_str(),
+        "snapshot create answer: {info}"
+    );
+    assert_eq!(
+        info["short_name"],
+        full.split_once('@').unwrap().1,
+        "{info}"
+    );
     assert_eq!(info["volume"], volume, "snapshot create answer: {info}");
     info
 }
@@ -327,12 +342,12 @@ fn twenty_six_clones_each_read_their_own_data_plus_the_shared_base() {
     create_volume(&srv, "base", BASE_SIZE);
     let base = random_bytes(&mut rng, BASE_SIZE as usize);
     nbdcopy_in(&srv, &base, "base");
-    let snap = create_snapshot(&srv, "base", "base-snap");
+    let snap = create_snapshot(&srv, "base", "base@base-snap");
     assert_eq!(u(&snap, "size_bytes"), BASE_SIZE, "snapshot: {snap}");
 
     let names: Vec<String> = (0..CLONES).map(clone_name).collect();
     for name in &names {
-        let info = create_clone(&srv, "base-snap", name);
+        let info = create_clone(&srv, "base@base-snap", name);
         assert_eq!(u(&info, "size_bytes"), BASE_SIZE, "{name}: {info}");
         assert_eq!(
             u(&info, "space.own_bytes"),
@@ -393,7 +408,7 @@ fn twenty_six_clones_each_read_their_own_data_plus_the_shared_base() {
     }
     assert_image(
         "snapshot base-snap after the clones' writes",
-        &nbdcopy_out(&srv, "base-snap"),
+        &nbdcopy_out(&srv, "base@base-snap"),
         &base,
     );
     assert_image(
@@ -446,7 +461,7 @@ fn twenty_six_clones_each_read_their_own_data_plus_the_shared_base() {
             ),
         );
         check(
-            info["origin"] == "base-snap",
+            info["origin"] == "base@base-snap",
             format!("origin {}", info["origin"]),
         );
         check(
@@ -593,9 +608,9 @@ fn snapshot_export_is_read_only_over_nbd() {
     create_snapshot(&srv, "ro", "ro-snap");
 
     // nbdinfo: read-only, the volume's size; the volume itself stays writable.
-    let info = nbdinfo_json(&srv.nbd_uri("ro-snap"));
+    let info = nbdinfo_json(&srv.nbd_uri("ro@ro-snap"));
     let export = &info["exports"][0];
-    assert_eq!(export["export-name"], "ro-snap", "nbdinfo: {info:#}");
+    assert_eq!(export["export-name"], "ro@ro-snap", "nbdinfo: {info:#}");
     assert_eq!(export["is_read_only"], true, "nbdinfo: {info:#}");
     assert_eq!(
         export["export-size"].as_u64(),
@@ -610,7 +625,7 @@ fn snapshot_export_is_read_only_over_nbd() {
 
     // qemu-io opens it read-write and must not be able to write.
     let out = run(
-        &mut qemu_io_cmd(&srv.nbd_uri("ro-snap"), &["write -P 0x55 0 4k".into()]),
+        &mut qemu_io_cmd(&srv.nbd_uri("ro@ro-snap"), &["write -P 0x55 0 4k".into()]),
         Duration::from_secs(60),
     );
     let all = out.all();
@@ -625,7 +640,7 @@ fn snapshot_export_is_read_only_over_nbd() {
     // fio's nbd engine (libnbd): EPERM.
     let out = fio(
         srv.scratch.path(),
-        &srv.nbd_uri("ro-snap"),
+        &srv.nbd_uri("ro@ro-snap"),
         &strs(&["--name=w", "--rw=write", "--bs=64k", "--size=1M"]),
         Duration::from_secs(60),
     );
@@ -637,7 +652,7 @@ fn snapshot_export_is_read_only_over_nbd() {
     );
     // Those clients refuse on their own when they see the read-only flag. The server must
     // refuse too: the harness's raw NBD client sends the write regardless.
-    let mut c = srv.nbd_client("ro-snap");
+    let mut c = srv.nbd_client("ro@ro-snap");
     assert_ne!(
         c.flags & 2,
         0,
@@ -670,7 +685,7 @@ fn snapshot_export_is_read_only_over_nbd() {
     let mut copies = Vec::new();
     for (src, dest) in [
         (new_file.display().to_string(), srv.nbd_uri("ro")),
-        (srv.nbd_uri("ro-snap"), during.display().to_string()),
+        (srv.nbd_uri("ro@ro-snap"), during.display().to_string()),
     ] {
         // Small requests, so that the two copies interleave.
         let mut cmd = Command::new(require_tool("nbdcopy"));
@@ -687,12 +702,16 @@ fn snapshot_export_is_read_only_over_nbd() {
     );
     assert_image(
         "snapshot after the volume was overwritten",
-        &nbdcopy_out(&srv, "ro-snap"),
+        &nbdcopy_out(&srv, "ro@ro-snap"),
         &old,
     );
     assert_image("volume after the overwrite", &nbdcopy_out(&srv, "ro"), &new);
     sync(&srv);
-    assert_image("snapshot after sync", &nbdcopy_out(&srv, "ro-snap"), &old);
+    assert_image(
+        "snapshot after sync",
+        &nbdcopy_out(&srv, "ro@ro-snap"),
+        &old,
+    );
 }
 
 // ------------------------------------------------------------------------------------------
@@ -723,7 +742,7 @@ fn refresh_disconnects_clients_and_serves_the_new_snapshot() {
     overlay(&mut s2, 4 * MIB, &b);
 
     // work: a clone of s1 with 4 MiB of its own random data at 0.
-    create_clone(&srv, "s1", "work");
+    create_clone(&srv, "src@s1", "work");
     let c = random_bytes(&mut rng, CLONE_OWN as usize);
     qemu_io_write_file(&srv, &srv.nbd_uri("work"), 0, &c, "c");
     overlay(&mut s1, 0, &c);
@@ -771,7 +790,8 @@ fn refresh_disconnects_clients_and_serves_the_new_snapshot() {
         "/api/v1/volumes/work/refresh",
         Some(json!({"snapshot": "s2"})),
     );
-    assert_eq!(info["origin"], "s2", "refresh answer: {info:#}");
+    // By the short name: src@s2, the one snapshot named s2.
+    assert_eq!(info["origin"], "src@s2", "refresh answer: {info:#}");
     assert_eq!(u(&info, "space.own_bytes"), 0, "refresh answer: {info:#}");
     assert_eq!(u(&info, "mapped_bytes"), SIZE, "refresh answer: {info:#}");
 
@@ -830,7 +850,7 @@ fn refresh_disconnects_clients_and_serves_the_new_snapshot() {
         &nbdcopy_out(&srv, "work"),
         &s2,
     );
-    assert_image("snapshot s2", &nbdcopy_out(&srv, "s2"), &s2);
+    assert_image("snapshot s2", &nbdcopy_out(&srv, "src@s2"), &s2);
 
     // The clone's old 4 MiB (1024 unique random blocks) became garbage.
     sync(&srv);
@@ -876,7 +896,7 @@ fn snapshot_survives_kill_9() {
     create_volume(&srv, "kv", SIZE);
     let old = random_bytes(&mut rng, SIZE as usize);
     nbdcopy_in(&srv, &old, "kv");
-    create_snapshot(&srv, "kv", "kv-snap");
+    create_snapshot(&srv, "kv", "kv@kv-snap");
 
     // First kill right after the cut: no sync, no checkpoint.
     srv.kill9_and_restart();
@@ -889,12 +909,12 @@ fn snapshot_survives_kill_9() {
         .collect();
     assert_eq!(
         names,
-        ["kv-snap"],
+        ["kv@kv-snap"],
         "snapshots of kv after kill -9: {listed:#}"
     );
     assert_image(
         "kv-snap after the first kill -9",
-        &nbdcopy_out(&srv, "kv-snap"),
+        &nbdcopy_out(&srv, "kv@kv-snap"),
         &old,
     );
     assert_image("kv after the first kill -9", &nbdcopy_out(&srv, "kv"), &old);
@@ -905,7 +925,7 @@ fn snapshot_survives_kill_9() {
     srv.kill9_and_restart();
     assert_image(
         "kv-snap after the second kill -9",
-        &nbdcopy_out(&srv, "kv-snap"),
+        &nbdcopy_out(&srv, "kv@kv-snap"),
         &old,
     );
     assert_image(
@@ -917,13 +937,13 @@ fn snapshot_survives_kill_9() {
     assert_eq!(snap["volume"], "kv", "{snap:#}");
     assert_eq!(u(&snap, "size_bytes"), SIZE, "{snap:#}");
     let vol = srv.api_json("GET", "/api/v1/volumes/kv", None);
-    assert_eq!(vol["snapshots"], json!(["kv-snap"]), "{vol:#}");
+    assert_eq!(vol["snapshots"], json!(["kv@kv-snap"]), "{vol:#}");
     assert_eq!(
         u(&vol, "space.own_bytes"),
         SIZE,
         "kv owns its overwrite: {vol:#}"
     );
-    let info = nbdinfo_json(&srv.nbd_uri("kv-snap"));
+    let info = nbdinfo_json(&srv.nbd_uri("kv@kv-snap"));
     assert_eq!(
         info["exports"][0]["is_read_only"], true,
         "kv-snap after restart: {info:#}"

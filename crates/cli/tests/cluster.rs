@@ -666,7 +666,7 @@ fn build_images(c: &Cluster, seed: u64) -> Images {
 }
 
 fn assert_images(c: &Cluster, img: &Images, what: &str) {
-    for (export, want) in [("vol0", &img.vol0), ("s1", &img.s1), ("k1", &img.k1)] {
+    for (export, want) in [("vol0", &img.vol0), ("vol0@s1", &img.s1), ("k1", &img.k1)] {
         let mut nbd = c.nbd_client(export);
         assert_eq!(nbd.size, VOL_BYTES, "{what}: size of {export}");
         let got = read_all(&mut nbd, 0, VOL_BYTES)
@@ -682,7 +682,7 @@ fn assert_images(c: &Cluster, img: &Images, what: &str) {
         nbd.disconnect();
     }
     // The snapshot stays read-only under the new c.node.
-    let mut snap = c.nbd_client("s1");
+    let mut snap = c.nbd_client("vol0@s1");
     assert!(
         snap.write(0, &[0u8; 4096]).is_err(),
         "{what}: a write to snapshot s1 was accepted"

@@ -45,9 +45,12 @@ fn discovery_lists_every_volume_and_snapshot_as_a_target() {
     let srv = Server::start_with("iscsi-ls", ServeOpts::default().volume_size("1G"));
     srv.cli_ok(&["volume", "create", "pgdata", "--size", "256M"]);
     srv.cli_ok(&["snapshot", "create", "pgdata", "monday"]);
+    srv.cli_ok(&["snapshot", "create", "vol0", "vol0@monday"]);
     let out = tool("iscsi-ls", &["-s", &format!("iscsi://{}", portal(&srv))]).ok();
     let text = out.all();
-    for export in ["vol0", "pgdata", "monday"] {
+    // Snapshot VOLUME@NAME is target VOLUME:NAME: an iSCSI name has no '@' (RFC 3722).
+    assert!(!text.contains('@'), "{text}");
+    for export in ["vol0", "pgdata", "pgdata:monday", "vol0:monday"] {
         let line = format!("Target:{TARGET_PREFIX}{export} Portal:{},1", portal(&srv));
         assert!(text.contains(&line), "no {line:?} in:\n{text}");
     }
@@ -155,7 +158,7 @@ fn a_snapshot_target_is_write_protected() {
     )
     .ok();
     srv.cli_ok(&["snapshot", "create", "vol0", "frozen"]);
-    let frozen = lun_url(&srv, "frozen");
+    let frozen = lun_url(&srv, "vol0:frozen");
     // MODE SENSE reports the LUN write-protected: qemu refuses to open it for writing.
     let write = tool("qemu-io", &["-f", "raw", "-c", "write -P 1 0 4k", &frozen]);
     assert!(

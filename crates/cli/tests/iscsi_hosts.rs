@@ -123,6 +123,7 @@ fn setup() -> Server {
     srv.cli_ok(&["volume", "map", "pgdata", "--host", "db1"]);
     srv.cli_ok(&["volume", "map", "pgwal", "--host", "db1", "--lun", "3"]);
     srv.cli_ok(&["snapshot", "create", "pgdata", "monday"]);
+    // By its short name: mapped under its full name, pgdata@monday.
     srv.cli_ok(&["volume", "map", "monday", "--host", "db2"]);
     // A shared LUN: pgdata seen by both hosts.
     srv.cli_ok(&["volume", "map", "pgdata", "--host", "db2"]);
@@ -165,6 +166,19 @@ fn hosts_see_exactly_their_luns_with_chap_and_strangers_are_refused() {
 
     // REPORT LUNS: db2 sees the snapshot as LUN 0 and the shared volume as LUN 1.
     assert_eq!(luns_of(&srv, DB2, &array), [0, 1]);
+    let db2 = srv.cli_json(&["host", "info", "db2", "--json"]);
+    assert_eq!(db2["luns"][0]["export"], "pgdata@monday", "{db2}");
+    assert_eq!(db2["luns"][0]["read_only"], true, "{db2}");
+    // ...and the snapshot's own target, VOLUME:SNAPSHOT (no '@' in an iSCSI name).
+    let mut want = vec![
+        array.clone(),
+        t("pgdata"),
+        t("pgdata:monday"),
+        t("scratch"),
+        t("vol0"),
+    ];
+    want.sort();
+    assert_eq!(targets(&discover(&srv, DB2, "").ok()), want);
 
     // Logins a stranger may not make: the array target, a mapped export's target.
     for target in [array.clone(), t("pgdata")] {

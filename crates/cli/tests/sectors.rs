@@ -26,9 +26,11 @@ fn tool(name: &str, args: &[&str]) -> CmdOut {
     run(&mut cmd, TOOL_TIMEOUT)
 }
 
+/// LUN 0 of an export's own target (snapshot `VOLUME@NAME` is target `...:VOLUME:NAME`).
 fn lun_url(srv: &Server, export: &str) -> String {
     let portal = srv.iscsi.expect("serve.json names the iSCSI portal");
-    format!("iscsi://{portal}/iqn.2026-11.dev.weft:{export}/0")
+    let name = export.replace('@', ":");
+    format!("iscsi://{portal}/iqn.2026-11.dev.weft:{name}/0")
 }
 
 /// Random sector writes and zeroings inside `[start, start + len)`, mostly at odd sectors and
@@ -365,9 +367,21 @@ fn each_volume_reports_its_block_size_everywhere_and_snapshots_and_clones_inheri
     srv.cli_ok(&["clone", "create", "four-snap", "four-clone"]);
     srv.cli_ok(&["snapshot", "create", "vol0", "vol0-snap"]);
     srv.cli_ok(&["clone", "create", "vol0-snap", "vol0-clone"]);
-    assert_geometry(&srv, "four-snap", "/api/v1/snapshots/four-snap", 4096);
+    // Snapshots by their full names: NBD `nbd://HOST/four@four-snap` (nbdinfo), iSCSI target
+    // `...:four:four-snap`, the API with the '@' plain and percent-encoded.
+    assert_geometry(
+        &srv,
+        "four@four-snap",
+        "/api/v1/snapshots/four@four-snap",
+        4096,
+    );
     assert_geometry(&srv, "four-clone", "/api/v1/volumes/four-clone", 4096);
-    assert_geometry(&srv, "vol0-snap", "/api/v1/snapshots/vol0-snap", 512);
+    assert_geometry(
+        &srv,
+        "vol0@vol0-snap",
+        "/api/v1/snapshots/vol0%40vol0-snap",
+        512,
+    );
     assert_geometry(&srv, "vol0-clone", "/api/v1/volumes/vol0-clone", 512);
     let info = srv.cli_ok(&["snapshot", "info", "four-snap"]);
     assert!(info.contains("block size   4096 (4Kn)"), "{info}");
@@ -444,7 +458,12 @@ fn volumes_of_a_data_dir_from_before_the_property_stay_4kn() {
     }
     srv.restart();
     assert_geometry(&srv, "vol0", "/api/v1/volumes/vol0", 4096);
-    assert_geometry(&srv, "old-snap", "/api/v1/snapshots/old-snap", 4096);
+    assert_geometry(
+        &srv,
+        "vol0@old-snap",
+        "/api/v1/snapshots/vol0@old-snap",
+        4096,
+    );
     // New volumes next to them get the new default.
     srv.cli_ok(&["volume", "create", "new", "--size", "64M"]);
     assert_geometry(&srv, "new", "/api/v1/volumes/new", 512);

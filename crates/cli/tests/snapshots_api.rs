@@ -159,11 +159,20 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
     let off = 8 * MIB;
     write(&srv, "vol0", off, &a);
 
-    // snapshot create: name, barrier, URI
+    // snapshot create: name (VOLUME@NAME), barrier, URI
     let out = srv.cli_ok(&["snapshot", "create", "vol0", "s1"]);
-    assert_mentions(&out, &["snapshot s1 of vol0", " us", &srv.nbd_uri("s1")]);
+    assert_mentions(
+        &out,
+        &["snapshot vol0@s1 of vol0", " us", &srv.nbd_uri("vol0@s1")],
+    );
     write(&srv, "vol0", off, &b);
-    assert_reads(&srv, "s1", off, &a, "s1 reads as vol0 did when it was cut");
+    assert_reads(
+        &srv,
+        "vol0@s1",
+        off,
+        &a,
+        "s1 reads as vol0 did when it was cut",
+    );
     assert_reads(&srv, "vol0", off, &b, "vol0 reads its newer data");
 
     // list (human, JSON, of one volume) and info (human, JSON = API)
@@ -173,14 +182,31 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
     ];
     assert_mentions(&human, &columns);
     assert_mentions(&human, &["CREATED"]);
-    assert!(has_row(&human, "s1", " vol0 "), "{human}");
+    assert!(has_row(&human, "vol0@s1", " vol0 "), "{human}");
     let list = srv.cli_json(&["snapshot", "list", "--json"]);
-    assert_eq!(names(&list), ["s1"], "{list}");
+    assert_eq!(names(&list), ["vol0@s1"], "{list}");
     assert_eq!(list, srv.cli_json(&["snapshot", "list", "vol0", "--json"]));
+    // By its short name (the only s1) or its full name, '@' plain or percent-encoded.
     let info = srv.cli_json(&["snapshot", "info", "s1", "--json"]);
-    assert_eq!(info, srv.api_json("GET", "/api/v1/snapshots/s1", None));
+    assert_eq!(
+        info,
+        srv.cli_json(&["snapshot", "info", "vol0@s1", "--json"])
+    );
+    for path in ["s1", "vol0@s1", "vol0%40s1"] {
+        let by_api = srv.api_json("GET", &format!("/api/v1/snapshots/{path}"), None);
+        assert_eq!(info, by_api, "{path}");
+    }
+    assert_eq!(
+        (&info["name"], &info["short_name"]),
+        (&json!("vol0@s1"), &json!("s1"))
+    );
     assert_eq!(info["volume"], "vol0", "{info}");
-    assert_eq!(info["nbd_uri"], srv.nbd_uri("s1").as_str(), "{info}");
+    assert_eq!(info["nbd_uri"], srv.nbd_uri("vol0@s1").as_str(), "{info}");
+    let iscsi = format!(
+        "iscsi://{}/iqn.2026-11.dev.weft:vol0:s1/0",
+        srv.iscsi.unwrap()
+    );
+    assert_eq!(info["iscsi_uri"], iscsi.as_str(), "{info}");
     assert!(info["space"]["unique_stored_bytes"].is_u64(), "{info}");
     let reduction = &info["family"]["reduction"];
     assert!(reduction["stored_bytes"].is_u64(), "{info}");
@@ -188,15 +214,15 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
     assert_mentions(&human, &["vol0", "family", "reduction", "(read-only)"]);
 
     // clone create: a writable volume reading as the snapshot, in the snapshot's family
-    let out = srv.cli_ok(&["clone", "create", "s1", "c1"]);
-    assert_mentions(&out, &["clone c1 of s1", &srv.nbd_uri("c1")]);
+    let out = srv.cli_ok(&["clone", "create", "vol0@s1", "c1"]);
+    assert_mentions(&out, &["clone c1 of vol0@s1", &srv.nbd_uri("c1")]);
     assert_reads(&srv, "c1", off, &a, "the clone reads as its snapshot");
     let clone = srv.cli_json(&["volume", "info", "c1", "--json"]);
-    assert_eq!(clone["origin"], "s1", "{clone}");
+    assert_eq!(clone["origin"], "vol0@s1", "{clone}");
     assert_eq!(clone["family"]["id"], info["family"]["id"], "{clone}");
     let human = srv.cli_ok(&["volume", "list"]);
     assert_mentions(&human, &["ORIGIN", "MAPPED", "OWN", "SHARED", "UNIQUE"]);
-    assert!(has_row(&human, "c1", " s1 "), "{human}");
+    assert!(has_row(&human, "c1", " vol0@s1 "), "{human}");
     let human = srv.cli_ok(&["volume", "info", "c1"]);
     let family = [
         "family",
@@ -207,30 +233,34 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
         "compression",
     ];
     assert_mentions(&human, &family);
-    assert!(has_row(&human, "origin", "s1"), "{human}");
-    assert!(has_row(&srv.cli_ok(&["snapshot", "list"]), "s1", " c1 "));
+    assert!(has_row(&human, "origin", "vol0@s1"), "{human}");
+    assert!(has_row(
+        &srv.cli_ok(&["snapshot", "list"]),
+        "vol0@s1",
+        " c1 "
+    ));
 
     // refresh: the clone's changes go, it reads as the snapshot again
     write(&srv, "c1", off, &c);
     assert_reads(&srv, "c1", off, &c, "the clone takes writes");
     let out = srv.cli_ok(&["volume", "refresh", "c1", "--to", "s1", "--yes"]);
-    assert_mentions(&out, &["origin now s1"]);
+    assert_mentions(&out, &["origin now vol0@s1"]);
     assert_reads(&srv, "c1", off, &a, "refreshed clone reads as s1");
 
     // rollback: vol0 back to its own snapshot s2
-    srv.cli_ok(&["snapshot", "create", "vol0", "s2"]);
+    srv.cli_ok(&["snapshot", "create", "vol0", "vol0@s2"]);
     write(&srv, "vol0", off, &d);
     let out = srv.cli_ok(&["volume", "rollback", "vol0", "--to", "s2", "--yes"]);
-    assert_mentions(&out, &["origin now s2"]);
+    assert_mentions(&out, &["origin now vol0@s2"]);
     assert_reads(&srv, "vol0", off, &b, "vol0 rolled back to s2");
     let vol0 = srv.cli_json(&["volume", "info", "vol0", "--json"]);
-    assert_eq!(vol0["origin"], "s2", "{vol0}");
-    assert_eq!(vol0["snapshots"], json!(["s1", "s2"]), "{vol0}");
+    assert_eq!(vol0["origin"], "vol0@s2", "{vol0}");
+    assert_eq!(vol0["snapshots"], json!(["vol0@s1", "vol0@s2"]), "{vol0}");
 
     // delete: a snapshot, the clone, the last snapshot; vol0's data stays
-    let out = srv.cli_ok(&["snapshot", "delete", "s2", "--yes"]);
-    assert_mentions(&out, &["deleted snapshot s2"]);
-    assert_eq!(snapshot_names(&srv), ["s1"]);
+    let out = srv.cli_ok(&["snapshot", "delete", "vol0@s2", "--yes"]);
+    assert_mentions(&out, &["deleted snapshot vol0@s2"]);
+    assert_eq!(snapshot_names(&srv), ["vol0@s1"]);
     assert_reads(&srv, "vol0", off, &b, "deleting s2 keeps vol0's data");
     srv.cli_ok(&["volume", "delete", "c1", "--yes"]);
     srv.cli_ok(&["snapshot", "delete", "s1", "--yes"]);
@@ -261,9 +291,9 @@ fn refused_requests_explain_and_change_nothing() {
         json!({"name": "s1"}),
         201,
     );
-    assert_eq!(s1["name"], "s1");
+    assert_eq!(s1["name"], "vol0@s1");
     assert!(s1["barrier_micros"].is_u64(), "{s1}");
-    assert_eq!(s1["nbd_uri"], srv.nbd_uri("s1").as_str());
+    assert_eq!(s1["nbd_uri"], srv.nbd_uri("vol0@s1").as_str());
     accepted(
         &srv,
         "POST /api/v1/volumes/vol0/snapshots",
@@ -276,7 +306,7 @@ fn refused_requests_explain_and_change_nothing() {
         json!({"name": "c1"}),
         201,
     );
-    assert_eq!(c1["origin"], "s1", "{c1}");
+    assert_eq!(c1["origin"], "vol0@s1", "{c1}");
     assert_eq!(c1["nbd_uri"], srv.nbd_uri("c1").as_str());
     let other = json!({"name": "other", "size_bytes": 16u64 << 20});
     accepted(&srv, "POST /api/v1/volumes", other, 201);
@@ -287,7 +317,7 @@ fn refused_requests_explain_and_change_nothing() {
         201,
     );
     let of_vol0 = accepted(&srv, "GET /api/v1/snapshots?volume=vol0", Value::Null, 200);
-    assert_eq!(names(&of_vol0), ["s1", "s2"]);
+    assert_eq!(names(&of_vol0), ["vol0@s1", "vol0@s2"]);
 
     let (none, x) = (Value::Null, json!({"name": "x"}));
     let (to_nosuch, to_s1, to_o1) = (
@@ -307,18 +337,20 @@ fn refused_requests_explain_and_change_nothing() {
         ("POST /api/v1/volumes/vol0/rollback", &to_nosuch, 404, &["nosuch"]),
         ("POST /api/v1/volumes/nosuch/refresh", &to_s1, 404, &["no volume"]),
         ("DELETE /api/v1/volumes/nosuch?with_snapshots=true", &none, 404, &["nosuch"]),
-        // volume and snapshot names are one namespace
-        ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "s1"}), 409, &["\"s1\""]),
-        ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "other"}), 409, &["\"other\""]),
-        ("POST /api/v1/snapshots/s1/clones", &json!({"name": "s2"}), 409, &["\"s2\""]),
+        // a snapshot's name is unique per volume; a volume's among volumes
+        ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "s1"}), 409, &["\"vol0@s1\""]),
+        ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "vol0@s1"}), 409, &["\"vol0@s1\""]),
+        ("POST /api/v1/snapshots/s1/clones", &json!({"name": "other"}), 409, &["\"other\""]),
         ("POST /api/v1/snapshots/s1/clones", &json!({"name": "vol0"}), 409, &["\"vol0\""]),
+        ("POST /api/v1/snapshots/s1/clones", &json!({"name": "vol0@c9"}), 400, &["vol0@c9"]),
+        ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "other@x"}), 400, &["other@x", "\"other\""]),
         // refresh across families; rollback to a snapshot not taken of the volume
-        ("POST /api/v1/volumes/c1/refresh", &to_o1, 409, &["family", "o1"]),
+        ("POST /api/v1/volumes/c1/refresh", &to_o1, 409, &["family", "other@o1"]),
         ("POST /api/v1/volumes/vol0/rollback", &to_o1, 409, &["family"]),
         ("POST /api/v1/volumes/c1/rollback", &to_s1, 409, &["not taken of", "c1"]),
         // deleting what others use names them and the way out
         ("DELETE /api/v1/snapshots/s1", &none, 409, &["c1", "keep-hidden"]),
-        ("DELETE /api/v1/volumes/vol0", &none, 409, &["s1, s2", "--with-snapshots"]),
+        ("DELETE /api/v1/volumes/vol0", &none, 409, &["vol0@s1, vol0@s2", "--with-snapshots"]),
         // malformed requests
         ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "a b"}), 400, &["a b"]),
         ("POST /api/v1/volumes/vol0/snapshots", &json!({"name": "y", "z": 1}), 400, &["z"]),
@@ -337,13 +369,13 @@ fn refused_requests_explain_and_change_nothing() {
         (&["snapshot", "create", "nosuch", "x"], &["no volume", "404"]),
         (&["snapshot", "info", "nosuch"], &["no snapshot", "404"]),
         (&["snapshot", "list", "nosuch"], &["no volume"]),
-        (&["snapshot", "create", "vol0", "other"], &["\"other\"", "409"]),
+        (&["snapshot", "create", "vol0", "s2"], &["\"vol0@s2\"", "409"]),
         (&["clone", "create", "nosuch", "x"], &["no snapshot"]),
-        (&["clone", "create", "s1", "s2"], &["\"s2\"", "409"]),
+        (&["clone", "create", "s1", "other"], &["\"other\"", "409"]),
         (&["volume", "refresh", "c1", "--to", "o1", "--yes"], &["family", "409"]),
         (&["volume", "rollback", "c1", "--to", "s1", "--yes"], &["not taken of"]),
         (&["snapshot", "delete", "s1", "--yes"], &["c1", "409"]),
-        (&["volume", "delete", "vol0", "--yes"], &["s1, s2", "409"]),
+        (&["volume", "delete", "vol0", "--yes"], &["vol0@s1, vol0@s2", "409"]),
     ];
     for (args, words) in cli_cases {
         cli_refused(&srv, args, words);
@@ -358,10 +390,10 @@ fn refused_requests_explain_and_change_nothing() {
         none.clone(),
         204,
     );
-    assert_eq!(snapshot_names(&srv), ["s2", "o1"]);
+    assert_eq!(snapshot_names(&srv), ["vol0@s2", "other@o1"]);
     assert_eq!(volume_names(&srv), ["vol0", "c1", "other"]);
     assert!(
-        NbdClient::connect(srv.nbd, "s1").is_err(),
+        NbdClient::connect(srv.nbd, "vol0@s1").is_err(),
         "hidden s1 still exported"
     );
     assert_reads(&srv, "c1", 0, &data, "c1 reads through hidden s1");
@@ -375,7 +407,7 @@ fn refused_requests_explain_and_change_nothing() {
         204,
     );
     assert_eq!(volume_names(&srv), ["c1", "other"]);
-    assert_eq!(snapshot_names(&srv), ["o1"]);
+    assert_eq!(snapshot_names(&srv), ["other@o1"]);
     assert_reads(&srv, "c1", 0, &data, "c1 outlives its origin's volume");
 
     // and through the CLI
@@ -434,4 +466,180 @@ fn new_routes_require_the_token() {
         "{}",
         out.all()
     );
+}
+
+/// `nbdinfo --json URI`.
+fn nbdinfo_json(uri: &str) -> Value {
+    let out = tool("nbdinfo", &["--json", uri]).ok();
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("nbdinfo --json {uri} ({e})"))
+}
+
+/// The whole export or LUN at `uri`, copied by `qemu-img convert` into a scratch file.
+fn qemu_img_read(srv: &Server, uri: &str, file: &str) -> Vec<u8> {
+    let copy = srv.scratch.join(file);
+    tool(
+        "qemu-img",
+        &["convert", "-O", "raw", uri, copy.to_str().unwrap()],
+    )
+    .ok();
+    std::fs::read(&copy).unwrap()
+}
+
+#[test]
+fn volume_at_snapshot_names_over_nbd_iscsi_the_api_and_the_cli() {
+    require_tools(&["nbdinfo", "qemu-img", "iscsi-ls"]);
+    require_qemu_iscsi();
+    let mut srv = Server::start_with("snap-names", ServeOpts::default().volume_size("16M"));
+    if srv.skip_without_api("volume_at_snapshot_names_over_nbd_iscsi_the_api_and_the_cli") {
+        return;
+    }
+    let portal = srv.iscsi.expect("an iSCSI portal");
+    let (mut rng, _) = test_rng("volume_at_snapshot_names");
+    let (pg, v0) = (
+        random_bytes(&mut rng, 1 << 20),
+        random_bytes(&mut rng, 1 << 20),
+    );
+    srv.cli_ok(&["volume", "create", "pgdata", "--size", "16M"]);
+    write(&srv, "pgdata", 0, &pg);
+    write(&srv, "vol0", 0, &v0);
+
+    // The same short name on two volumes: `weft snapshot create VOLUME NAME`.
+    let out = srv.cli_ok(&["snapshot", "create", "pgdata", "monday"]);
+    assert_mentions(&out, &["snapshot pgdata@monday of pgdata"]);
+    srv.cli_ok(&["snapshot", "create", "vol0", "monday"]);
+    assert_eq!(snapshot_names(&srv), ["pgdata@monday", "vol0@monday"]);
+    write(&srv, "pgdata", 0, &v0);
+
+    // The short name alone is ambiguous: refused, naming both, changing nothing.
+    let none = Value::Null;
+    let both = ["ambiguous", "pgdata@monday, vol0@monday", "VOLUME@SNAPSHOT"];
+    refused(&srv, "GET /api/v1/snapshots/monday", &none, 409, &both);
+    refused(
+        &srv,
+        "POST /api/v1/snapshots/monday/clones",
+        &json!({"name": "x"}),
+        409,
+        &both,
+    );
+    cli_refused(&srv, &["snapshot", "info", "monday"], &both);
+    cli_refused(&srv, &["clone", "create", "monday", "dev"], &both);
+    // A volume's own snapshot goes first for its rollback.
+    let out = srv.cli_ok(&["volume", "rollback", "pgdata", "--to", "monday", "--yes"]);
+    assert_mentions(&out, &["origin now pgdata@monday"]);
+    assert_reads(
+        &srv,
+        "pgdata",
+        0,
+        &pg,
+        "pgdata rolled back to pgdata@monday",
+    );
+
+    // `weft clone create VOLUME@NAME CLONE`.
+    let out = srv.cli_ok(&["clone", "create", "pgdata@monday", "dev"]);
+    assert_mentions(&out, &["clone dev of pgdata@monday"]);
+    assert_reads(&srv, "dev", 0, &pg, "the clone reads as pgdata@monday");
+    // A volume may be named like a snapshot's short name.
+    srv.cli_ok(&["volume", "create", "monday", "--size", "16M"]);
+    assert_reads(
+        &srv,
+        "monday",
+        0,
+        &[0u8; 4096],
+        "the volume monday is a new volume",
+    );
+
+    // NBD: the export is the full name, for nbdinfo and qemu-img alike.
+    let uri = srv.nbd_uri("pgdata@monday");
+    let info = nbdinfo_json(&uri);
+    let export = &info["exports"][0];
+    assert_eq!(export["export-name"], "pgdata@monday", "{info:#}");
+    assert_eq!(export["is_read_only"], true, "{info:#}");
+    let qinfo = tool("qemu-img", &["info", "--output=json", &uri]).ok();
+    assert!(
+        qinfo.stdout.contains(&format!("{}", 16u64 << 20)),
+        "{}",
+        qinfo.all()
+    );
+    let got = qemu_img_read(&srv, &uri, "pgdata-monday.nbd");
+    assert!(
+        got[..1 << 20] == pg[..],
+        "qemu-img over NBD: pgdata@monday differs"
+    );
+    let got = qemu_img_read(&srv, &srv.nbd_uri("vol0@monday"), "vol0-monday.nbd");
+    assert!(
+        got[..1 << 20] == v0[..],
+        "qemu-img over NBD: vol0@monday differs"
+    );
+
+    // iSCSI: target `...:pgdata:monday` ('@' is not allowed in an iSCSI name).
+    let ls = tool("iscsi-ls", &["-s", &format!("iscsi://{portal}")])
+        .ok()
+        .all();
+    for target in ["pgdata:monday", "vol0:monday", "monday"] {
+        let line = format!("Target:iqn.2026-11.dev.weft:{target} Portal:{portal},1");
+        assert!(ls.contains(&line), "no {line:?} in:\n{ls}");
+    }
+    assert!(!ls.contains('@'), "{ls}");
+    let snap = srv.api_json("GET", "/api/v1/snapshots/pgdata%40monday", None);
+    let lun = format!("iscsi://{portal}/iqn.2026-11.dev.weft:pgdata:monday/0");
+    assert_eq!(snap["iscsi_uri"], lun.as_str(), "{snap}");
+    let got = qemu_img_read(&srv, &lun, "pgdata-monday.iscsi");
+    assert!(
+        got[..1 << 20] == pg[..],
+        "qemu-img over iSCSI: pgdata@monday differs"
+    );
+
+    // A snapshot from before these names (no '@') keeps its name everywhere.
+    srv.cli_ok(&["volume", "delete", "dev"]);
+    srv.stop();
+    {
+        use weft_meta::MetaStore as _;
+        let meta = weft_meta::EmbeddedMetaStore::open(&srv.data_dir.join("meta")).unwrap();
+        let key = "weft/cluster/state";
+        let stored = meta.get(key).unwrap().expect("cluster state");
+        let mut state: Value = serde_json::from_slice(&stored.value).unwrap();
+        let s = state["snapshots"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|s| s["name"] == "vol0@monday")
+            .expect("vol0@monday in the cluster state");
+        s["name"] = "old-friday".into();
+        let bytes = serde_json::to_vec_pretty(&state).unwrap();
+        meta.compare_and_put(key, stored.mod_revision, &bytes, None)
+            .unwrap();
+    }
+    srv.restart();
+    // `weft serve` says how snapshots are exported.
+    let said = poll_until(
+        std::time::Duration::from_secs(10),
+        "weft serve's banner",
+        || {
+            let out = srv.server_output();
+            out.contains("snapshots: 2,").then_some(out)
+        },
+    );
+    let banner = [
+        "read-only as nbd://",
+        "/VOLUME@SNAPSHOT, iscsi iqn.2026-11.dev.weft:VOLUME:SNAPSHOT",
+    ];
+    assert_mentions(&said, &banner);
+    let old = srv.cli_json(&["snapshot", "info", "old-friday", "--json"]);
+    assert_eq!(
+        (&old["name"], &old["short_name"]),
+        (&json!("old-friday"), &json!("old-friday"))
+    );
+    assert_reads(&srv, "old-friday", 0, &v0, "a legacy snapshot over NBD");
+    let got = qemu_img_read(
+        &srv,
+        &format!("iscsi://{portal}/iqn.2026-11.dev.weft:old-friday/0"),
+        "old-friday.iscsi",
+    );
+    assert!(
+        got[..1 << 20] == v0[..],
+        "qemu-img over iSCSI: old-friday differs"
+    );
+    // The short name monday is pgdata's alone now.
+    let monday = srv.cli_json(&["snapshot", "info", "monday", "--json"]);
+    assert_eq!(monday["name"], "pgdata@monday", "{monday}");
 }

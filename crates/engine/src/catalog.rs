@@ -11,6 +11,15 @@
 //! clone is a new top on a snapshot's layer; refresh and rollback give the volume a new top
 //! on the chosen snapshot and drop the old top. A deleted snapshot is merged into the one
 //! layer that sits on it, or dropped if none does, or kept hidden while several do.
+//!
+//! Names: a volume's name is its export name. A snapshot's full name is `VOLUME@SNAPSHOT`
+//! (`pgdata@monday`, as zfs and rbd users type it), unique among visible snapshots, and is its
+//! export name; the part after `@` is its short name, so `pgdata@monday` and `mysql@monday`
+//! coexist and no snapshot name collides with a volume name (volume names cannot contain `@`).
+//! Snapshots made before these names keep their plain names (no `@`; their short name is the
+//! whole name), which still share one namespace with volume names. Wherever a snapshot is
+//! looked up, a name without `@` also finds the one visible snapshot whose short name it is
+//! (see [`resolve_snapshot`]).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -31,9 +40,11 @@ mod report;
 use report::{children_of, clones_of, snapshot_info, volume_info, Child};
 pub use report::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
 
-/// Volume and snapshot names: what an NBD export name and a URL path segment can carry
-/// without escaping.
+/// Volume names and snapshots' short names: what an NBD export name and a URL path segment
+/// can carry without escaping.
 const NAME_MAX_BYTES: usize = 64;
+/// Between a snapshot's volume and its short name: `pgdata@monday`.
+pub const SNAPSHOT_SEPARATOR: char = '@';
 /// Largest volume: 2^52 bytes (4 PiB) keeps every LBA and byte offset far from overflow.
 const VOLUME_SIZE_MAX_BYTES: u64 = 1 << 52;
 
@@ -263,14 +274,39 @@ impl Engine {
     }
 
     /// Open a volume (read-write) or a snapshot (read-only) for I/O.
+    /// An exact name (a volume, a snapshot's full name or a legacy snapshot's name) opens
+    /// that image; a name without `@` that names no image opens the one snapshot whose short
+    /// name it is (an error listing them when several have it).
     pub fn open_volume(&self, name: &str) -> Result<VolumeHandle, EngineError> {
         let st = self.shared.state.lock();
-        let key = *st
-            .image_keys
-            .get(name)
-            .ok_or_else(|| EngineError::UnknownVolume {
-                name: name.to_string(),
-            })?;
+        let key = match st.image_keys.get(name) {
+            Some(key) => *key,
+            None => {
+                let unknown = || EngineError::UnknownVolume {
+                    name: name.to_string(),
+                };
+                if name.contains(SNAPSHOT_SEPARATOR) {
+                    return Err(unknown());
+                }
+                let mut candidates: Vec<&str> = st
+                    .images
+                    .values()
+                    .filter(|i| !i.writable && snapshot_short_name(&i.name) == name)
+                    .map(|i| i.name.as_str())
+                    .collect();
+                match candidates.as_slice() {
+                    [] => return Err(unknown()),
+                    [one] => *st.image_keys.get(*one).ok_or_else(unknown)?,
+                    _ => {
+                        candidates.sort_unstable();
+                        return Err(EngineError::AmbiguousSnapshot {
+                            name: name.to_string(),
+                            candidates: candidates.into_iter().map(str::to_string).collect(),
+                        });
+                    }
+                }
+            }
+        };
         let image = st.image(key)?;
         Ok(VolumeHandle {
             id: key,
@@ -286,11 +322,15 @@ impl Engine {
     /// Cut a crash-consistent snapshot of a volume: every write acknowledged before this call
     /// is in it, none issued after it returns. Writes are held only while the volume's top
     /// layer is switched in memory (reported as `barrier_micros`).
+    ///
+    /// `name` is the snapshot's short name (`monday`) or its full name (`pgdata@monday`, whose
+    /// volume part must be `volume`); the snapshot is named `VOLUME@SHORT`.
     pub fn create_snapshot(&self, volume: &str, name: &str) -> Result<SnapshotInfo, EngineError> {
-        check_name(name)?;
+        let full = new_snapshot_name(volume, name)?;
+        let name = full.as_str();
         let mut meta = self.shared.meta.lock();
         let v = find_volume(&meta.state, volume)?;
-        check_free(&meta.state, name)?;
+        check_snapshot_free(&meta.state, name)?;
         self.check_depth(&v.name, v.family, v.layer, 1)?;
         let mut next = meta.state.clone();
         let snapshot = SnapshotRecord {
@@ -373,6 +413,7 @@ impl Engine {
     pub fn delete_snapshot(&self, name: &str, keep_hidden: bool) -> Result<(), EngineError> {
         let mut meta = self.shared.meta.lock();
         let s = find_snapshot(&meta.state, name)?;
+        let name = s.name.as_str();
         crate::hosts::check_unmapped(&meta.state, name)?;
         let clones = clones_of(&meta.state, &s);
         if !clones.is_empty() && !keep_hidden {
@@ -410,6 +451,7 @@ impl Engine {
         check_name(name)?;
         let mut meta = self.shared.meta.lock();
         let s = find_snapshot(&meta.state, snapshot)?;
+        let snapshot = s.name.as_str();
         check_free(&meta.state, name)?;
         self.check_depth(name, s.family, s.layer, 1)?;
         let mut next = meta.state.clone();
@@ -437,11 +479,14 @@ impl Engine {
 
     /// Discard a volume's contents and make it read as `snapshot` (any snapshot of its
     /// family). Connected clients are disconnected; they reconnect to the new contents.
+    /// A name without `@` means `VOLUME@snapshot` first, then the snapshot whose (legacy or
+    /// short) name it is.
     pub fn refresh_volume(&self, volume: &str, snapshot: &str) -> Result<VolumeInfo, EngineError> {
         self.repoint(volume, snapshot, false)
     }
 
-    /// Discard a volume's changes since one of its own snapshots.
+    /// Discard a volume's changes since one of its own snapshots (`monday` is
+    /// `VOLUME@monday` first, as for refresh).
     pub fn rollback_volume(&self, volume: &str, snapshot: &str) -> Result<VolumeInfo, EngineError> {
         self.repoint(volume, snapshot, true)
     }
@@ -449,7 +494,8 @@ impl Engine {
     fn repoint(&self, volume: &str, snapshot: &str, own: bool) -> Result<VolumeInfo, EngineError> {
         let mut meta = self.shared.meta.lock();
         let v = find_volume(&meta.state, volume)?;
-        let s = find_snapshot(&meta.state, snapshot)?;
+        let s = resolve_snapshot(&meta.state, snapshot, Some(&v.name))?;
+        let snapshot = s.name.as_str();
         if s.family != v.family {
             return Err(EngineError::WrongFamily {
                 snapshot: snapshot.to_string(),
@@ -723,18 +769,99 @@ fn find_volume(state: &ClusterState, name: &str) -> Result<VolumeRecord, EngineE
         })
 }
 
-fn find_snapshot(state: &ClusterState, name: &str) -> Result<SnapshotRecord, EngineError> {
-    state
-        .snapshots
-        .iter()
-        .find(|s| s.name == name && !s.hidden)
-        .cloned()
-        .ok_or_else(|| EngineError::UnknownSnapshot {
-            name: name.to_string(),
-        })
+/// A snapshot's own part of its name: `monday` of `pgdata@monday`; a snapshot made before
+/// `VOLUME@SNAPSHOT` names has no `@`, and its short name is its whole name.
+pub fn snapshot_short_name(name: &str) -> &str {
+    name.split_once(SNAPSHOT_SEPARATOR)
+        .map_or(name, |(_, short)| short)
 }
 
-/// Volume and (visible) snapshot names share one namespace: both are NBD export names.
+/// The full name of a new snapshot of `volume` given as `monday` or `volume@monday`.
+fn new_snapshot_name(volume: &str, name: &str) -> Result<String, EngineError> {
+    let invalid = |reason: String| EngineError::InvalidSnapshotName {
+        name: name.to_string(),
+        reason,
+    };
+    let short = match name.split_once(SNAPSHOT_SEPARATOR) {
+        None => name,
+        Some((of, short)) if of == volume => short,
+        Some((of, _)) => {
+            return Err(invalid(format!(
+                "it names volume {of:?}, not {volume:?}: give the snapshot's own name, or {volume}@NAME"
+            )))
+        }
+    };
+    check_name(short).map_err(|_| {
+        invalid(format!(
+            "give NAME or {volume}@NAME, NAME 1-{NAME_MAX_BYTES} characters from [A-Za-z0-9._-], not starting with '.' or '-'"
+        ))
+    })?;
+    Ok(format!("{volume}{SNAPSHOT_SEPARATOR}{short}"))
+}
+
+/// A visible snapshot by name (see [`resolve_snapshot`]).
+fn find_snapshot(state: &ClusterState, name: &str) -> Result<SnapshotRecord, EngineError> {
+    resolve_snapshot(state, name, None)
+}
+
+/// A visible snapshot by the name a user gave:
+/// 1. for a name without `@` and a volume `prefer` (rollback's and refresh's own volume),
+///    `PREFER@name`;
+/// 2. the snapshot with exactly that name: a full name, or a legacy snapshot's name;
+/// 3. for a name without `@`, the one snapshot whose short name it is; several is an error
+///    that lists them.
+pub(crate) fn resolve_snapshot(
+    state: &ClusterState,
+    name: &str,
+    prefer: Option<&str>,
+) -> Result<SnapshotRecord, EngineError> {
+    let visible = || state.snapshots.iter().filter(|s| !s.hidden);
+    let exact = |n: &str| visible().find(|s| s.name == n).cloned();
+    let bare = !name.contains(SNAPSHOT_SEPARATOR);
+    if let Some(volume) = prefer.filter(|_| bare) {
+        if let Some(s) = exact(&format!("{volume}{SNAPSHOT_SEPARATOR}{name}")) {
+            return Ok(s);
+        }
+    }
+    if let Some(s) = exact(name) {
+        return Ok(s);
+    }
+    let unknown = || EngineError::UnknownSnapshot {
+        name: name.to_string(),
+    };
+    if !bare {
+        return Err(unknown());
+    }
+    let candidates: Vec<&SnapshotRecord> = visible()
+        .filter(|s| snapshot_short_name(&s.name) == name)
+        .collect();
+    match candidates.as_slice() {
+        [] => Err(unknown()),
+        [one] => Ok((*one).clone()),
+        many => {
+            let mut candidates: Vec<String> = many.iter().map(|s| s.name.clone()).collect();
+            candidates.sort();
+            Err(EngineError::AmbiguousSnapshot {
+                name: name.to_string(),
+                candidates,
+            })
+        }
+    }
+}
+
+/// A new snapshot's full name must not be a visible snapshot's. (It never is a volume's:
+/// volume names have no `@`.)
+fn check_snapshot_free(state: &ClusterState, name: &str) -> Result<(), EngineError> {
+    if state.snapshots.iter().any(|s| s.name == name && !s.hidden) {
+        return Err(EngineError::SnapshotExists {
+            name: name.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// A new volume's name must not be a volume's, nor a visible legacy snapshot's (made before
+/// `VOLUME@SNAPSHOT` names): both are NBD export names.
 fn check_free(state: &ClusterState, name: &str) -> Result<(), EngineError> {
     if state.volumes.iter().any(|v| v.name == name) {
         return Err(EngineError::VolumeExists {

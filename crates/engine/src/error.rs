@@ -11,10 +11,20 @@ pub enum EngineError {
     UnknownVolume { name: String },
     #[error("a volume named {name:?} already exists")]
     VolumeExists { name: String },
-    #[error("the name {name:?} is taken by a {by}: volume and snapshot names share one namespace (they are NBD export names)")]
+    #[error("the name {name:?} is taken by a {by}: volume names and the names of snapshots made before VOLUME@SNAPSHOT naming share one namespace (they are NBD export names)")]
     NameTaken { name: String, by: &'static str },
+    #[error("a snapshot named {name:?} already exists")]
+    SnapshotExists { name: String },
     #[error("no snapshot named {name:?}")]
     UnknownSnapshot { name: String },
+    #[error("snapshot name {name:?} is ambiguous: it names {}; give the full name VOLUME@SNAPSHOT", candidates.join(", "))]
+    AmbiguousSnapshot {
+        name: String,
+        /// The full names of the snapshots it could mean.
+        candidates: Vec<String>,
+    },
+    #[error("invalid snapshot name {name:?}: {reason}")]
+    InvalidSnapshotName { name: String, reason: String },
     #[error("snapshot {snapshot:?} belongs to another family than volume {volume:?}: a volume can only be refreshed to a snapshot of its own family")]
     WrongFamily { snapshot: String, volume: String },
     #[error("snapshot {snapshot:?} was not taken of volume {volume:?}: roll a volume back to one of its own snapshots, or refresh it to another snapshot of its family")]

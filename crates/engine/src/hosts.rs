@@ -188,7 +188,9 @@ impl Engine {
     }
 
     /// Map an export (volume or snapshot) to a host under `lun` (default: the lowest free
-    /// one). An export may be mapped to several hosts (a cluster's shared disk).
+    /// one). An export may be mapped to several hosts (a cluster's shared disk). A snapshot
+    /// is found as the catalog finds it (`pgdata@monday`, or `monday` when one snapshot has
+    /// that short name) and mapped under its full name.
     pub fn map_export(
         &self,
         host: &str,
@@ -197,7 +199,8 @@ impl Engine {
     ) -> Result<LunInfo, EngineError> {
         let mut meta = self.shared.meta.lock();
         let record = find_host(&meta.state, host)?;
-        export_kind(&meta.state, export)?;
+        let (export, kind) = resolve_export(&meta.state, export)?;
+        let export = export.as_str();
         if let Some(m) = record.luns.iter().find(|m| m.export == export) {
             return Err(EngineError::InUse {
                 what: format!("{export:?}"),
@@ -241,7 +244,7 @@ impl Engine {
         Ok(LunInfo {
             lun,
             export: export.to_string(),
-            read_only: export_kind(&meta.state, export)? == ExportKind::Snapshot,
+            read_only: kind == ExportKind::Snapshot,
         })
     }
 
@@ -249,7 +252,21 @@ impl Engine {
     pub fn unmap_export(&self, host: &str, export: &str) -> Result<(), EngineError> {
         let mut meta = self.shared.meta.lock();
         let record = find_host(&meta.state, host)?;
-        if !record.luns.iter().any(|m| m.export == export) {
+        let mapped = |e: &str| record.luns.iter().any(|m| m.export == e);
+        let resolved;
+        let export = if mapped(export) {
+            export
+        } else {
+            match resolve_export(&meta.state, export) {
+                Ok((full, _)) => {
+                    resolved = full;
+                    resolved.as_str()
+                }
+                Err(e @ EngineError::AmbiguousSnapshot { .. }) => return Err(e),
+                Err(_) => export,
+            }
+        };
+        if !mapped(export) {
             return Err(EngineError::NotMapped {
                 export: export.to_string(),
                 host: host.to_string(),
@@ -330,6 +347,21 @@ fn export_kind(state: &ClusterState, export: &str) -> Result<ExportKind, EngineE
         Err(EngineError::UnknownVolume {
             name: export.to_string(),
         })
+    }
+}
+
+/// The export a user named, by its full name, with its kind: a volume by its name, else a
+/// snapshot as [`crate::catalog::resolve_snapshot`] finds it.
+fn resolve_export(state: &ClusterState, export: &str) -> Result<(String, ExportKind), EngineError> {
+    if state.volumes.iter().any(|v| v.name == export) {
+        return Ok((export.to_string(), ExportKind::Volume));
+    }
+    match crate::catalog::resolve_snapshot(state, export, None) {
+        Ok(s) => Ok((s.name, ExportKind::Snapshot)),
+        Err(EngineError::UnknownSnapshot { .. }) => Err(EngineError::UnknownVolume {
+            name: export.to_string(),
+        }),
+        Err(e) => Err(e),
     }
 }
 

@@ -43,7 +43,9 @@ mod seal;
 mod state;
 mod stats;
 
-pub use catalog::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
+pub use catalog::{
+    snapshot_short_name, FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo, SNAPSHOT_SEPARATOR,
+};
 pub use engine::{Backends, Engine, EngineConfig, LocalStoreConfig};
 pub use error::{EngineError, IoFailure};
 pub use hosts::{HostInfo, HostRecord, HostSpec, LunInfo};

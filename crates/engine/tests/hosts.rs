@@ -36,8 +36,26 @@ fn hosts_map_luns_and_survive_a_restart() {
     assert_eq!(e.map_export("db1", "pgwal", Some(5)).unwrap().lun, 5);
     assert!(e.hosts_generation() > g0);
     e.create_snapshot("pgdata", "monday").unwrap();
+    // A snapshot is mapped under its full name, whichever name found it.
     let snap = e.map_export("db1", "monday", None).unwrap();
     assert_eq!((snap.lun, snap.read_only), (1, true));
+    assert_eq!(snap.export, "pgdata@monday");
+    assert!(matches!(
+        e.map_export("db1", "pgdata@monday", None),
+        Err(EngineError::InUse { .. })
+    ));
+    // A short name two snapshots have maps neither.
+    e.create_snapshot("pgwal", "pgwal@monday").unwrap();
+    let err = e.map_export("db1", "monday", None).unwrap_err();
+    assert!(
+        matches!(err, EngineError::AmbiguousSnapshot { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("pgdata@monday, pgwal@monday"),
+        "{err}"
+    );
+    e.delete_snapshot("pgwal@monday", false).unwrap();
 
     // Refusals: a taken LUN, a second mapping, an unknown export, an unknown host.
     assert!(matches!(
@@ -71,6 +89,10 @@ fn hosts_map_luns_and_survive_a_restart() {
         Err(EngineError::Mapped { .. })
     ));
     assert!(matches!(
+        e.delete_snapshot("pgdata@monday", false),
+        Err(EngineError::Mapped { .. })
+    ));
+    assert!(matches!(
         e.delete_volume("pgdata", true),
         Err(EngineError::Mapped { .. })
     ));
@@ -87,14 +109,14 @@ fn hosts_map_luns_and_survive_a_restart() {
         .iter()
         .map(|l| (l.lun, l.export.as_str()))
         .collect();
-    assert_eq!(luns, [(0, "pgdata"), (1, "monday"), (5, "pgwal")]);
+    assert_eq!(luns, [(0, "pgdata"), (1, "pgdata@monday"), (5, "pgwal")]);
     let records = e.host_records();
     let chap = records[0].chap.as_ref().unwrap();
     assert_eq!(chap.secret.expose(), "initiator-secret-1");
     assert!(!format!("{records:?}").contains("initiator-secret-1"));
     assert!(!serde_json::to_string(&info).unwrap().contains("secret-"));
 
-    // Unmapped, everything goes.
+    // Unmapped (a snapshot by its short name too), everything goes.
     for export in ["pgdata", "pgwal", "monday"] {
         e.unmap_export("db1", export).unwrap();
     }

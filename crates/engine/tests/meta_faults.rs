@@ -59,7 +59,7 @@ fn catalog_operations_happen_or_not_exactly_as_reported_when_the_store_fails() {
                 2 if !volumes.is_empty() => {
                     let v = volumes.iter().next().unwrap().clone();
                     engine.create_snapshot(&v, &name).map(|_| {
-                        snapshots.insert(name.clone());
+                        snapshots.insert(format!("{v}@{name}"));
                     })
                 }
                 _ if !snapshots.is_empty() => {

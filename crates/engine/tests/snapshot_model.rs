@@ -5,6 +5,11 @@
 //! stored blocks of each family are exactly the distinct non-zero contents its volumes and
 //! snapshots (hidden ones included) hold; a reference released twice or a block freed while
 //! in use fails the counts, the reads, or the block table's own assertions.
+//!
+//! Snapshots are named `VOLUME@SHORT`, created by either form, with short names that several
+//! volumes share; operations name them by the full name or by the short name alone, which
+//! must find the one snapshot with it (refresh and rollback: `VOLUME@SHORT` first) or be
+//! refused as ambiguous.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -70,6 +75,24 @@ impl Model {
             .collect();
         v.sort();
         v
+    }
+
+    /// The snapshot a name without `@` means: `prefer@short` if it exists, else the one
+    /// with that short name; `None` when several have it.
+    fn resolve(&self, short: &str, prefer: Option<&str>) -> Option<String> {
+        if let Some(v) = prefer {
+            let full = format!("{v}@{short}");
+            if self.snapshots().contains(&full) {
+                return Some(full);
+            }
+        }
+        let candidates: Vec<String> = self
+            .snapshots()
+            .into_iter()
+            .filter(|n| n.split_once('@').unwrap().1 == short)
+            .collect();
+        assert!(!candidates.is_empty());
+        (candidates.len() == 1).then(|| candidates[0].clone())
     }
 
     fn get(&self, name: &str) -> &Image {
@@ -163,6 +186,17 @@ fn check_all(engine: &Engine, model: &Model, context: &str) {
         .collect();
     listed.sort();
     assert_eq!(listed, model.snapshots(), "{context}: snapshot list");
+    for s in engine.list_snapshots(None).unwrap() {
+        assert_eq!(
+            Some(s.short_name.as_str()),
+            s.name.split_once('@').map(|(_, short)| short),
+            "{context}"
+        );
+        assert_eq!(
+            s.volume.map(|v| format!("{v}@{}", s.short_name)),
+            Some(s.name)
+        );
+    }
     let mut vols: Vec<String> = engine.list_volumes().into_iter().map(|v| v.name).collect();
     vols.sort();
     assert_eq!(vols, model.volumes(), "{context}: volume list");
@@ -179,6 +213,26 @@ fn check_refcounts(engine: &Engine, model: &Model, context: &str) {
 
 fn pick(rng: &mut StdRng, names: &[String]) -> Option<String> {
     (!names.is_empty()).then(|| names[rng.random_range(0..names.len())].clone())
+}
+
+/// How an operation names snapshot `full`: by its full name, or (half the time) by its short
+/// name alone, with what that resolves to (`None`: ambiguous).
+fn name_it(
+    rng: &mut StdRng,
+    model: &Model,
+    full: &str,
+    prefer: Option<&str>,
+) -> (String, Option<String>) {
+    if rng.random_bool(0.5) {
+        (full.to_string(), Some(full.to_string()))
+    } else {
+        let short = full.split_once('@').unwrap().1;
+        (short.to_string(), model.resolve(short, prefer))
+    }
+}
+
+fn is_ambiguous(e: &EngineError) -> bool {
+    matches!(e, EngineError::AmbiguousSnapshot { candidates, .. } if candidates.len() >= 2)
 }
 
 fn run_seed(seed: u64, steps: usize) {
@@ -244,8 +298,27 @@ fn run_seed(seed: u64, steps: usize) {
             }
             40..=49 => {
                 counter += 1;
-                let name = format!("s{counter}");
-                engine.create_snapshot(&volume, &name).unwrap();
+                // Short names that several volumes share, and unique ones.
+                let short = match rng.random_range(0..4) {
+                    0 => "daily".to_string(),
+                    1 => "weekly".to_string(),
+                    _ => format!("s{counter}"),
+                };
+                let name = format!("{volume}@{short}");
+                let given = if rng.random_bool(0.5) { &name } else { &short };
+                if model.names.contains_key(&name) {
+                    let again = engine.create_snapshot(&volume, given).unwrap_err();
+                    assert!(
+                        matches!(again, EngineError::SnapshotExists { .. }),
+                        "{again}"
+                    );
+                    continue;
+                }
+                let info = engine.create_snapshot(&volume, given).unwrap();
+                assert_eq!(
+                    (info.name.as_str(), info.short_name.as_str()),
+                    (name.as_str(), short.as_str())
+                );
                 let vid = model.names[&volume];
                 let v = model.images[&vid].clone();
                 let sid = model.add(
@@ -258,13 +331,21 @@ fn run_seed(seed: u64, steps: usize) {
                 model.images.get_mut(&vid).unwrap().base = Some(sid);
                 // A duplicate name is refused and changes nothing.
                 let again = engine.create_snapshot(&volume, &name).unwrap_err();
-                assert!(matches!(again, EngineError::NameTaken { .. }), "{again}");
+                assert!(
+                    matches!(again, EngineError::SnapshotExists { .. }),
+                    "{again}"
+                );
             }
             50..=56 if snapshot.is_some() && model.volumes().len() < 6 => {
-                let s = snapshot.unwrap();
+                let (given, resolved) = name_it(&mut rng, &model, &snapshot.unwrap(), None);
                 counter += 1;
                 let name = format!("c{counter}");
-                engine.create_clone(&s, &name).unwrap();
+                let result = engine.create_clone(&given, &name);
+                let Some(s) = resolved else {
+                    assert!(is_ambiguous(&result.unwrap_err()), "{context}");
+                    continue;
+                };
+                result.unwrap();
                 let sid = model.names[&s];
                 let image = Image {
                     base: Some(sid),
@@ -275,14 +356,19 @@ fn run_seed(seed: u64, steps: usize) {
                 model.add(&name, image);
             }
             57..=62 if snapshot.is_some() => {
-                let s = snapshot.unwrap();
+                let (given, resolved) =
+                    name_it(&mut rng, &model, &snapshot.unwrap(), Some(&volume));
                 let rollback = rng.random_bool(0.5);
-                let (vid, sid) = (model.names[&volume], model.names[&s]);
                 let result = if rollback {
-                    engine.rollback_volume(&volume, &s)
+                    engine.rollback_volume(&volume, &given)
                 } else {
-                    engine.refresh_volume(&volume, &s)
+                    engine.refresh_volume(&volume, &given)
                 };
+                let Some(s) = resolved else {
+                    assert!(is_ambiguous(&result.unwrap_err()), "{context}");
+                    continue;
+                };
+                let (vid, sid) = (model.names[&volume], model.names[&s]);
                 let same_family = model.images[&vid].family == model.images[&sid].family;
                 let own = model.images[&sid].of_volume == Some(vid);
                 match result {
@@ -302,11 +388,16 @@ fn run_seed(seed: u64, steps: usize) {
                 }
             }
             63..=67 if snapshot.is_some() => {
-                let s = snapshot.unwrap();
+                let (given, resolved) = name_it(&mut rng, &model, &snapshot.unwrap(), None);
                 let keep_hidden = rng.random_bool(0.5);
+                let result = engine.delete_snapshot(&given, keep_hidden);
+                let Some(s) = resolved else {
+                    assert!(is_ambiguous(&result.unwrap_err()), "{context}");
+                    continue;
+                };
                 let sid = model.names[&s];
                 let used = !model.clones(sid).is_empty();
-                match engine.delete_snapshot(&s, keep_hidden) {
+                match result {
                     Ok(()) => {
                         assert!(!used || keep_hidden, "{context}: deleted a used snapshot");
                         model.hide(&s);
@@ -481,7 +572,7 @@ fn refresh_disconnects_old_handles_and_frees_the_clones_blocks() {
     // Stored: pattern 1 (monday), pattern 2 (tuesday); pattern 3 was freed.
     assert_eq!(engine.stats().reduction.unique_blocks, 2);
     let info = engine.volume_info("dev").unwrap();
-    assert_eq!(info.origin.as_deref(), Some("tuesday"));
+    assert_eq!(info.origin.as_deref(), Some("prod@tuesday"));
     assert_eq!(info.space.own_bytes, 0);
 }
 
@@ -555,4 +646,228 @@ fn space_counts_acknowledged_writes_before_they_are_destaged() {
         assert_eq!(info.mapped_bytes, 8 * BS, "round {round}, destaged or not");
         assert_eq!(info.space.own_bytes, 8 * BS);
     }
+}
+
+fn read_first_block(engine: &Engine, name: &str) -> Vec<u8> {
+    let h = engine.open_volume(name).unwrap();
+    let mut buf = vec![0u8; BLOCK_SIZE_BYTES];
+    engine.read(h.id, 0, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn snapshot_names_are_volume_at_name_and_unique_per_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    for (volume, p) in [("pgdata", 1), ("mysql", 2)] {
+        engine.create_volume(volume, BLOCKS * BS).unwrap();
+        let h = engine.open_volume(volume).unwrap();
+        engine.write(h.id, 0, &pattern(p), false).unwrap();
+    }
+    // The same short name on two volumes, given short or full.
+    let a = engine.create_snapshot("pgdata", "monday").unwrap();
+    let b = engine.create_snapshot("mysql", "mysql@monday").unwrap();
+    assert_eq!(
+        (a.name.as_str(), a.short_name.as_str()),
+        ("pgdata@monday", "monday")
+    );
+    assert_eq!(
+        (b.name.as_str(), b.short_name.as_str()),
+        ("mysql@monday", "monday")
+    );
+    assert_eq!(a.volume.as_deref(), Some("pgdata"));
+    assert_eq!(
+        engine.volume_info("pgdata").unwrap().snapshots,
+        ["pgdata@monday"]
+    );
+    let of_mysql: Vec<String> = engine
+        .list_snapshots(Some("mysql"))
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(of_mysql, ["mysql@monday"]);
+    // Refusals: a duplicate (either form), another volume's prefix, bad short names.
+    for name in ["monday", "pgdata@monday"] {
+        let err = engine.create_snapshot("pgdata", name).unwrap_err();
+        assert!(matches!(err, EngineError::SnapshotExists { .. }), "{err}");
+        assert!(err.to_string().contains("\"pgdata@monday\""), "{err}");
+    }
+    for name in [
+        "mysql@tuesday",
+        "pgdata@",
+        "pgdata@a@b",
+        "@x",
+        "a b",
+        "",
+        "-x",
+        "pgdata@.x",
+    ] {
+        let err = engine.create_snapshot("pgdata", name).unwrap_err();
+        assert!(
+            matches!(err, EngineError::InvalidSnapshotName { .. }),
+            "{name:?}: {err}"
+        );
+    }
+    // A volume may now be called like a snapshot's short name; volume names have no '@'.
+    engine.create_volume("monday", BLOCKS * BS).unwrap();
+    assert!(matches!(
+        engine.create_volume("pgdata@monday", BLOCKS * BS),
+        Err(EngineError::InvalidName { .. })
+    ));
+    assert!(!engine.open_volume("monday").unwrap().read_only);
+
+    // Full names open and find each; exports are listed under them.
+    assert_eq!(read_first_block(&engine, "pgdata@monday"), pattern(1));
+    assert_eq!(read_first_block(&engine, "mysql@monday"), pattern(2));
+    assert!(engine.open_volume("pgdata@monday").unwrap().read_only);
+    let images: Vec<String> = engine.list_images().into_iter().map(|i| i.name).collect();
+    assert_eq!(
+        images,
+        ["monday", "mysql", "mysql@monday", "pgdata", "pgdata@monday"]
+    );
+    assert!(matches!(
+        engine.open_volume("pgdata@nosuch"),
+        Err(EngineError::UnknownVolume { .. })
+    ));
+
+    // A bare short name two snapshots have is ambiguous, and the error names both.
+    engine.create_snapshot("pgdata", "tuesday").unwrap();
+    for err in [
+        engine.snapshot_info("monday").unwrap_err(),
+        engine.create_clone("monday", "dev").unwrap_err(),
+        engine.delete_snapshot("monday", false).unwrap_err(),
+    ] {
+        assert!(
+            matches!(err, EngineError::AmbiguousSnapshot { .. }),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("mysql@monday, pgdata@monday"), "{text}");
+        assert!(text.contains("VOLUME@SNAPSHOT"), "{text}");
+    }
+    // ...and one only one snapshot has finds it.
+    assert_eq!(
+        engine.snapshot_info("tuesday").unwrap().name,
+        "pgdata@tuesday"
+    );
+    assert!(engine.open_volume("tuesday").unwrap().read_only);
+    assert!(matches!(
+        engine.snapshot_info("wednesday"),
+        Err(EngineError::UnknownSnapshot { .. })
+    ));
+
+    // Clones by full name; the origin is the full name.
+    let dev = engine.create_clone("pgdata@monday", "dev").unwrap();
+    assert_eq!(dev.origin.as_deref(), Some("pgdata@monday"));
+    assert_eq!(read_first_block(&engine, "dev"), pattern(1));
+    assert_eq!(
+        engine.snapshot_info("pgdata@monday").unwrap().clones,
+        ["dev"]
+    );
+    // Rollback and refresh try VOLUME@NAME first: no ambiguity for a volume's own snapshot.
+    let h = engine.open_volume("mysql").unwrap();
+    engine.write(h.id, 0, &pattern(3), false).unwrap();
+    let back = engine.rollback_volume("mysql", "monday").unwrap();
+    assert_eq!(back.origin.as_deref(), Some("mysql@monday"));
+    assert_eq!(read_first_block(&engine, "mysql"), pattern(2));
+    // A clone has no snapshot of its own by that name: the short name is ambiguous.
+    let err = engine.refresh_volume("dev", "monday").unwrap_err();
+    assert!(
+        matches!(err, EngineError::AmbiguousSnapshot { .. }),
+        "{err}"
+    );
+    let dev = engine.refresh_volume("dev", "tuesday").unwrap();
+    assert_eq!(dev.origin.as_deref(), Some("pgdata@tuesday"));
+
+    // Deleting one makes the short name unique again; names survive a restart.
+    engine.delete_snapshot("mysql@monday", false).unwrap();
+    assert_eq!(
+        engine.snapshot_info("monday").unwrap().name,
+        "pgdata@monday"
+    );
+    engine.shutdown();
+    drop(engine);
+    let engine = open(dir.path());
+    assert_eq!(
+        read_first_block(&engine, "monday"),
+        vec![0u8; BLOCK_SIZE_BYTES]
+    );
+    assert_eq!(read_first_block(&engine, "pgdata@monday"), pattern(1));
+    assert!(engine.open_volume("tuesday").unwrap().read_only);
+    let err = engine.delete_snapshot("tuesday", false).unwrap_err();
+    assert!(matches!(err, EngineError::InUse { .. }), "{err}");
+    assert!(err.to_string().contains("pgdata@tuesday"), "{err}");
+}
+
+/// Rename snapshot `from` to `to` in a stopped engine's cluster state, as a data dir written
+/// before `VOLUME@SNAPSHOT` names holds it.
+fn rename_snapshot_in_metadata(dir: &std::path::Path, from: &str, to: &str) {
+    use weft_meta::MetaStore as _;
+    let key = weft_engine::metastore::CLUSTER_STATE_KEY;
+    let kv = weft_meta::EmbeddedMetaStore::open(&dir.join("meta")).unwrap();
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&kv.get(key).unwrap().unwrap().value).unwrap();
+    let snapshots = state["snapshots"].as_array_mut().unwrap();
+    let s = snapshots.iter_mut().find(|s| s["name"] == from).unwrap();
+    s["name"] = to.into();
+    kv.put(key, &serde_json::to_vec(&state).unwrap(), None)
+        .unwrap();
+}
+
+#[test]
+fn snapshots_named_before_volume_at_name_keep_their_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    engine.create_volume("db", BLOCKS * BS).unwrap();
+    let h = engine.open_volume("db").unwrap();
+    engine.write(h.id, 0, &pattern(1), false).unwrap();
+    engine.create_snapshot("db", "monday").unwrap();
+    engine.write(h.id, 0, &pattern(2), false).unwrap();
+    engine.shutdown();
+    drop(engine);
+    rename_snapshot_in_metadata(dir.path(), "db@monday", "monday");
+
+    let engine = open(dir.path());
+    let info = engine.snapshot_info("monday").unwrap();
+    assert_eq!(
+        (info.name.as_str(), info.short_name.as_str()),
+        ("monday", "monday")
+    );
+    assert_eq!(info.volume.as_deref(), Some("db"));
+    assert!(engine.open_volume("monday").unwrap().read_only);
+    assert_eq!(read_first_block(&engine, "monday"), pattern(1));
+    // Its name is still an export name: no volume may take it.
+    let err = engine.create_volume("monday", BLOCKS * BS).unwrap_err();
+    assert!(matches!(err, EngineError::NameTaken { .. }), "{err}");
+
+    // A new snapshot with that short name coexists; the exact legacy name still wins for
+    // lookups, and the volume's own `db@monday` for its rollback.
+    engine
+        .write(h_of(&engine, "db"), 0, &pattern(3), false)
+        .unwrap();
+    engine.create_snapshot("db", "monday").unwrap();
+    assert_eq!(read_first_block(&engine, "monday"), pattern(1));
+    assert_eq!(read_first_block(&engine, "db@monday"), pattern(3));
+    assert_eq!(engine.snapshot_info("monday").unwrap().name, "monday");
+    engine
+        .write(h_of(&engine, "db"), 0, &pattern(4), false)
+        .unwrap();
+    let back = engine.rollback_volume("db", "monday").unwrap();
+    assert_eq!(back.origin.as_deref(), Some("db@monday"));
+    assert_eq!(read_first_block(&engine, "db"), pattern(3));
+    // Clones, rollbacks and deletes by the legacy name.
+    engine.create_clone("monday", "old").unwrap();
+    assert_eq!(read_first_block(&engine, "old"), pattern(1));
+    engine.delete_volume("old", false).unwrap();
+    engine.delete_snapshot("db@monday", false).unwrap();
+    engine.rollback_volume("db", "monday").unwrap();
+    assert_eq!(read_first_block(&engine, "db"), pattern(1));
+    engine.delete_snapshot("monday", false).unwrap();
+    assert!(engine.list_snapshots(None).unwrap().is_empty());
+    engine.create_volume("monday", BLOCKS * BS).unwrap();
+}
+
+fn h_of(engine: &Engine, name: &str) -> weft_engine::VolumeId {
+    engine.open_volume(name).unwrap().id
 }

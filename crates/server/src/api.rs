@@ -4,9 +4,12 @@
 //! Volumes: `GET|POST /volumes`, `GET|DELETE /volumes/{name}[?with_snapshots=true]`,
 //! `POST /volumes/{name}/{resize,snapshots,refresh,rollback}`.
 //! Snapshots: `GET /snapshots[?volume=V]`, `GET|DELETE /snapshots/{name}[?keep_hidden=true]`,
-//! `POST /snapshots/{name}/clones`. Volumes and snapshots carry their `nbd_uri` (a snapshot is
-//! exported read-only under its name). Hosts and LUN mappings: see [`hosts`]. Errors are
-//! `{"error": message}` with the engine's text.
+//! `POST /snapshots/{name}/clones`. A snapshot's `name` is its full name `VOLUME@SNAPSHOT`
+//! (`/snapshots/pgdata@monday`, or `pgdata%40monday`), beside its `short_name`; a name without
+//! `@` finds the one snapshot with that short name (409 listing them when several have it).
+//! Volumes and snapshots carry their `nbd_uri` (a snapshot is exported read-only under its
+//! full name) and, with iSCSI on, their own target's `iscsi_uri` (`@` is `:` there). Hosts and
+//! LUN mappings: see [`hosts`]. Errors are `{"error": message}` with the engine's text.
 //!
 //! Every handler carries its `#[utoipa::path]`; [`openapi`] gathers them into the OpenAPI
 //! document checked in as `docs/openapi.json` and served at `GET /api/v1/openapi.json`. The
@@ -74,12 +77,15 @@ impl From<EngineError> for ApiError {
             | EngineError::HostExists { .. }
             | EngineError::Mapped { .. }
             | EngineError::NameTaken { .. }
+            | EngineError::SnapshotExists { .. }
+            | EngineError::AmbiguousSnapshot { .. }
             | EngineError::InUse { .. }
             | EngineError::HasSnapshots { .. }
             | EngineError::WrongFamily { .. }
             | EngineError::NotOwnSnapshot { .. }
             | EngineError::ChainTooDeep { .. } => StatusCode::CONFLICT,
             EngineError::InvalidName { .. }
+            | EngineError::InvalidSnapshotName { .. }
             | EngineError::InvalidHost { .. }
             | EngineError::InvalidSize { .. }
             | EngineError::InvalidPool { .. }
@@ -230,9 +236,20 @@ fn nbd_uri(state: &ApiState, name: &str) -> String {
     format!("nbd://{}/{name}", state.nbd_address)
 }
 
+/// With iSCSI on, LUN 0 of the export's own target (`@` is `:` in target names).
+fn iscsi_uri(state: &ApiState, name: &str) -> Option<String> {
+    state.iscsi_portal.as_ref().map(|portal| {
+        format!(
+            "iscsi://{portal}/{}/0",
+            crate::iscsi_listener::target_name(name)
+        )
+    })
+}
+
 fn volume(state: &ApiState, info: VolumeInfo) -> Volume {
     Volume {
         nbd_uri: nbd_uri(state, &info.name),
+        iscsi_uri: iscsi_uri(state, &info.name),
         info,
     }
 }
@@ -240,6 +257,7 @@ fn volume(state: &ApiState, info: VolumeInfo) -> Volume {
 fn snapshot(state: &ApiState, info: SnapshotInfo) -> Snapshot {
     Snapshot {
         nbd_uri: nbd_uri(state, &info.name),
+        iscsi_uri: iscsi_uri(state, &info.name),
         info,
     }
 }

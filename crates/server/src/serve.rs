@@ -275,6 +275,21 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             )?;
         }
     }
+    let snapshots = engine.list_images().iter().filter(|i| i.read_only).count();
+    if snapshots > 0 {
+        let iscsi = if iscsi_addr.is_some() {
+            format!(
+                ", iscsi {}VOLUME:SNAPSHOT",
+                crate::iscsi_listener::TARGET_PREFIX
+            )
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "snapshots: {snapshots}, read-only as nbd://{nbd_addr}/VOLUME@SNAPSHOT{iscsi} (weft snapshot list)"
+        )?;
+    }
     writeln!(
         out,
         "api: http://{api_addr}/api/v1 (token in {})",

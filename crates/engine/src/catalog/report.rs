@@ -45,7 +45,7 @@ pub struct VolumeInfo {
     pub created_unix_s: u64,
     /// The snapshot it was cloned, refreshed or rolled back from.
     pub origin: Option<String>,
-    /// Its snapshots (by name, oldest first).
+    /// Its snapshots (by full name, oldest first).
     pub snapshots: Vec<String>,
     /// Layers a read goes through (1 for a volume without snapshots).
     pub chain_layers: usize,
@@ -56,7 +56,11 @@ pub struct VolumeInfo {
 /// A snapshot as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct SnapshotInfo {
+    /// The full name, `VOLUME@SNAPSHOT` (a snapshot made before those names: its plain name);
+    /// its NBD export name.
     pub name: String,
+    /// The part after `@` (a legacy snapshot: its name).
+    pub short_name: String,
     pub id: u64,
     /// The volume it was taken of, if that still exists.
     pub volume: Option<String>,
@@ -269,6 +273,7 @@ pub(crate) fn snapshot_info(
     let chain_layers = chain.len();
     SnapshotInfo {
         name: s.name.clone(),
+        short_name: super::snapshot_short_name(&s.name).to_string(),
         id: s.id.0,
         volume: state
             .volumes

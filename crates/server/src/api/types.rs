@@ -87,6 +87,9 @@ pub struct Volume {
     #[serde(flatten)]
     pub info: VolumeInfo,
     pub nbd_uri: String,
+    /// LUN 0 of the volume's own iSCSI target, when iSCSI is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iscsi_uri: Option<String>,
 }
 
 /// A snapshot with the NBD URI it is exported under, read-only (its name).
@@ -95,6 +98,9 @@ pub struct Snapshot {
     #[serde(flatten)]
     pub info: SnapshotInfo,
     pub nbd_uri: String,
+    /// LUN 0 of the snapshot's own iSCSI target (`VOLUME:SNAPSHOT`), when iSCSI is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iscsi_uri: Option<String>,
 }
 
 /// `GET /api/v1/version`: the server's version.

@@ -4,9 +4,10 @@
 //! - the **array target** (`iqn.2026-11.dev.weft.array:<id>`), the storage-array model: an
 //!   initiator that belongs to a host logs in to it and sees exactly the exports mapped to
 //!   that host, under their LUN numbers (`weft volume map VOL --host H --lun N`);
-//! - one **export target** per volume or snapshot (`iqn.2026-11.dev.weft:<export>`, LUN 0),
-//!   the quick start: served to the hosts the export is mapped to, and, while it is mapped
-//!   to nobody, to any initiator on an open connection (see [`crate::access`]).
+//! - one **export target** per volume or snapshot (`iqn.2026-11.dev.weft:<export>`, LUN 0;
+//!   snapshot `pgdata@monday` is `iqn.2026-11.dev.weft:pgdata:monday`), the quick start:
+//!   served to the hosts the export is mapped to, and, while it is mapped to nobody, to any
+//!   initiator on an open connection (see [`crate::access`]).
 //!
 //! Logins are refused with the status RFC 7143 §11.13.5 names: an initiator that is no
 //! host's, or a host the export is not mapped to, gets AUTHORIZATION FAILURE (0202h); a
@@ -27,9 +28,21 @@ pub const TARGET_PREFIX: &str = "iqn.2026-11.dev.weft:";
 /// The prefix of the array target's name; the rest is the cluster (or data dir) id.
 pub const ARRAY_TARGET_PREFIX: &str = "iqn.2026-11.dev.weft.array:";
 
-/// The target name of `export`.
+/// The target name of `export`, lowercased. An iSCSI name has no `@` (RFC 3722: a-z, 0-9,
+/// `-`, `.`, `:`), so a snapshot's `VOLUME@SNAPSHOT` becomes `VOLUME:SNAPSHOT`; volume and
+/// snapshot names have no `:`, so [`export_of`] maps it back unambiguously.
 pub fn target_name(export: &str) -> String {
-    format!("{TARGET_PREFIX}{}", export.to_ascii_lowercase())
+    let name: String = export
+        .chars()
+        .map(|c| {
+            if c == weft_engine::SNAPSHOT_SEPARATOR {
+                ':'
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
+        .collect();
+    format!("{TARGET_PREFIX}{name}")
 }
 
 /// The array target's name for a cluster or data dir id (lowercased, and cut to what an
@@ -50,15 +63,16 @@ pub fn array_target_name(id: &str) -> String {
     format!("{ARRAY_TARGET_PREFIX}{id}")
 }
 
-/// The export a target name names, if it exists.
+/// The export a target name names, if it exists (the reverse of [`target_name`]; target
+/// names compare case-insensitively).
 pub fn export_of(backend: &dyn ExportBackend, target: &str) -> Option<String> {
     let wanted = target.to_ascii_lowercase();
-    let suffix = wanted.strip_prefix(TARGET_PREFIX)?;
+    wanted.strip_prefix(TARGET_PREFIX)?;
     backend
         .list_exports()
         .into_iter()
         .map(|e| e.name)
-        .find(|name| name.to_ascii_lowercase() == suffix)
+        .find(|name| target_name(name) == wanted)
 }
 
 /// What a connection may see of this server: the hosts as of one generation, and whether
@@ -142,5 +156,22 @@ impl Access for Viewer<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_targets_use_a_colon() {
+        assert_eq!(target_name("vol0"), "iqn.2026-11.dev.weft:vol0");
+        assert_eq!(target_name("PgData"), "iqn.2026-11.dev.weft:pgdata");
+        assert_eq!(
+            target_name("pgdata@Monday"),
+            "iqn.2026-11.dev.weft:pgdata:monday"
+        );
+        // A legacy snapshot keeps its plain name.
+        assert_eq!(target_name("monday"), "iqn.2026-11.dev.weft:monday");
     }
 }
