@@ -116,16 +116,19 @@ fn every_client_command_prints_json() {
     let v = j(&["volume", "resize", "pgdata", "--size", "128M"]);
     assert_eq!(v["size_bytes"], 128u64 << 20, "{v}");
 
-    assert_eq!(j(&["snapshot", "create", "pgdata", "mon"])["name"], "mon");
-    assert_eq!(names(&j(&["snapshot", "list"])), ["mon"]);
-    assert_eq!(names(&j(&["snapshot", "ls", "pgdata"])), ["mon"]);
+    // Snapshots are VOLUME@SNAPSHOT; the short name finds the one snapshot that has it.
+    let v = j(&["snapshot", "create", "pgdata", "mon"]);
+    assert_eq!(v["name"], "pgdata@mon", "{v}");
+    assert_eq!(v["short_name"], "mon", "{v}");
+    assert_eq!(names(&j(&["snapshot", "list"])), ["pgdata@mon"]);
+    assert_eq!(names(&j(&["snapshot", "ls", "pgdata"])), ["pgdata@mon"]);
     assert_eq!(j(&["snapshot", "info", "mon"])["volume"], "pgdata");
     assert_eq!(j(&["clone", "create", "mon", "dev"])["name"], "dev");
     let v = j(&["volume", "refresh", "dev", "--to", "mon", "--yes"]);
-    assert_eq!(v["origin"], "mon", "{v}");
+    assert_eq!(v["origin"], "pgdata@mon", "{v}");
     j(&["snapshot", "create", "pgdata", "tue"]);
     let v = j(&["volume", "rollback", "pgdata", "--to", "tue", "-y"]);
-    assert_eq!(v["origin"], "tue", "{v}");
+    assert_eq!(v["origin"], "pgdata@tue", "{v}");
 
     let v = j(&["host", "create", "db1", "--iqn", "iqn.2026-11.test:db1"]);
     assert_eq!(v["name"], "db1", "{v}");
@@ -403,7 +406,9 @@ fn destructive_commands_ask_on_a_terminal_with_the_facts() {
     let args = ["volume", "delete", "pgdata", "--with-snapshots"];
     let (code, text) = on_terminal(&srv, &args, "y\n").expect("script");
     assert!(
-        text.contains("Delete volume pgdata (1.5 TiB) and its 3 snapshots (mon, tue, wed)?"),
+        text.contains(
+            "Delete volume pgdata (1.5 TiB) and its 3 snapshots (pgdata@mon, pgdata@tue, pgdata@wed)?"
+        ),
         "{text}"
     );
     assert_eq!(code, Some(0), "{text}");
