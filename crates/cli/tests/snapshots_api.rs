@@ -590,7 +590,7 @@ fn volume_at_snapshot_names_over_nbd_iscsi_the_api_and_the_cli() {
     );
 
     // A snapshot from before these names (no '@') keeps its name everywhere.
-    srv.cli_ok(&["volume", "delete", "dev"]);
+    srv.cli_ok(&["volume", "delete", "dev", "--yes"]);
     srv.stop();
     {
         use weft_meta::MetaStore as _;

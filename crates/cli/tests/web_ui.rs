@@ -392,11 +392,11 @@ fn web_ui_in_headless_chromium() {
     srv.api_json(
         "POST",
         "/api/v1/volumes/vol0/snapshots",
-        Some(json!({"name": "vol0-monday"})),
+        Some(json!({"name": "monday"})),
     );
     srv.api_json(
         "POST",
-        "/api/v1/snapshots/vol0-monday/clones",
+        "/api/v1/snapshots/vol0@monday/clones",
         Some(json!({"name": "vol0-dev"})),
     );
 
@@ -433,7 +433,7 @@ fn web_ui_in_headless_chromium() {
         PAGE_TIMEOUT,
     );
     let rows = page.eval("weft.volumes.rows()");
-    for name in ["vol0", "quiet", "vol0-monday", "vol0-dev"] {
+    for name in ["vol0", "quiet", "vol0@monday", "vol0-dev"] {
         assert!(
             rows.as_array().unwrap().iter().any(|r| r == name),
             "{name} not listed: {rows}"
