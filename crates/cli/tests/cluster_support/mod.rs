@@ -132,6 +132,11 @@ pub struct Dnode {
     pub addr: SocketAddr,
     pub data: PathBuf,
     pub zone: String,
+    /// `--advertise` (the address c.nodes are told), e.g. a fault-injecting proxy in front of
+    /// it; `None`: the listen address.
+    pub advertise: Option<SocketAddr>,
+    /// More `weft dnode` arguments for the next starts (e.g. `--capacity 64M`).
+    pub extra_args: Vec<String>,
     child: Option<Bg>,
     starts: u32,
     log_dir: PathBuf,
@@ -149,9 +154,13 @@ impl Dnode {
             .arg(&self.data)
             .args(["--zone", &self.zone])
             .args(["--lease-ttl", lease_ttl])
+            .args(&self.extra_args)
             .env("NO_COLOR", "1")
             .env_remove("WEFT_CLUSTER")
             .env_remove("WEFT_LOG");
+        if let Some(a) = self.advertise {
+            cmd.arg("--advertise").arg(a.to_string());
+        }
         let bg = Bg::spawn(&mut cmd);
         let pid = bg.pid();
         let child = self.child.insert(bg);
@@ -250,6 +259,17 @@ impl Cnode {
         opts: &ClusterOpts,
         log_dir: &Path,
     ) -> Cnode {
+        Cnode::try_launch(name, data_dir, etcd_url, opts, log_dir).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts it and waits for `ready`; `Err` with its output when it exits first.
+    fn try_launch(
+        name: &str,
+        data_dir: PathBuf,
+        etcd_url: &str,
+        opts: &ClusterOpts,
+        log_dir: &Path,
+    ) -> Result<Cnode, String> {
         let mut cmd = Command::new(weft_bin());
         cmd.arg("--data-dir")
             .arg(&data_dir)
@@ -280,23 +300,30 @@ impl Cnode {
         };
         let serve_json = c.data_dir.join("serve.json");
         let child = c.child.as_mut().unwrap();
-        let info: Value = poll_until(
+        let info: Result<Value, String> = poll_until(
             READY_TIMEOUT,
             &format!("c.node {name} (pid {pid}) to print `ready` and write serve.json"),
             || {
                 if let Some(st) = child.try_wait() {
-                    panic!(
+                    return Some(Err(format!(
                         "c.node {name} exited before ready ({st}):\n{}",
                         child.all_so_far()
-                    );
+                    )));
                 }
                 if !child.stdout_so_far().lines().any(|l| l.trim() == "ready") {
                     return None;
                 }
                 let v: Value = serde_json::from_str(&fs::read_to_string(&serve_json).ok()?).ok()?;
-                (v["pid"].as_u64() == Some(u64::from(pid))).then_some(v)
+                (v["pid"].as_u64() == Some(u64::from(pid))).then_some(Ok(v))
             },
         );
+        let info = match info {
+            Ok(v) => v,
+            Err(e) => {
+                c.kill9();
+                return Err(e);
+            }
+        };
         c.nbd = info["nbd"].as_str().unwrap().parse().unwrap();
         c.api = info["api"].as_str().unwrap().trim_end_matches('/').into();
         c.metrics = info["metrics"].as_str().unwrap_or_default().into();
@@ -304,7 +331,7 @@ impl Cnode {
             "c.node {name} ready: nbd {}, api {} (pid {pid})",
             c.nbd, c.api
         );
-        c
+        Ok(c)
     }
 
     pub fn pid(&self) -> u32 {
@@ -326,7 +353,7 @@ impl Cnode {
                 self.name,
                 out.describe()
             );
-            self.save_log(&out);
+            self.save_log(pid, &out);
         }
     }
 
@@ -336,7 +363,7 @@ impl Cnode {
         let pid = child.pid();
         child.signal("TERM");
         let out = child.wait(timeout);
-        self.save_log(&out);
+        self.save_log(pid, &out);
         assert!(
             out.success(),
             "c.node {} (pid {pid}) did not exit cleanly after SIGTERM ({}):\n{}",
@@ -347,9 +374,11 @@ impl Cnode {
         eprintln!("c.node {} (pid {pid}) stopped by SIGTERM", self.name);
     }
 
-    fn save_log(&self, out: &CmdOut) {
+    /// `logs/cnode-NAME-PID.log`: one file per run, so a restarted c.node keeps the logs of
+    /// the runs before.
+    fn save_log(&self, pid: u32, out: &CmdOut) {
         let _ = fs::write(
-            self.log_dir.join(format!("cnode-{}.log", self.name)),
+            self.log_dir.join(format!("cnode-{}-{pid}.log", self.name)),
             out.all(),
         );
     }
@@ -419,6 +448,8 @@ impl Cluster {
                 addr: SocketAddr::from(([127, 0, 0, 1], port)),
                 data: c.scratch.join(format!("dnode{i}")),
                 zone: format!("z{i}"),
+                advertise: None,
+                extra_args: Vec::new(),
                 child: None,
                 starts: 0,
                 log_dir: c.scratch.join("logs"),
@@ -462,6 +493,29 @@ impl Cluster {
         );
         self.cnode = Some(c);
         self.step(&format!("c.node {name} ready"));
+    }
+
+    /// Like [`Cluster::start_cnode`] (the same data dir for the same name), but a c.node that
+    /// exits before `ready` (e.g. it could not recover with too few d.nodes) is an `Err` with
+    /// its output, and `self.cnode` is left `None`.
+    pub fn try_start_cnode(&mut self, name: &str) -> Result<(), String> {
+        assert!(
+            self.cnode.as_mut().is_none_or(|c| !c.is_running()),
+            "stop the running c.node first"
+        );
+        self.cnodes_started += 1;
+        let data_dir = self.scratch.join(format!("cnode-{name}"));
+        self.cnode = None;
+        let c = Cnode::try_launch(
+            name,
+            data_dir,
+            &self.etcd.url(),
+            &self.opts,
+            &self.scratch.join("logs"),
+        )?;
+        self.cnode = Some(c);
+        self.step(&format!("c.node {name} ready"));
+        Ok(())
     }
 
     pub fn cnode(&mut self) -> &mut Cnode {
