@@ -86,7 +86,11 @@ impl Thrasher {
                 out.stderr
             ));
         }
-        let first = out.stdout.lines().next().unwrap_or("").chars().take(120).collect::<String>();
+        // One line: the first of the text, or the JSON compacted.
+        let text = serde_json::from_str::<serde_json::Value>(&out.stdout)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| out.stdout.lines().next().unwrap_or("").to_string());
+        let first = text.chars().take(160).collect::<String>();
         self.log.record(kind, "cluster", &format!("{:.1}s {first}", t.elapsed().as_secs_f64()));
     }
 

@@ -53,7 +53,7 @@ impl Thrasher {
             .unwrap_or_default();
         let foreign: Vec<&String> = corrupt
             .iter()
-            .filter(|k| !flipped.iter().any(|f| f.starts_with(k.as_str())))
+            .filter(|k| !flipped.iter().any(|f| f.split(' ').next() == Some(k.as_str())))
             .collect();
         self.log.record(
             "scrub",
@@ -141,7 +141,14 @@ fn key_of(path: &Path) -> String {
         .and_then(|f| u64::from_str_radix(&f.to_string_lossy(), 16).ok())
         .unwrap_or(0);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    format!("{fam:x}/{}", name.trim_end_matches(".chunk"))
+    let stem = name.trim_end_matches(".chunk");
+    match stem.split_once('.') {
+        Some((seg, idx)) => {
+            let seg = u64::from_str_radix(seg, 16).unwrap_or(0);
+            format!("{fam:x}/{seg:x}.{idx}")
+        }
+        None => format!("{fam:x}/{stem}"),
+    }
 }
 
 /// Flips one byte of the data of a chunk file in place; returns its file offset.

@@ -80,6 +80,7 @@ pub struct Totals {
     pub wrong: u64,
     pub lost: u64,
     pub unreadable: u64,
+    pub unreadable_acked: u64,
 }
 
 pub struct Thrasher {
@@ -244,6 +245,7 @@ impl Thrasher {
         self.totals.wrong += r.wrong.len() as u64;
         self.totals.lost += r.lost.len() as u64;
         self.totals.unreadable += r.unreadable.len() as u64;
+        self.totals.unreadable_acked += r.unreadable_acked;
         let mode = match expect {
             Expect::Exact { .. } => "exact",
             Expect::EioAllowed => "EIO allowed",
@@ -403,9 +405,11 @@ impl Thrasher {
         );
         let _ = write!(
             s,
-            "  wrong bytes served: {} (must be 0); acknowledged writes lost: {} (must be 0); unreadable with <= m down: {}; client errors with <= m down: {}",
+            "  wrong bytes served: {} (must be 0); acknowledged writes lost: {} (must be 0: {} read back older, {} unreadable with every d.node up); blocks unreadable with <= m down: {}; client errors with <= m down: {}",
             t.wrong,
+            t.lost + t.unreadable_acked,
             t.lost,
+            t.unreadable_acked,
             t.unreadable,
             self.shared.problems.lock().unwrap().len()
         );
