@@ -31,13 +31,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# qemu's iSCSI driver (qemu-block-extra, matched to qemu-utils).
-if ! qemu-img --help 2>/dev/null | grep -qw iscsi; then
+# qemu's iSCSI driver (qemu-block-extra, matched to qemu-utils): checked by loading it, since
+# `qemu-img --help` lists iscsi even when the module cannot load.
+if ! scripts/qemu-iscsi-ok.sh 2>/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing qemu's iSCSI driver"
     scripts/install-qemu.sh
   else
-    echo "the tests need qemu-img with its iSCSI driver (Debian: qemu-utils and qemu-block-extra)" >&2
+    scripts/qemu-iscsi-ok.sh || true
+    echo "the tests need qemu-img with its iSCSI driver (Debian: qemu-utils and qemu-block-extra" \
+      "of the same version): run scripts/install-qemu.sh as root" >&2
     exit 1
   fi
 fi

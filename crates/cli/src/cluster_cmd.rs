@@ -370,6 +370,35 @@ pub fn pool(client: &ApiClient, command: PoolCommand, json: bool) -> anyhow::Res
     Ok(())
 }
 
+/// What a recovering c.node waits for (`"mode": "recovering"`).
+fn print_recovery(r: &serde_json::Value) {
+    if r.is_null() {
+        println!("recovery: reading checkpoints and segments");
+        return;
+    }
+    let waiting: Vec<&str> = r["waiting_for"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str())
+        .collect();
+    println!(
+        "recovery: WAITING for d.nodes {} (attempt {}): nothing is discarded or served until they answer",
+        if waiting.is_empty() { "(none listed)".to_string() } else { waiting.join(", ") },
+        r["attempts"],
+    );
+    for s in r["stripes"].as_array().into_iter().flatten() {
+        println!(
+            "  family {} segment {}: {} of {} chunks readable: {}",
+            s["family"],
+            s["segment"],
+            s["chunks_found"],
+            s["chunks_needed"],
+            s["why"].as_str().unwrap_or("")
+        );
+    }
+}
+
 pub fn cluster(client: &ApiClient, command: ClusterCommand, json: bool) -> anyhow::Result<()> {
     match command {
         ClusterCommand::Status => {
@@ -386,6 +415,9 @@ pub fn cluster(client: &ApiClient, command: ClusterCommand, json: bool) -> anyho
                     None => "",
                 }
             );
+            if v["mode"].as_str() == Some("recovering") {
+                print_recovery(&v["recovery"]);
+            }
             println!("d.nodes:");
             for n in v["nodes"].as_array().into_iter().flatten() {
                 println!("  {}", node_line(n));

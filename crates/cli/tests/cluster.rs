@@ -773,3 +773,204 @@ fn a_fresh_cnode_recovers_everything_after_sync_and_kill9() {
         true,
     );
 }
+
+// ------------------------------------------------------------------------------------------
+// 7. a c.node restarted while more than m d.nodes are down waits for them; nothing is lost
+// ------------------------------------------------------------------------------------------
+
+/// The sequence: synced data, then flushed data, the c.node killed -9, then three of
+/// six d.nodes (a rack losing power), the c.node started again on its data dir. It must not
+/// discard what it cannot see: it waits, says for which d.nodes (`weft cluster status`,
+/// `/readyz`, `/metrics`), and once they are back every block reads exactly.
+#[test]
+fn restart_with_three_dnodes_down_keeps_synced_data() {
+    let _serial = serial();
+    let test = "restart_with_three_dnodes_down_keeps_synced_data";
+    let (mut rng, seed) = test_rng(test);
+    let mut c = Cluster::start(test, seed, ClusterOpts::new(6).volume_size("64M"));
+    let tag = 17;
+    let half = 12 * MIB / 4096;
+    let mut nbd = c.nbd_client("vol0");
+    write_all(&mut nbd, 0, &blocks_data(seed, tag, 0, half));
+    nbd.flush().unwrap();
+    nbd.disconnect();
+    c.sync();
+    let mut nbd = c.nbd_client("vol0");
+    write_all(&mut nbd, half * 4096, &blocks_data(seed, tag, half, half));
+    nbd.flush().unwrap();
+    nbd.disconnect();
+    c.step("second half written and flushed; letting destage seal part of it");
+    std::thread::sleep(Duration::from_secs(3));
+    c.cnode().kill9();
+    let lost = pick(&mut rng, 6, 3, &[]);
+    let lost_ids: BTreeSet<String> = lost.iter().map(|&i| c.dnodes[i].id.clone()).collect();
+    for &i in &lost {
+        c.kill_dnode(i);
+    }
+    // Until their leases expire: the new c.node must learn of them from the placement-group
+    // map alone (down since its start, positions kept), not from their registrations.
+    let kv = c.etcd.connect().expect("etcd client");
+    poll_until(
+        Duration::from_secs(30),
+        "the killed d.nodes' leases to expire",
+        || {
+            let registered = weft_meta::MetaStore::list(&kv, "weft/dnodes/").ok()?;
+            (!registered
+                .iter()
+                .any(|(key, _)| lost_ids.iter().any(|id| key.ends_with(id.as_str()))))
+            .then_some(())
+        },
+    );
+    c.step("their registrations are gone");
+
+    // The c.node again, on its own data dir (its journal), while three d.nodes are down.
+    let data_dir = c.cnode().data_dir.clone();
+    let mut cmd = std::process::Command::new(weft_bin());
+    cmd.arg("--data-dir")
+        .arg(&data_dir)
+        .arg("cnode")
+        .args(["--cluster", &c.etcd_url()])
+        .args(["--nbd-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0", "--iscsi-listen", "off"])
+        .args(["--out-grace", &c.opts.out_grace])
+        .args(["--wait-for-dnodes", "2s"])
+        .args(["--redundancy", &c.opts.redundancy])
+        .args(["--pg-count", &c.opts.pg_count.to_string()])
+        .env("NO_COLOR", "1")
+        .env_remove("WEFT_CLUSTER")
+        .env_remove("WEFT_LOG")
+        .env_remove("WEFT_DATA_DIR");
+    let mut cnode = Bg::spawn(&mut cmd);
+    let pid = cnode.pid();
+    let early: Value = poll_until(
+        Duration::from_secs(60),
+        "the restarted c.node's serve.json",
+        || {
+            if let Some(st) = cnode.try_wait() {
+                panic!("the c.node exited ({st}):\n{}", cnode.all_so_far());
+            }
+            let v: Value =
+                serde_json::from_str(&fs::read_to_string(data_dir.join("serve.json")).ok()?)
+                    .ok()?;
+            (v["pid"].as_u64() == Some(u64::from(pid))).then_some(v)
+        },
+    );
+    let api = early["api"].as_str().unwrap().to_string();
+    let metrics = early["metrics"].as_str().unwrap().to_string();
+    let status = poll_until(
+        Duration::from_secs(60),
+        "recovery to say what it waits for",
+        || {
+            if let Some(st) = cnode.try_wait() {
+                panic!(
+                    "the c.node exited instead of waiting ({st}):\n{}",
+                    cnode.all_so_far()
+                );
+            }
+            let out = c.cli(&["cluster", "status", "--json"]);
+            let v: Value = serde_json::from_str(&out.stdout).ok()?;
+            (v["mode"] == "recovering"
+                && v["recovery"]["stripes"]
+                    .as_array()
+                    .is_some_and(|s| !s.is_empty()))
+            .then_some(v)
+        },
+    );
+    let waiting: BTreeSet<String> = status["recovery"]["waiting_for"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().split('@').next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        waiting, lost_ids,
+        "it must name exactly the d.nodes that are down (id@address): {status:#}"
+    );
+    c.step(&format!(
+        "the c.node waits for {waiting:?}: {}",
+        status["recovery"]["stripes"][0]["why"]
+    ));
+    let text = c.cli_ok(&["cluster", "status"]);
+    assert!(text.contains("recovery: WAITING for d.nodes"), "{text}");
+    let (code, body) = api_request(&api, "GET", "/readyz", None, None);
+    assert_eq!(code, 503, "/readyz while recovering: {body}");
+    let (code, _) = api_request(&api, "GET", "/api/v1/volumes", None, None);
+    assert_eq!(code, 401, "no token, no answer, even while recovering");
+    let (code, body) = api_request(&metrics, "GET", "", None, None);
+    assert_eq!(code, 200);
+    assert!(body.contains("weft_recovery_waiting 1"), "{body}");
+    for id in &lost_ids {
+        assert!(
+            body.contains(&format!(
+                "weft_recovery_waiting_for_dnode{{dnode=\"{id}\"}} 1"
+            )),
+            "{body}"
+        );
+    }
+    assert!(
+        !cnode.stdout_so_far().lines().any(|l| l.trim() == "ready"),
+        "the c.node must not serve while it waits"
+    );
+    assert!(
+        !cnode.all_so_far().contains("discarding stripe"),
+        "nothing may be discarded while d.nodes are down:\n{}",
+        cnode.all_so_far()
+    );
+
+    for &i in &lost {
+        c.restart_dnode(i);
+    }
+    poll_until(
+        Duration::from_secs(90),
+        "the c.node to finish recovery",
+        || {
+            if let Some(st) = cnode.try_wait() {
+                panic!("the c.node exited ({st}):\n{}", cnode.all_so_far());
+            }
+            cnode
+                .stdout_so_far()
+                .lines()
+                .any(|l| l.trim() == "ready")
+                .then_some(())
+        },
+    );
+    let info: Value =
+        serde_json::from_str(&fs::read_to_string(data_dir.join("serve.json")).unwrap()).unwrap();
+    let nbd_addr: SocketAddr = info["nbd"].as_str().unwrap().parse().unwrap();
+    c.step("recovered once the d.nodes were back");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut pending: Vec<u64> = (0..2 * half).collect();
+    while !pending.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} blocks still EIO 60 s after recovery (e.g. {:?})",
+            pending.len(),
+            &pending[..pending.len().min(8)]
+        );
+        let mut nbd = NbdClient::connect(nbd_addr, "vol0").expect("NBD connect");
+        let mut still = Vec::new();
+        for &lba in &pending {
+            match nbd.read(lba * 4096, 4096) {
+                Ok(got) => assert!(
+                    got == block_data(seed, tag, lba),
+                    "block {lba} read wrong data after recovery (zero: {})",
+                    got.iter().all(|&b| b == 0)
+                ),
+                Err(NbdError::Server(5)) => still.push(lba),
+                Err(e) => panic!("block {lba}: {e}"),
+            }
+        }
+        nbd.disconnect();
+        pending = still;
+        if !pending.is_empty() {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    c.step("every block, synced and flushed, reads back exactly");
+    assert!(
+        !cnode.all_so_far().contains("discarding stripe"),
+        "{}",
+        cnode.all_so_far()
+    );
+    cnode.sigkill();
+}

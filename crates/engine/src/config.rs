@@ -35,6 +35,13 @@ pub struct EngineConfig {
     /// Writes of at least this many bytes are written once: straight through destage into a
     /// durable stripe, the journal holding only a reference (0: every write is journaled).
     pub write_through_min_bytes: u64,
+    /// How long recovery waits for d.nodes that hold stripes it cannot read and may not
+    /// discard (see `recovery`): `None` waits until they return; tests set a bound, after
+    /// which opening fails with [`crate::error::EngineError::RecoveryBlocked`].
+    pub recovery_wait: Option<std::time::Duration>,
+    /// Where recovery says what it waits for, so the server can report it while the
+    /// engine is not open yet.
+    pub recovery_status: crate::recovery_status::RecoveryStatus,
 }
 
 impl EngineConfig {
@@ -52,6 +59,8 @@ impl EngineConfig {
             repair_interval_ms: 10_000,
             repair_rate_bytes_per_s: 256 << 20,
             write_through_min_bytes: 256 << 10,
+            recovery_wait: None,
+            recovery_status: Default::default(),
         }
     }
 
@@ -70,6 +79,8 @@ impl EngineConfig {
                 file_bytes: 256 << 10,
                 prefill: false,
             },
+            // A test that makes recovery wait fails instead of hanging.
+            recovery_wait: Some(std::time::Duration::from_secs(20)),
             ..EngineConfig::new(data_dir)
         }
     }

@@ -180,8 +180,11 @@ pub(crate) fn collect_garbage(
         drop(st);
         done.push((fid, id, redundancy, stored_bytes));
     }
-    // The relocated blocks must be durable before their old copies go.
+    // The relocated blocks must be durable before their old copies go, and so must the
+    // journal's markers saying so: recovery waits for a durable stripe it cannot read only
+    // when it can tell it was durable.
     seal_all(shared)?;
+    shared.journal.sync(shared.journal.written_seq())?;
     for (fid, id, redundancy, stored_bytes) in done {
         shared.state.lock().sealed.remove(&(fid, id));
         shared.stripes.delete(fid.0, id.0, redundancy)?;

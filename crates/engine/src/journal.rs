@@ -210,6 +210,34 @@ impl Drop for Journal {
 }
 
 impl Journal {
+    /// Every valid record in the journal in `dir`, changing nothing (none if it does not
+    /// exist).
+    pub fn scan(dir: &Path) -> Result<Vec<JournalRecord>, IoFailure> {
+        let derr = |e| IoFailure::disk(dir.display().to_string(), e);
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(derr(e)),
+        };
+        let mut files: Vec<(u64, PathBuf)> = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(derr)?;
+            let name = entry.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".wal")) else {
+                continue;
+            };
+            if let Ok(first) = u64::from_str_radix(stem, 16) {
+                files.push((first, entry.path()));
+            }
+        }
+        files.sort();
+        let mut records = Vec::new();
+        for (_, path) in &files {
+            read_records(path, &mut records)?;
+        }
+        Ok(records)
+    }
+
     /// Open the journal in `dir`, returning it and every valid record in it (for replay).
     /// New records continue after the highest seq seen, in a new file.
     pub fn open(
@@ -589,6 +617,10 @@ impl crate::write_log::WriteLogSource for JournalSource {
     ) -> Result<(Box<dyn crate::write_log::WriteLog>, Vec<JournalRecord>), IoFailure> {
         let (journal, records) = Journal::open(&self.dir, min_next_seq, self.options)?;
         Ok((Box::new(journal), records))
+    }
+
+    fn scan(&self) -> Result<Vec<JournalRecord>, IoFailure> {
+        Journal::scan(&self.dir)
     }
 }
 

@@ -37,6 +37,7 @@ mod destager;
 mod gc;
 mod read;
 mod recovery;
+pub mod recovery_status;
 pub mod repair;
 mod repair_status;
 mod seal;

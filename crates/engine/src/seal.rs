@@ -148,6 +148,7 @@ pub(crate) fn write_stripe(
 ) -> Result<(), IoFailure> {
     let (family, segment) = (id.0 .0, id.1 .0);
     shared.stripes.put(family, segment, redundancy, bytes)?;
+    note_durable(shared, id)?;
     shared
         .counters
         .chunk_written_bytes
@@ -180,6 +181,23 @@ pub(crate) fn write_stripe(
         shared.stripes.delete(family, segment, redundancy)?;
     }
     Ok(())
+}
+
+/// Journal that the stripe of `id` is durable, before anything relies on it (the journal
+/// releasing its records, a write-through acknowledged, GC deleting what it relocated): at
+/// recovery this marker tells a durable stripe that is unreadable for now (its d.nodes are
+/// down) from one that was torn by a crash. A FLUSH syncs it with everything before it.
+fn note_durable(shared: &Shared, id: (FamilyId, SegmentId)) -> Result<(), IoFailure> {
+    let header = crate::write_log::RecordHeader {
+        kind: crate::write_log::RecordKind::SegmentDurable,
+        layer: crate::units::LayerId(id.0 .0),
+        lba: id.1 .0,
+        count: 0,
+    };
+    shared
+        .journal
+        .locked(|appender| appender.append(header, &[]))
+        .map(|_| ())
 }
 
 /// Seal every open segment (idle, sync, checkpoint, GC).

@@ -42,6 +42,13 @@ pub trait Placement: Send + Sync + std::fmt::Debug {
     /// Every store, for listings and space.
     fn all_stores(&self) -> Vec<Arc<dyn ChunkStore>>;
 
+    /// Every store that may hold a chunk: the ones in use and those that are down or out but
+    /// may still hold the only copy of something. A listing that is to prove a chunk absent
+    /// needs an answer from each (see [`StripeStore::list`]).
+    fn listing_stores(&self) -> Vec<Arc<dyn ChunkStore>> {
+        self.all_stores()
+    }
+
     /// How many of a stripe's chunks must be durable before it is: at least the redundancy's
     /// minimum, min(k+1, k+m); a pool may ask for more.
     fn min_durable_chunks(&self, _family: u64, redundancy: Redundancy) -> u8 {
@@ -105,6 +112,23 @@ pub struct StripeListing {
     pub redundancy: Redundancy,
     /// Chunks found (distinct indexes).
     pub chunks: u8,
+}
+
+/// A family's stripes as the stores that answered list them, and the stores that did not:
+/// a stripe missing chunks is proven to have no more than it shows only when `unanswered`
+/// is empty.
+#[derive(Debug, Clone, Default)]
+pub struct FamilyListing {
+    pub stripes: BTreeMap<u64, StripeListing>,
+    /// Names of the stores that could not be asked (down, unreachable, hung).
+    pub unanswered: Vec<String>,
+}
+
+impl FamilyListing {
+    /// Every store that may hold a chunk answered.
+    pub fn complete(&self) -> bool {
+        self.unanswered.is_empty()
+    }
 }
 
 impl StripeListing {
@@ -663,14 +687,17 @@ impl StripeStore {
         }
     }
 
-    /// Every stripe of a family found on any store, by segment id.
-    pub fn list(&self, family: u64) -> Result<BTreeMap<u64, StripeListing>, StripeError> {
+    /// Every stripe of a family found on any store that may hold a chunk
+    /// ([`Placement::listing_stores`]), by segment id, and the stores that did not answer.
+    pub fn list(&self, family: u64) -> Result<FamilyListing, StripeError> {
         let mut out: BTreeMap<u64, (StripeListing, u32)> = BTreeMap::new();
-        for store in self.placement.all_stores() {
+        let mut unanswered = Vec::new();
+        for store in self.placement.listing_stores() {
             let chunks = match store.list(family) {
                 Ok(c) => c,
                 Err(e @ ChunkError::Unavailable { .. }) => {
                     tracing::warn!(store = store.name(), error = %e, "store unavailable for listing");
+                    unanswered.push(store.name().to_string());
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -699,13 +726,18 @@ impl StripeStore {
                 }
             }
         }
-        Ok(out.into_iter().map(|(k, (l, _))| (k, l)).collect())
+        unanswered.sort_unstable();
+        unanswered.dedup();
+        Ok(FamilyListing {
+            stripes: out.into_iter().map(|(k, (l, _))| (k, l)).collect(),
+            unanswered,
+        })
     }
 
-    /// Families with any chunk on any store.
+    /// Families with any chunk on any store that answered.
     pub fn families(&self) -> Result<Vec<u64>, StripeError> {
         let mut out = Vec::new();
-        for store in self.placement.all_stores() {
+        for store in self.placement.listing_stores() {
             match store.families() {
                 Ok(f) => out.extend(f),
                 Err(e @ ChunkError::Unavailable { .. }) => {

@@ -25,6 +25,13 @@ pub enum RecordKind {
     /// is acknowledged only once a durable segment reflects the record, so replay (which
     /// starts after the segments' high-water mark) skips it: it was never acknowledged.
     WriteThrough,
+    /// The stripe of segment `lba` of the family whose id is in the `layer` field became
+    /// durable (no payload). Recovery uses it as proof: a segment it cannot read whose marker
+    /// is in the journal was acknowledged durable and is waited for, never discarded; one
+    /// without a marker while the journal still holds every record after the family's
+    /// high-water mark never was (see `recovery`, and `docs/design/on-disk.md`, "What may
+    /// delete what"). Replay skips it otherwise.
+    SegmentDurable,
 }
 
 impl RecordKind {
@@ -36,6 +43,7 @@ impl RecordKind {
             RecordKind::DropLayer => 4,
             RecordKind::MergeLayer => 5,
             RecordKind::WriteThrough => 6,
+            RecordKind::SegmentDurable => 7,
         }
     }
 
@@ -47,6 +55,7 @@ impl RecordKind {
             4 => Some(RecordKind::DropLayer),
             5 => Some(RecordKind::MergeLayer),
             6 => Some(RecordKind::WriteThrough),
+            7 => Some(RecordKind::SegmentDurable),
             _ => None,
         }
     }
@@ -124,6 +133,9 @@ pub trait WriteLogSource: Send + Sync + std::fmt::Debug {
     /// Open the log; new records get seqs from at least `min_next_seq` on.
     fn open(&self, min_next_seq: u64)
         -> Result<(Box<dyn WriteLog>, Vec<JournalRecord>), IoFailure>;
+    /// The records `open` would return, changing nothing: recovery reads them as evidence
+    /// before it knows where new records must start.
+    fn scan(&self) -> Result<Vec<JournalRecord>, IoFailure>;
 }
 
 /// An in-memory write log with the fault model of a journal on a disk with a write cache:
@@ -222,5 +234,9 @@ impl WriteLogSource for SimWriteLog {
         st.synced_seq = st.next_seq - 1;
         let records = st.records.iter().cloned().collect();
         Ok((Box::new(self.clone()), records))
+    }
+
+    fn scan(&self) -> Result<Vec<JournalRecord>, IoFailure> {
+        Ok(self.inner.lock().records.iter().cloned().collect())
     }
 }

@@ -389,3 +389,68 @@ fn a_pool_min_size_of_all_chunks_makes_writes_wait_for_every_store() {
     assert!(stores.iter().all(|s| s.stat().unwrap().chunks > 0));
     assert_eq!(read_all(&engine).unwrap(), bytes);
 }
+
+/// A restart while three of six stores are down (more than m) must not discard what it cannot
+/// see: synced data whose journal records are released. Recovery waits (here bounded, so it
+/// fails with `RecoveryBlocked` naming the stores), and once they are back every byte is there.
+#[test]
+fn a_restart_with_three_stores_down_waits_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores = six_stores();
+    let meta: Arc<dyn weft_meta::MetaStore> = Arc::new(EmbeddedMetaStore::in_memory());
+    let engine = open_engine(dir.path(), &stores, meta.clone());
+    engine
+        .create_volume("v", BLOCKS * BLOCK_SIZE_BYTES as u64)
+        .unwrap();
+    let id = engine.open_volume("v").unwrap().id;
+    let first = data(7);
+    engine.write(id, 0, &first, false).unwrap();
+    engine.sync().unwrap();
+    // More after the sync, flushed (journaled), some of it sealed.
+    let second = data(8);
+    let half = second.len() / 2;
+    engine.write(id, 0, &second[..half], false).unwrap();
+    engine.flush().unwrap();
+    engine.crash();
+    drop(engine);
+
+    for s in &stores[3..] {
+        s.down.store(true, Ordering::Release);
+    }
+    let backends = Backends {
+        placement: Arc::new(SixStores(stores.to_vec())),
+        metastore: meta.clone(),
+        write_log: None,
+        epoch: 0,
+    };
+    let config = EngineConfig {
+        recovery_wait: Some(Duration::from_secs(3)),
+        ..EngineConfig::for_tests(dir.path())
+    };
+    let status = config.recovery_status.clone();
+    match Engine::open_with(config, backends) {
+        Err(weft_engine::EngineError::RecoveryBlocked(wait)) => {
+            let mut names = wait.waiting_for.clone();
+            names.sort();
+            assert_eq!(names, ["dn-3", "dn-4", "dn-5"], "{wait}");
+            assert!(!wait.stripes.is_empty(), "{wait}");
+            assert!(
+                status.waiting().is_some(),
+                "the status says what it waits for"
+            );
+        }
+        Err(e) => panic!("recovery with three stores down failed otherwise: {e}"),
+        Ok(_) => panic!("recovery with three of six stores down must wait, not discard"),
+    }
+    for s in &stores[3..] {
+        s.down.store(false, Ordering::Release);
+    }
+    let engine = open_engine(dir.path(), &stores, meta);
+    let mut want = first.clone();
+    want[..half].copy_from_slice(&second[..half]);
+    assert_eq!(
+        read_all(&engine).unwrap(),
+        want,
+        "every acknowledged write is back"
+    );
+}

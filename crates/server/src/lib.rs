@@ -10,6 +10,7 @@ pub mod io_stats;
 pub mod iscsi_listener;
 pub mod metrics;
 pub mod nbd_listener;
+pub mod recovering;
 pub mod serve;
 pub mod sub_block;
 pub mod web_ui;

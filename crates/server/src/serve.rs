@@ -116,9 +116,75 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         data_dir: data_dir.clone(),
         ..config.engine.clone()
     };
+    // The API and /metrics answer from the start: while recovery runs (it may wait for
+    // d.nodes) they say what it waits for, then they serve the real routers.
+    let token: Arc<str> = token.into();
+    let api_listener = TcpListener::bind(config.api_listen)
+        .await
+        .with_context(|| format!("binding the API on {}", config.api_listen))?;
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding /metrics on {addr}"))?,
+        ),
+        None => None,
+    };
+    let api_addr = api_listener.local_addr()?;
+    let metrics_addr = metrics_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
+    let shutdown = CancellationToken::new();
+    let recovering = crate::recovering::Recovering {
+        status: engine_config.recovery_status.clone(),
+        placement: Arc::default(),
+        token: Arc::clone(&token),
+    };
+    let api_slot: Arc<std::sync::OnceLock<axum::Router>> = Arc::default();
+    let metrics_slot: Arc<std::sync::OnceLock<axum::Router>> = Arc::default();
+    let api_stop = shutdown.clone();
+    let api_router = crate::recovering::switch(
+        Arc::clone(&api_slot),
+        crate::recovering::api_router(recovering.clone()),
+    );
+    let api_task = tokio::spawn(async move {
+        axum::serve(api_listener, api_router)
+            .with_graceful_shutdown(async move { api_stop.cancelled().await })
+            .await
+    });
+    let metrics_task = metrics_listener.map(|listener| {
+        let router = crate::recovering::switch(
+            Arc::clone(&metrics_slot),
+            crate::recovering::metrics_router(recovering.clone()),
+        );
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+        })
+    });
+    let early_json = serde_json::json!({
+        "api": format!("http://{api_addr}"),
+        "metrics": metrics_addr.map(|a| format!("http://{a}/metrics")),
+        "pid": std::process::id(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "recovering": true,
+    });
+    write_atomically(
+        &data_dir,
+        SERVE_FILE,
+        serde_json::to_vec_pretty(&early_json)?.as_slice(),
+    )?;
     let backend = config.backend.clone();
+    let placement_slot = Arc::clone(&recovering.placement);
     let (engine, cluster) =
-        tokio::task::spawn_blocking(move || open_engine(engine_config, backend)).await??;
+        tokio::task::spawn_blocking(move || open_engine(engine_config, backend, &placement_slot))
+            .await??;
+    if let Some(c) = &cluster {
+        c.arm_out_grace();
+    }
     let engine = Arc::new(engine);
     if engine.is_new() {
         engine
@@ -129,9 +195,6 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let nbd = TcpListener::bind(config.nbd_listen)
         .await
         .with_context(|| format!("binding NBD on {}", config.nbd_listen))?;
-    let api_listener = TcpListener::bind(config.api_listen)
-        .await
-        .with_context(|| format!("binding the API on {}", config.api_listen))?;
     let mut iscsi = Vec::new();
     for addr in &config.iscsi_listen {
         iscsi.push(
@@ -140,23 +203,13 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
                 .with_context(|| format!("binding the iSCSI portal on {addr}"))?,
         );
     }
-    let metrics_listener = match config.metrics_listen {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding /metrics on {addr}"))?,
-        ),
-        None => None,
-    };
     let nbd_addr = nbd.local_addr()?;
-    let api_addr = api_listener.local_addr()?;
     let iscsi_addrs = iscsi
         .iter()
         .map(TcpListener::local_addr)
         .collect::<Result<Vec<_>, _>>()?;
     let iscsi_addr = iscsi_addrs.first().copied();
 
-    let shutdown = CancellationToken::new();
     let io = IoStats::new();
     let engine_backend: Arc<dyn ExportBackend> = Arc::new(EngineBackend::new(engine.clone()));
     let metered = |protocol| -> Arc<dyn ExportBackend> {
@@ -215,35 +268,18 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let state = ApiState {
         cluster: cluster.clone(),
         engine: engine.clone(),
-        token: token.into(),
+        token,
         nbd_address: nbd_addr.to_string().into(),
         iscsi_portal: iscsi_addr.map(|a| a.to_string().into()),
         array_target: array_target.clone().into(),
         io: Arc::clone(&io),
     };
-    let metrics_addr = metrics_listener
-        .as_ref()
-        .map(TcpListener::local_addr)
-        .transpose()?;
-    let metrics_task = metrics_listener.map(|listener| {
-        let router = crate::metrics::router(crate::metrics::MetricsSource {
-            engine: engine.clone(),
-            io: Arc::clone(&io),
-            cluster: cluster.clone(),
-        });
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-        })
-    });
-    let api_shutdown = shutdown.clone();
-    let api_task = tokio::spawn(async move {
-        axum::serve(api_listener, api::router(state))
-            .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
-            .await
-    });
+    let _ = metrics_slot.set(crate::metrics::router(crate::metrics::MetricsSource {
+        engine: engine.clone(),
+        io: Arc::clone(&io),
+        cluster: cluster.clone(),
+    }));
+    let _ = api_slot.set(api::router(state));
 
     let serve_json = serde_json::json!({
         "nbd": nbd_addr.to_string(),
@@ -407,6 +443,7 @@ fn load_or_create_array_id(data_dir: &Path) -> anyhow::Result<String> {
 fn open_engine(
     config: EngineConfig,
     backend: Backend,
+    placement_slot: &crate::recovering::PlacementSlot,
 ) -> anyhow::Result<(Engine, Option<Arc<ClusterPlacement>>)> {
     let data_dir = config.data_dir.clone();
     let c = match backend {
@@ -433,6 +470,7 @@ fn open_engine(
     });
     let placement = ClusterPlacement::start(kv.clone(), c.options, connect, c.wait_for_dnodes)
         .context("joining the cluster")?;
+    let _ = placement_slot.set(Arc::clone(&placement));
     // Fence every family at the new epoch before anything is written or deleted.
     let state = weft_engine::metastore::ClusterStore::open(kv.clone())?;
     let families: std::collections::BTreeSet<u64> = state
@@ -449,6 +487,7 @@ fn open_engine(
             }
         }
     }
+    placement.fence_late_comers(epoch, families.iter().copied().collect());
     tracing::info!(
         epoch,
         families = families.len(),

@@ -137,6 +137,13 @@ async fn set_out(state: ApiState, id: String, out: bool) -> Result<Json<DnodeOut
     if !c.nodes().iter().any(|n| n.id == id) {
         return Err(ApiError(StatusCode::NOT_FOUND, format!("no d.node {id:?}")));
     }
+    let needing = if out { c.pgs_needing(&id) } else { 0 };
+    if needing > 0 {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!("d.node {id} is up and {needing} placement group(s) have fewer than k other d.nodes up: it may hold the only readable copy of their stripes; bring the others back first"),
+        ));
+    }
     let who = id.clone();
     tokio::task::spawn_blocking(move || c.set_out(&who, out))
         .await
@@ -157,7 +164,7 @@ async fn set_out(state: ApiState, id: String, out: bool) -> Result<Json<DnodeOut
         (status = 200, description = "Marked out", body = DnodeOut),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 404, description = "No such d.node", body = ErrorBody),
-        (status = 409, description = "Single-process datastore: no cluster", body = ErrorBody),
+        (status = 409, description = "Single-process datastore: no cluster; or the d.node is up and some of its placement groups have fewer than k other d.nodes up", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
     ),
 )]

@@ -138,6 +138,15 @@ pub struct ClusterPlacement {
     generation: AtomicU64,
     stop: Arc<AtomicBool>,
     monitor: Mutex<Option<JoinHandle<()>>>,
+    /// Down d.nodes become out after the grace period only once this is set (when the
+    /// engine is open): while recovery waits for d.nodes, moving their positions would
+    /// only send its reads to d.nodes that never had the chunks.
+    grace_armed: AtomicBool,
+    /// This c.node's epoch and the families it fenced at start: a d.node that registers
+    /// later (it was down then) is fenced too before anything else is sent to it.
+    fence: Mutex<Option<(u64, Vec<u64>)>>,
+    /// Stores connected since the last refresh, to fence.
+    unfenced: Mutex<Vec<Arc<dyn ChunkStore>>>,
 }
 
 impl std::fmt::Debug for ClusterPlacement {
@@ -165,6 +174,9 @@ impl ClusterPlacement {
             generation: AtomicU64::new(1),
             stop: Arc::new(AtomicBool::new(false)),
             monitor: Mutex::new(None),
+            grace_armed: AtomicBool::new(false),
+            fence: Mutex::new(None),
+            unfenced: Mutex::new(Vec::new()),
         });
         let default = &placement.options;
         match placement.create_pool(&default.pool, default.redundancy, default.pg_count, None) {
@@ -204,6 +216,12 @@ impl ClusterPlacement {
         Ok(placement)
     }
 
+    /// From now on, d.nodes down for longer than the grace period are marked out (their
+    /// positions move and are rebuilt). Called once the engine has recovered.
+    pub fn arm_out_grace(&self) {
+        self.grace_armed.store(true, Ordering::Release);
+    }
+
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.monitor.lock().take() {
@@ -220,9 +238,32 @@ impl ClusterPlacement {
             .count()
     }
 
+    /// Fence every d.node that registers from now on at `epoch` for `families` (those
+    /// registered now were fenced by the caller).
+    pub fn fence_late_comers(&self, epoch: u64, families: Vec<u64>) {
+        self.unfenced.lock().clear();
+        *self.fence.lock() = Some((epoch, families));
+    }
+
     /// Read registrations and admin marks, update node states, and (with `update_map`)
-    /// recompute the PG map if the usable d.nodes changed.
+    /// recompute the PG map if the usable d.nodes changed; fence d.nodes that registered.
     pub fn refresh(&self, update_map: bool) -> anyhow::Result<()> {
+        let result = self.refresh_view(update_map);
+        let fence = self.fence.lock().clone();
+        if let Some((epoch, families)) = fence {
+            let stores = std::mem::take(&mut *self.unfenced.lock());
+            for store in stores {
+                for &family in &families {
+                    if let Err(e) = store.fence(family, epoch) {
+                        tracing::warn!(store = store.name(), family, error = %e, "could not fence a family on a d.node that registered");
+                    }
+                }
+            }
+        }
+        result
+    }
+
+    fn refresh_view(&self, update_map: bool) -> anyhow::Result<()> {
         let records = list_json::<DnodeRecord>(&*self.kv, DNODES_PREFIX)?;
         let admin = list_json::<DnodeAdmin>(&*self.kv, DNODE_ADMIN_PREFIX)?;
         let now = Instant::now();
@@ -252,6 +293,7 @@ impl ClusterPlacement {
                     Arc::clone(&chunk_io),
                 ));
                 self.generation.fetch_add(1, Ordering::AcqRel);
+                self.unfenced.lock().push(Arc::clone(&store));
                 view.nodes.insert(
                     id.clone(),
                     NodeView {
@@ -267,6 +309,33 @@ impl ClusterPlacement {
                 n.record = record.clone();
             }
         }
+        // D.nodes the placement-group maps name but that are not registered: down since
+        // this c.node started. They keep their positions until the grace period runs out,
+        // and listings count them as not answering (absence on them proves nothing).
+        for id in named_in_pgmaps(&*self.kv)? {
+            if view.nodes.contains_key(&id) || registered.contains_key(&id) {
+                continue;
+            }
+            tracing::warn!(node = %id, "d.node named by the placement-group map is not registered: down; its positions are kept for the grace period");
+            view.nodes.insert(
+                id.clone(),
+                NodeView {
+                    record: DnodeRecord {
+                        id: id.clone(),
+                        addr: String::new(),
+                        zone: String::new(),
+                        disks: Vec::new(),
+                    },
+                    state: NodeState::Down,
+                    down_since: Some(now),
+                    admin_out: false,
+                    store: Arc::new(UnreachableStore(id.clone())),
+                    chunk_io: Arc::default(),
+                },
+            );
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        let grace_armed = self.grace_armed.load(Ordering::Acquire);
         for (id, n) in view.nodes.iter_mut() {
             n.admin_out = admin
                 .iter()
@@ -280,7 +349,9 @@ impl ClusterPlacement {
             let state = match n.down_since {
                 _ if n.admin_out => NodeState::Out,
                 None => NodeState::Up,
-                Some(since) if now.duration_since(since) >= self.options.out_grace => {
+                Some(since)
+                    if grace_armed && now.duration_since(since) >= self.options.out_grace =>
+                {
                     NodeState::Out
                 }
                 Some(_) => NodeState::Down,
@@ -465,6 +536,35 @@ impl ClusterPlacement {
         self.refresh(true)
     }
 
+    /// Placement groups where the up d.node `id` holds a position and fewer than k of the
+    /// others are up: marking it out would leave their stripes unreadable and unrebuildable
+    /// until the others return (it may hold the only readable copy).
+    pub fn pgs_needing(&self, id: &str) -> u64 {
+        let view = self.view.read();
+        if view.nodes.get(id).is_none_or(|n| n.state != NodeState::Up) {
+            return 0;
+        }
+        let mut count = 0;
+        for pool in view.pools.values() {
+            let k = usize::from(pool.redundancy.data_chunks());
+            for pg in &pool.pgmap.pgs {
+                if !pg.iter().flatten().any(|p| p == id) {
+                    continue;
+                }
+                let others_up = pg
+                    .iter()
+                    .flatten()
+                    .filter(|p| p.as_str() != id)
+                    .filter(|p| view.nodes.get(*p).is_some_and(|n| n.state == NodeState::Up))
+                    .count();
+                if others_up < k {
+                    count += 1;
+                }
+            }
+        }
+        count
+    }
+
     /// Every d.node this c.node knows, with its state.
     pub fn nodes(&self) -> Vec<NodeStatus> {
         let view = self.view.read();
@@ -542,6 +642,17 @@ impl Placement for ClusterPlacement {
             .collect()
     }
 
+    fn listing_stores(&self) -> Vec<Arc<dyn ChunkStore>> {
+        // Out d.nodes too: until the repairer has rebuilt their chunks elsewhere they may
+        // hold the only copies.
+        self.view
+            .read()
+            .nodes
+            .values()
+            .map(|n| n.store.clone())
+            .collect()
+    }
+
     fn min_durable_chunks(&self, family: u64, redundancy: Redundancy) -> u8 {
         self.view
             .read()
@@ -592,3 +703,74 @@ pub enum CreatePoolError {
 
 /// Placement groups per pool at most: bounds the PG map (a few hundred KB in etcd).
 pub const PG_COUNT_MAX: u32 = 4096;
+
+/// Every d.node id any stored placement-group map gives a position.
+fn named_in_pgmaps(kv: &dyn MetaStore) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let mut ids = std::collections::BTreeSet::new();
+    for (_, record, _) in list_json::<PoolRecord>(kv, POOLS_PREFIX)? {
+        if let Some((map, _)) = get_json::<PgMap>(kv, &pgmap_key(&record.name))? {
+            ids.extend(map.pgs.into_iter().flatten().flatten());
+        }
+    }
+    Ok(ids)
+}
+
+/// The chunk store of a d.node that has not registered since this c.node started: every
+/// request fails as unavailable, so reads reconstruct from the others and listings count it
+/// as not answering. Replaced by a real connection when the d.node registers.
+#[derive(Debug)]
+struct UnreachableStore(String);
+
+impl UnreachableStore {
+    fn down(&self) -> weft_chunk::ChunkError {
+        weft_chunk::ChunkError::Unavailable {
+            node: self.0.clone(),
+            detail: "not registered since this c.node started".into(),
+        }
+    }
+}
+
+impl ChunkStore for UnreachableStore {
+    fn name(&self) -> String {
+        self.0.clone()
+    }
+    fn put(&self, _: &weft_chunk::ChunkMeta, _: &[u8]) -> Result<(), weft_chunk::ChunkError> {
+        Err(self.down())
+    }
+    fn read(
+        &self,
+        _: &weft_chunk::ChunkKey,
+        _: u64,
+        _: &mut [u8],
+    ) -> Result<(), weft_chunk::ChunkError> {
+        Err(self.down())
+    }
+    fn info(
+        &self,
+        _: &weft_chunk::ChunkKey,
+    ) -> Result<weft_chunk::ChunkInfo, weft_chunk::ChunkError> {
+        Err(self.down())
+    }
+    fn delete(
+        &self,
+        _: &weft_chunk::ChunkKey,
+        _: weft_chunk::Epoch,
+    ) -> Result<(), weft_chunk::ChunkError> {
+        Err(self.down())
+    }
+    fn list(&self, _: u64) -> Result<Vec<weft_chunk::ChunkInfo>, weft_chunk::ChunkError> {
+        Err(self.down())
+    }
+    fn families(&self) -> Result<Vec<u64>, weft_chunk::ChunkError> {
+        Err(self.down())
+    }
+    fn fence(&self, _: u64, _: weft_chunk::Epoch) -> Result<(), weft_chunk::ChunkError> {
+        Err(self.down())
+    }
+    fn stat(&self) -> Result<weft_chunk::StoreStat, weft_chunk::ChunkError> {
+        Err(self.down())
+    }
+    fn scrub(&self, _: Option<u64>) -> Result<weft_chunk::ScrubReport, weft_chunk::ChunkError> {
+        Err(self.down())
+    }
+}
