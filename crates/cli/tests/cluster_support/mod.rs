@@ -239,6 +239,15 @@ impl Dnode {
     }
 }
 
+/// Why [`Cnode::wait_ready`] returned without `ready`.
+#[derive(Debug)]
+pub enum CnodeNotReady {
+    /// It exited; its output.
+    Exited(String),
+    /// Still running after the timeout.
+    Waiting,
+}
+
 /// One `weft cnode` process with its own data dir.
 pub struct Cnode {
     pub name: String,
@@ -262,7 +271,8 @@ impl Cnode {
         Cnode::try_launch(name, data_dir, etcd_url, opts, log_dir).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Starts it and waits for `ready`; `Err` with its output when it exits first.
+    /// Starts it and waits for `ready`; `Err` with its output when it exits first or is not
+    /// ready in time (then it is killed).
     fn try_launch(
         name: &str,
         data_dir: PathBuf,
@@ -270,6 +280,23 @@ impl Cnode {
         opts: &ClusterOpts,
         log_dir: &Path,
     ) -> Result<Cnode, String> {
+        let mut c = Cnode::spawn(name, data_dir, etcd_url, opts, log_dir);
+        match c.wait_ready(READY_TIMEOUT) {
+            Ok(()) => Ok(c),
+            Err(CnodeNotReady::Exited(e)) => Err(e),
+            Err(CnodeNotReady::Waiting) => {
+                let out = c.output();
+                c.kill9();
+                Err(format!(
+                    "c.node {name} not ready after {READY_TIMEOUT:?}:\n{}",
+                    tail(&out, FAIL_TAIL_CNODE)
+                ))
+            }
+        }
+    }
+
+    /// Starts the process (on `data_dir`) without waiting for it.
+    fn spawn(name: &str, data_dir: PathBuf, etcd_url: &str, opts: &ClusterOpts, log_dir: &Path) -> Cnode {
         let mut cmd = Command::new(weft_bin());
         cmd.arg("--data-dir")
             .arg(&data_dir)
@@ -288,8 +315,7 @@ impl Cnode {
             .env_remove("WEFT_LOG")
             .env_remove("WEFT_DATA_DIR");
         let bg = Bg::spawn(&mut cmd);
-        let pid = bg.pid();
-        let mut c = Cnode {
+        Cnode {
             name: name.into(),
             data_dir,
             nbd: "127.0.0.1:0".parse().unwrap(),
@@ -297,41 +323,44 @@ impl Cnode {
             metrics: String::new(),
             child: Some(bg),
             log_dir: log_dir.to_path_buf(),
-        };
-        let serve_json = c.data_dir.join("serve.json");
-        let child = c.child.as_mut().unwrap();
-        let info: Result<Value, String> = poll_until(
-            READY_TIMEOUT,
-            &format!("c.node {name} (pid {pid}) to print `ready` and write serve.json"),
-            || {
-                if let Some(st) = child.try_wait() {
-                    return Some(Err(format!(
-                        "c.node {name} exited before ready ({st}):\n{}",
-                        child.all_so_far()
-                    )));
-                }
-                if !child.stdout_so_far().lines().any(|l| l.trim() == "ready") {
-                    return None;
-                }
-                let v: Value = serde_json::from_str(&fs::read_to_string(&serve_json).ok()?).ok()?;
-                (v["pid"].as_u64() == Some(u64::from(pid))).then_some(Ok(v))
-            },
-        );
-        let info = match info {
-            Ok(v) => v,
-            Err(e) => {
-                c.kill9();
-                return Err(e);
+        }
+    }
+
+    /// Waits up to `timeout` for `ready` and a `serve.json` with its pid and NBD address, then
+    /// fills in the addresses. `Exited` (with its output, the process reaped and its log saved)
+    /// or `Waiting` (still running, e.g. recovering).
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), CnodeNotReady> {
+        let name = self.name.clone();
+        let serve_json = self.data_dir.join("serve.json");
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut().expect("c.node not started");
+        let pid = child.pid();
+        let info: Value = loop {
+            if let Some(st) = child.try_wait() {
+                let e = format!("c.node {name} (pid {pid}) exited before ready ({st}):\n{}", child.all_so_far());
+                self.kill9();
+                return Err(CnodeNotReady::Exited(e));
             }
+            if child.stdout_so_far().lines().any(|l| l.trim() == "ready") {
+                let v: Option<Value> = fs::read_to_string(&serve_json)
+                    .ok()
+                    .and_then(|t| serde_json::from_str(&t).ok());
+                if let Some(v) = v.filter(|v| {
+                    v["pid"].as_u64() == Some(u64::from(pid)) && v["nbd"].as_str().is_some()
+                }) {
+                    break v;
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(CnodeNotReady::Waiting);
+            }
+            std::thread::sleep(Duration::from_millis(20));
         };
-        c.nbd = info["nbd"].as_str().unwrap().parse().unwrap();
-        c.api = info["api"].as_str().unwrap().trim_end_matches('/').into();
-        c.metrics = info["metrics"].as_str().unwrap_or_default().into();
-        eprintln!(
-            "c.node {name} ready: nbd {}, api {} (pid {pid})",
-            c.nbd, c.api
-        );
-        Ok(c)
+        self.nbd = info["nbd"].as_str().unwrap().parse().unwrap();
+        self.api = info["api"].as_str().unwrap().trim_end_matches('/').into();
+        self.metrics = info["metrics"].as_str().unwrap_or_default().into();
+        eprintln!("c.node {name} ready: nbd {}, api {} (pid {pid})", self.nbd, self.api);
+        Ok(())
     }
 
     pub fn pid(&self) -> u32 {
@@ -493,6 +522,26 @@ impl Cluster {
         );
         self.cnode = Some(c);
         self.step(&format!("c.node {name} ready"));
+    }
+
+    /// Starts a c.node on the data dir of `name` without waiting for it (see
+    /// [`Cnode::wait_ready`]); the CLI talks to it from now on (its API answers while it
+    /// recovers).
+    pub fn spawn_cnode(&mut self, name: &str) {
+        assert!(
+            self.cnode.as_mut().is_none_or(|c| !c.is_running()),
+            "stop the running c.node first"
+        );
+        self.cnodes_started += 1;
+        let data_dir = self.scratch.join(format!("cnode-{name}"));
+        self.cnode = Some(Cnode::spawn(
+            name,
+            data_dir,
+            &self.etcd.url(),
+            &self.opts,
+            &self.scratch.join("logs"),
+        ));
+        self.step(&format!("c.node {name} started (not waiting for it)"));
     }
 
     /// Like [`Cluster::start_cnode`] (the same data dir for the same name), but a c.node that

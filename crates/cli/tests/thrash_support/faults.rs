@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use crate::cluster_support::CnodeNotReady;
 use crate::thrash_support::thrasher::{Thrasher, EIO_RETRY, M, UP_TIMEOUT};
 use crate::thrash_support::verify::Expect;
 
@@ -27,6 +28,11 @@ enum During {
 }
 
 const EXACT: Expect = Expect::Exact { retry_for: EIO_RETRY };
+/// How long a c.node started with more than m d.nodes down is given before they come back
+/// (more than its `--wait-for-dnodes`, 20 s).
+const CNODE_BEYOND_M_WAIT: Duration = Duration::from_secs(30);
+/// How long it may take to be ready once they are back.
+const CNODE_RECOVERY_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Thrasher {
     /// Kill -9 one or two (at most m) d.nodes, maybe with GC, a checkpoint, a snapshot or a
@@ -113,9 +119,10 @@ impl Thrasher {
         self.shared.errors_ok.store(false, Ordering::SeqCst);
     }
 
-    /// Kill -9 m+1 d.nodes, then kill -9 the c.node and start it again while they are down
-    /// (it may fail to start, or serve EIO for what it cannot read); then the d.nodes come back
-    /// and every acknowledged-and-flushed write must be there.
+    /// Kill -9 m+1 d.nodes, then kill -9 the c.node and start it again while they are down:
+    /// it may fail to start, wait (recovering) until they are back, or serve EIO for what it
+    /// cannot read; then the d.nodes come back and every acknowledged-and-flushed write must be
+    /// there.
     pub fn fault_cnode_restart_beyond_m(&mut self) {
         let victims = self.pick_dnodes(M + 1);
         let down_ms = self.rng.random_range(0..4000);
@@ -125,15 +132,38 @@ impl Thrasher {
         }
         std::thread::sleep(Duration::from_millis(down_ms));
         self.kill_cnode();
-        let started = self.start_cnode().is_ok();
-        if started {
-            self.check(&format!("c.node restarted with {} d.nodes down", M + 1), Expect::EioAllowed);
+        self.c.spawn_cnode("c1");
+        let mut ready = false;
+        match self.wait_cnode(CNODE_BEYOND_M_WAIT) {
+            Ok(()) => {
+                ready = true;
+                self.check(&format!("c.node restarted with {} d.nodes down", M + 1), Expect::EioAllowed);
+            }
+            Err(CnodeNotReady::Waiting) => {
+                let mode = self.c.cli(&["cluster", "status", "--json"]);
+                let v: serde_json::Value = serde_json::from_str(&mode.stdout).unwrap_or_default();
+                self.log.record(
+                    "c.node waits",
+                    "c.node",
+                    &format!("not ready after {CNODE_BEYOND_M_WAIT:?}: mode {}, waiting for {}", v["mode"], v["recovery"]["waiting_for"]),
+                );
+            }
+            Err(CnodeNotReady::Exited(e)) => {
+                let first = e.lines().rev().find(|l| l.contains("rror")).unwrap_or("").to_string();
+                self.log.record("start failed", "c.node", &first);
+            }
         }
         for &i in &victims {
             self.restart_dnode(i);
         }
-        if !started {
-            self.start_cnode_must();
+        if !ready {
+            if self.c.cnode.as_mut().is_some_and(|c| c.is_running()) {
+                if let Err(e) = self.wait_cnode(CNODE_RECOVERY_TIMEOUT) {
+                    self.fail(&format!("the c.node was not ready {CNODE_RECOVERY_TIMEOUT:?} after every d.node came back: {e:?}"));
+                }
+            } else {
+                self.start_cnode_must();
+            }
         }
         self.wait_all_up();
         self.check("d.nodes back after a c.node restart beyond m", EXACT);

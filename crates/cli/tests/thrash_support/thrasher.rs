@@ -317,6 +317,21 @@ impl Thrasher {
         }
     }
 
+    /// Waits for the c.node spawned by `Cluster::spawn_cnode`; when ready, it is the next
+    /// incarnation.
+    pub fn wait_cnode(&mut self, timeout: Duration) -> Result<(), crate::cluster_support::CnodeNotReady> {
+        let t = std::time::Instant::now();
+        self.c.cnode().wait_ready(timeout)?;
+        let inc = self.incarnation() + 1;
+        self.set_target(inc);
+        self.log.record(
+            "start",
+            "c.node",
+            &format!("incarnation {inc} ready after {:.1}s more", t.elapsed().as_secs_f64()),
+        );
+        Ok(())
+    }
+
     /// The c.node must start (every d.node it needs is up).
     pub fn start_cnode_must(&mut self) {
         if let Err(e) = self.start_cnode() {
