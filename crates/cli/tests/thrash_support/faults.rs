@@ -181,22 +181,57 @@ impl Thrasher {
         self.cnode_settled();
     }
 
-    /// SIGSTOP a d.node for a few seconds (a hang: connections open, nothing answers).
+    /// SIGSTOP a d.node for a few seconds (a hang: connections open, nothing answers), and
+    /// sometimes kill -9 another one meanwhile (two faults, still at most m).
     pub fn fault_stop_dnode(&mut self) {
-        let i = self.pick_dnodes(1)[0];
+        let pair = self.pick_dnodes(2);
+        let (i, other) = (pair[0], pair[1]);
         let stop_ms = self.rng.random_range(2000..8000);
         let check_while = self.rng.random_bool(0.5);
+        let also_kill = self.rng.random_bool(0.33);
         let pid = self.c.dnodes[i].pid();
         signal(pid, "STOP");
         self.log.record("SIGSTOP", &self.dnode_name(i), &format!("for {stop_ms} ms"));
+        if also_kill {
+            self.kill_dnode(other);
+        }
         std::thread::sleep(Duration::from_millis(stop_ms));
         if check_while {
             self.check("a d.node stopped", EXACT);
         }
         signal(pid, "CONT");
         self.log.record("SIGCONT", &self.dnode_name(i), "");
+        if also_kill {
+            self.restart_dnode(other);
+        }
         self.wait_all_up();
         self.check("d.node continued", EXACT);
+    }
+
+    /// A d.node down under load (its chunks of new stripes left for repair), back, and while
+    /// the repair runs another d.node killed and sometimes the c.node too: the rebuild is
+    /// interrupted and must resume.
+    pub fn fault_kill_during_repair(&mut self) {
+        let pair = self.pick_dnodes(2);
+        let (first, second) = (pair[0], pair[1]);
+        let down_ms = self.rng.random_range(2000..6000);
+        let restart_cnode = self.rng.random_bool(0.5);
+        self.kill_dnode(first);
+        std::thread::sleep(Duration::from_millis(down_ms));
+        self.restart_dnode(first);
+        self.cli_step("repair", &["cluster", "repair"]);
+        self.kill_dnode(second);
+        if restart_cnode {
+            self.kill_cnode();
+            self.start_cnode_must();
+        }
+        self.check("a d.node killed during the repair", EXACT);
+        if restart_cnode {
+            self.cnode_settled();
+        }
+        self.restart_dnode(second);
+        self.wait_all_up();
+        self.check("d.nodes back after an interrupted repair", EXACT);
     }
 
     /// Kill etcd, wait, start it again on its data: leases, the c.node's view and the
