@@ -61,7 +61,9 @@ impl Thrasher {
             &format!("{} corrupt: {corrupt:?}; checked {}", corrupt.len(), v["checked"]),
         );
         if !foreign.is_empty() {
-            self.log.record("NOTE", "cluster", &format!("scrub found corrupt chunks nobody flipped: {foreign:?}"));
+            let note = format!("scrub found corrupt chunks nobody flipped: {foreign:?}");
+            self.log.record("NOTE", "cluster", &note);
+            self.notes.push(note);
         }
         self.heal();
         self.check("scrub and repair", EXACT);

@@ -8,7 +8,7 @@
 //! - `verify`: read everything and judge it against the model;
 //! - `proxy`: a TCP proxy between the c.node and a d.node for latency, partitions and resets;
 //! - `thrasher`: the cluster and the steps (kill, restart, check, heal);
-//! - `faults`, `faults_io`: the faults; `schedule`: which comes next;
+//! - `faults`, `faults_io`, `faults_fio`: the faults; `schedule`: which comes next;
 //! - `log`: the event log.
 //!
 //! It reuses `cluster_support` (processes as `Bg`, killed by pid on drop; free ports; bounded
@@ -17,6 +17,7 @@
 
 pub mod block;
 pub mod faults;
+pub mod faults_fio;
 pub mod faults_io;
 pub mod log;
 pub mod model;

@@ -24,6 +24,7 @@ pub enum Fault {
     DiskFull,
     Network,
     Snapshot,
+    Fio,
 }
 
 /// Each kind and how many times it is in a deck.
@@ -41,6 +42,7 @@ const DECK: &[(Fault, usize)] = &[
     (Fault::DiskFull, 1),
     (Fault::Network, 2),
     (Fault::Snapshot, 2),
+    (Fault::Fio, 1),
 ];
 
 impl Thrasher {
@@ -87,6 +89,7 @@ impl Thrasher {
             Fault::DiskFull => self.fault_disk_full(),
             Fault::Network => self.fault_network(),
             Fault::Snapshot => self.fault_snapshot(),
+            Fault::Fio => self.fault_fio(),
         }
     }
 }

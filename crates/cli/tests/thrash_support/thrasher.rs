@@ -97,6 +97,11 @@ pub struct Thrasher {
     pub snaps_taken: u32,
     /// Faults run.
     pub faults: u64,
+    /// vol2 (fio's) exists.
+    pub fio_volume: bool,
+    /// Findings that do not fail the run (an admin command refused while degraded, scrub
+    /// reporting chunks nobody corrupted), repeated in the summary.
+    pub notes: Vec<String>,
 }
 
 impl Thrasher {
@@ -125,6 +130,8 @@ impl Thrasher {
             cfg,
             snaps_taken: 0,
             faults: 0,
+            fio_volume: false,
+            notes: Vec::new(),
         };
         t.set_target(1);
         t.start_proxies();
@@ -279,6 +286,10 @@ impl Thrasher {
 
     /// Panics with the seed, the event log and the totals.
     pub fn fail(&self, msg: &str) -> ! {
+        // The processes are killed as we unwind: what the writers see from now on is no
+        // finding.
+        self.shared.errors_ok.store(true, Ordering::SeqCst);
+        self.shared.stop.store(true, Ordering::SeqCst);
         panic!(
             "THRASH FAILED (seed {seed}; replay: WEFT_THRASH_SEED={seed} cargo test -p weft --test thrash -- --nocapture)\n{msg}\nevent log:\n{}\n{}",
             self.log.text(),
@@ -428,6 +439,9 @@ impl Thrasher {
             t.unreadable,
             self.shared.problems.lock().unwrap().len()
         );
+        if !self.notes.is_empty() {
+            let _ = write!(s, "\n  notes (not failures):\n    {}", self.notes.join("\n    "));
+        }
         s
     }
 }
