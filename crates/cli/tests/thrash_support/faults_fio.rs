@@ -31,9 +31,9 @@ fn fio_job(size_mib: u64, seed: u64) -> Vec<String> {
 
 impl Thrasher {
     pub fn fault_fio(&mut self) {
-        let size_mib = self.rng.random_range(8..=24u64);
+        let size_mib = self.rng.random_range(16..=32u64);
         let fio_seed = self.rng.random_range(1..1_000_000u64);
-        let kill_after_ms = self.rng.random_range(300..2000);
+        let kill_after_ms = self.rng.random_range(300..1500);
         let n = self.rng.random_range(1..=M);
         let victims = self.pick_dnodes(n);
         if !self.fio_volume {
@@ -43,7 +43,10 @@ impl Thrasher {
         let uri = self.c.nbd_uri("vol2");
         let dir = self.c.scratch.path().to_path_buf();
         let mut args = fio_job(size_mib, fio_seed);
+        // At 8 MiB/s the writes last 2-4 s, so the kills land mid-run (the c.node stays up: no
+        // nbd-engine spin on a dead server).
         args.push("--do_verify=1".into());
+        args.push("--rate=8m".into());
         let mut job = Bg::spawn(&mut fio_cmd(&dir, &uri, &args));
         self.log.record("fio", "vol2", &format!("randwrite {size_mib} MiB with verify, seed {fio_seed}"));
         std::thread::sleep(Duration::from_millis(kill_after_ms));
