@@ -1,7 +1,8 @@
 //! Which fault comes next: a deck holding every kind of fault (some more than once) is
 //! shuffled with the run's rng and played in order, then shuffled again; so every kind comes
 //! up early in a run (a five-minute run plays most of one deck) and a seed replays the same
-//! order.
+//! order. `WEFT_THRASH_FAULTS=KillCnode,CnodeRestartBeyondM` keeps only those kinds (the names
+//! of [`Fault`]).
 
 use std::time::Instant;
 
@@ -60,8 +61,10 @@ impl Thrasher {
             if deck.is_empty() {
                 deck = DECK
                     .iter()
+                    .filter(|(f, _)| self.cfg.only.as_ref().is_none_or(|o| o.contains(&format!("{f:?}"))))
                     .flat_map(|&(f, n)| std::iter::repeat_n(f, n))
                     .collect();
+                assert!(!deck.is_empty(), "WEFT_THRASH_FAULTS names no fault of {DECK:?}");
                 deck.shuffle(&mut self.rng);
                 deck.reverse();
             }

@@ -44,18 +44,20 @@ const HEAL_TIMEOUT: Duration = Duration::from_secs(240);
 pub const UP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The knobs, from the environment.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Config {
     pub seed: u64,
     /// Stop starting faults after this long.
     pub secs: u64,
     /// Stop after this many faults.
     pub events_max: Option<u64>,
+    /// Only these kinds of fault (`WEFT_THRASH_FAULTS`, comma-separated `Fault` names).
+    pub only: Option<Vec<String>>,
 }
 
 impl Config {
     /// `WEFT_THRASH_SEED` (else random), `WEFT_THRASH_SECS` (default 240),
-    /// `WEFT_THRASH_EVENTS` (default: no limit).
+    /// `WEFT_THRASH_EVENTS` (default: no limit), `WEFT_THRASH_FAULTS` (default: all kinds).
     pub fn from_env() -> Config {
         let num = |name: &str| {
             std::env::var(name)
@@ -66,6 +68,9 @@ impl Config {
             seed: num("WEFT_THRASH_SEED").unwrap_or_else(rand::random),
             secs: num("WEFT_THRASH_SECS").unwrap_or(240),
             events_max: num("WEFT_THRASH_EVENTS"),
+            only: std::env::var("WEFT_THRASH_FAULTS")
+                .ok()
+                .map(|v| v.split(',').map(|f| f.trim().to_string()).collect()),
         }
     }
 }
@@ -81,6 +86,7 @@ pub struct Totals {
     pub lost: u64,
     pub unreadable: u64,
     pub unreadable_acked: u64,
+    pub unflushed_gone: u64,
 }
 
 pub struct Thrasher {
@@ -115,6 +121,9 @@ impl Thrasher {
             cfg.secs,
             cfg.events_max.map(|n| format!(", at most {n} faults")).unwrap_or_default()
         );
+        if let Some(o) = &cfg.only {
+            eprintln!("[thrash] only faults {o:?}");
+        }
         let mut rng = StdRng::seed_from_u64(cfg.seed);
         let salt: u64 = rng.random();
         let c = Cluster::start("thrash", cfg.seed, ClusterOpts::new(DNODES).volume_size(VOLUME_SIZE));
@@ -253,6 +262,7 @@ impl Thrasher {
         self.totals.lost += r.lost.len() as u64;
         self.totals.unreadable += r.unreadable.len() as u64;
         self.totals.unreadable_acked += r.unreadable_acked;
+        self.totals.unflushed_gone += r.unflushed_gone;
         let mode = match expect {
             Expect::Exact { .. } => "exact",
             Expect::EioAllowed => "EIO allowed",
@@ -426,8 +436,8 @@ impl Thrasher {
         );
         let _ = writeln!(
             s,
-            "  checks: {}; blocks verified: {}; acknowledged writes checked: {}; EIO while > m down: {}",
-            t.checks, t.blocks, t.acked_checked, t.eio_allowed
+            "  checks: {}; blocks verified: {}; acknowledged writes checked: {}; EIO while > m down: {}; acknowledged but unflushed writes gone after a c.node kill -9: {} (allowed)",
+            t.checks, t.blocks, t.acked_checked, t.eio_allowed, t.unflushed_gone
         );
         let _ = write!(
             s,

@@ -43,6 +43,9 @@ pub struct Report {
     pub unreadable: Vec<String>,
     /// Of those, blocks that held an acknowledged version: lost writes too.
     pub unreadable_acked: u64,
+    /// Blocks reading an older version than acknowledged, but not older than flushed, after
+    /// the c.node that acknowledged it was killed (allowed: never flushed).
+    pub unflushed_gone: u64,
 }
 
 impl Report {
@@ -217,7 +220,12 @@ fn judge(shared: &Shared, which: Which, export: &str, lba: u64, data: &[u8], inc
     }
     match verdict {
         Verdict::Ok(v) => match which {
-            Which::Image(i) => m.settle_image(i, lba, v, inc),
+            Which::Image(i) => {
+                if v < m.images[i].blocks[lba as usize].acked {
+                    r.unflushed_gone += 1;
+                }
+                m.settle_image(i, lba, v, inc)
+            }
             Which::Snap(s) => m.pin_snap(s, lba, v, inc),
         },
         Verdict::Wrong(w) => r.wrong.push(format!("{export} block {lba}: {w} (read {})", show(&decoded))),
