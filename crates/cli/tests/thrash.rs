@@ -67,7 +67,12 @@ fn maintenance_with_m_dnodes_down_waits_or_succeeds() {
     nbd.flush().unwrap();
     for args in [&["checkpoint"][..], &["gc"][..]] {
         let out = c.cli(args);
-        c.step(&format!("weft {}: {} {}", args.join(" "), out.describe(), out.all().trim()));
+        c.step(&format!(
+            "weft {}: {} {}",
+            args.join(" "),
+            out.describe(),
+            out.all().trim()
+        ));
         assert!(
             out.success(),
             "`weft {}` with 2 of 7 d.nodes down failed:\n{}",

@@ -296,7 +296,13 @@ impl Cnode {
     }
 
     /// Starts the process (on `data_dir`) without waiting for it.
-    fn spawn(name: &str, data_dir: PathBuf, etcd_url: &str, opts: &ClusterOpts, log_dir: &Path) -> Cnode {
+    fn spawn(
+        name: &str,
+        data_dir: PathBuf,
+        etcd_url: &str,
+        opts: &ClusterOpts,
+        log_dir: &Path,
+    ) -> Cnode {
         let mut cmd = Command::new(weft_bin());
         cmd.arg("--data-dir")
             .arg(&data_dir)
@@ -337,7 +343,10 @@ impl Cnode {
         let pid = child.pid();
         let info: Value = loop {
             if let Some(st) = child.try_wait() {
-                let e = format!("c.node {name} (pid {pid}) exited before ready ({st}):\n{}", child.all_so_far());
+                let e = format!(
+                    "c.node {name} (pid {pid}) exited before ready ({st}):\n{}",
+                    child.all_so_far()
+                );
                 self.kill9();
                 return Err(CnodeNotReady::Exited(e));
             }
@@ -359,7 +368,10 @@ impl Cnode {
         self.nbd = info["nbd"].as_str().unwrap().parse().unwrap();
         self.api = info["api"].as_str().unwrap().trim_end_matches('/').into();
         self.metrics = info["metrics"].as_str().unwrap_or_default().into();
-        eprintln!("c.node {name} ready: nbd {}, api {} (pid {pid})", self.nbd, self.api);
+        eprintln!(
+            "c.node {name} ready: nbd {}, api {} (pid {pid})",
+            self.nbd, self.api
+        );
         Ok(())
     }
 

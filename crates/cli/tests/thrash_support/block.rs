@@ -35,10 +35,8 @@ pub fn content(salt: u64, tag: u64, lba: u64, version: u64) -> Vec<u8> {
     b[16..24].copy_from_slice(&lba.to_le_bytes());
     b[24..32].copy_from_slice(&version.to_le_bytes());
     b[32..40].copy_from_slice(&salt.to_le_bytes());
-    let mut st = salt
-        ^ tag.rotate_left(48)
-        ^ lba.wrapping_mul(0x1000_0001)
-        ^ version.rotate_left(24);
+    let mut st =
+        salt ^ tag.rotate_left(48) ^ lba.wrapping_mul(0x1000_0001) ^ version.rotate_left(24);
     for chunk in b[HEADER_BYTES..].chunks_mut(8) {
         let v = splitmix(&mut st).to_le_bytes();
         chunk.copy_from_slice(&v[..chunk.len()]);
@@ -59,11 +57,17 @@ pub fn decode(salt: u64, data: &[u8]) -> Result<Decoded, String> {
     let word = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));
     let (tag, lba, version, s) = (word(8), word(16), word(24), word(32));
     if s != salt {
-        return Err(format!("salt {s:#x} of another run (tag {tag}, lba {lba}, version {version})"));
+        return Err(format!(
+            "salt {s:#x} of another run (tag {tag}, lba {lba}, version {version})"
+        ));
     }
     let want = content(salt, tag, lba, version);
     if data != want.as_slice() {
-        let at = data.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+        let at = data
+            .iter()
+            .zip(&want)
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
         return Err(format!(
             "header says tag {tag} lba {lba} version {version} but the content differs from byte {at} (torn or corrupt)"
         ));

@@ -27,7 +27,9 @@ enum During {
     CnodeRestart,
 }
 
-const EXACT: Expect = Expect::Exact { retry_for: EIO_RETRY };
+const EXACT: Expect = Expect::Exact {
+    retry_for: EIO_RETRY,
+};
 /// How long a c.node started with more than m d.nodes down is given before they come back
 /// (more than its `--wait-for-dnodes`, 20 s).
 const CNODE_BEYOND_M_WAIT: Duration = Duration::from_secs(30);
@@ -97,7 +99,11 @@ impl Thrasher {
             .map(|v| v.to_string())
             .unwrap_or_else(|_| out.stdout.lines().next().unwrap_or("").to_string());
         let first = text.chars().take(160).collect::<String>();
-        self.log.record(kind, "cluster", &format!("{:.1}s {first}", t.elapsed().as_secs_f64()));
+        self.log.record(
+            kind,
+            "cluster",
+            &format!("{:.1}s {first}", t.elapsed().as_secs_f64()),
+        );
     }
 
     /// `weft ARGS` with up to m d.nodes down: a failure is not a client error, so it is noted
@@ -106,11 +112,26 @@ impl Thrasher {
         let t = std::time::Instant::now();
         let out = self.c.cli(args);
         if out.success() {
-            self.log.record(kind, "cluster", &format!("{:.1}s ok", t.elapsed().as_secs_f64()));
+            self.log.record(
+                kind,
+                "cluster",
+                &format!("{:.1}s ok", t.elapsed().as_secs_f64()),
+            );
             return;
         }
-        let err = out.stderr.trim().lines().next().unwrap_or("").chars().take(300).collect::<String>();
-        let note = format!("`weft {}` failed with <= m d.nodes down: {err}", args.join(" "));
+        let err = out
+            .stderr
+            .trim()
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(300)
+            .collect::<String>();
+        let note = format!(
+            "`weft {}` failed with <= m d.nodes down: {err}",
+            args.join(" ")
+        );
         self.log.record("NOTE", "cluster", &note);
         self.notes.push(format!("+{:.1}s {note}", self.log.secs()));
     }
@@ -152,7 +173,10 @@ impl Thrasher {
         match self.wait_cnode(CNODE_BEYOND_M_WAIT) {
             Ok(()) => {
                 ready = true;
-                self.check(&format!("c.node restarted with {} d.nodes down", M + 1), Expect::EioAllowed);
+                self.check(
+                    &format!("c.node restarted with {} d.nodes down", M + 1),
+                    Expect::EioAllowed,
+                );
             }
             Err(CnodeNotReady::Waiting) => {
                 let mode = self.c.cli(&["cluster", "status", "--json"]);
@@ -160,11 +184,19 @@ impl Thrasher {
                 self.log.record(
                     "c.node waits",
                     "c.node",
-                    &format!("not ready after {CNODE_BEYOND_M_WAIT:?}: mode {}, waiting for {}", v["mode"], v["recovery"]["waiting_for"]),
+                    &format!(
+                        "not ready after {CNODE_BEYOND_M_WAIT:?}: mode {}, waiting for {}",
+                        v["mode"], v["recovery"]["waiting_for"]
+                    ),
                 );
             }
             Err(CnodeNotReady::Exited(e)) => {
-                let first = e.lines().rev().find(|l| l.contains("rror")).unwrap_or("").to_string();
+                let first = e
+                    .lines()
+                    .rev()
+                    .find(|l| l.contains("rror"))
+                    .unwrap_or("")
+                    .to_string();
                 self.log.record("start failed", "c.node", &first);
             }
         }
@@ -206,7 +238,8 @@ impl Thrasher {
         let also_kill = self.rng.random_bool(0.33);
         let pid = self.c.dnodes[i].pid();
         signal(pid, "STOP");
-        self.log.record("SIGSTOP", &self.dnode_name(i), &format!("for {stop_ms} ms"));
+        self.log
+            .record("SIGSTOP", &self.dnode_name(i), &format!("for {stop_ms} ms"));
         if also_kill {
             self.kill_dnode(other);
         }
@@ -254,7 +287,8 @@ impl Thrasher {
     pub fn fault_etcd_restart(&mut self) {
         let down_ms = self.rng.random_range(1000..6000);
         self.c.etcd.kill();
-        self.log.record("kill -9", "etcd", &format!("for {down_ms} ms"));
+        self.log
+            .record("kill -9", "etcd", &format!("for {down_ms} ms"));
         std::thread::sleep(Duration::from_millis(down_ms));
         let mut last = None;
         for _ in 0..5 {
@@ -284,7 +318,8 @@ impl Thrasher {
         self.cli_step("dnode out", &["dnode", "out", &id, "--yes"]);
         self.c.wait_node_state(i, "out", UP_TIMEOUT);
         self.c.wait_repaired(Duration::from_secs(240), 0, false);
-        self.log.record("rebuilt", &self.dnode_name(i), "its chunks are elsewhere");
+        self.log
+            .record("rebuilt", &self.dnode_name(i), "its chunks are elsewhere");
         self.check("a d.node out", EXACT);
         self.cli_step("dnode in", &["dnode", "in", &id]);
         self.c.wait_node_state(i, "up", UP_TIMEOUT);

@@ -37,7 +37,8 @@ impl Thrasher {
         let n = self.rng.random_range(1..=M);
         let victims = self.pick_dnodes(n);
         if !self.fio_volume {
-            self.c.cli_ok(&["volume", "create", "vol2", "--size", VOLUME_SIZE]);
+            self.c
+                .cli_ok(&["volume", "create", "vol2", "--size", VOLUME_SIZE]);
             self.fio_volume = true;
         }
         let uri = self.c.nbd_uri("vol2");
@@ -48,14 +49,21 @@ impl Thrasher {
         args.push("--do_verify=1".into());
         args.push("--rate=8m".into());
         let mut job = Bg::spawn(&mut fio_cmd(&dir, &uri, &args));
-        self.log.record("fio", "vol2", &format!("randwrite {size_mib} MiB with verify, seed {fio_seed}"));
+        self.log.record(
+            "fio",
+            "vol2",
+            &format!("randwrite {size_mib} MiB with verify, seed {fio_seed}"),
+        );
         std::thread::sleep(Duration::from_millis(kill_after_ms));
         let still_running = job.try_wait().is_none();
         for &i in &victims {
             self.kill_dnode(i);
         }
         let out = job.wait(FIO_TIMEOUT);
-        self.fio_ok(&out, &format!("write+verify with {n} d.node(s) killed (mid-run: {still_running})"));
+        self.fio_ok(
+            &out,
+            &format!("write+verify with {n} d.node(s) killed (mid-run: {still_running})"),
+        );
         for &i in &victims {
             self.restart_dnode(i);
         }
@@ -68,7 +76,12 @@ impl Thrasher {
 
     fn fio_ok(&mut self, out: &crate::common::CmdOut, what: &str) {
         if !out.success() || !out.stdout.contains("err= 0") {
-            self.fail(&format!("fio {what}: ({})\n$ {}\n{}", out.describe(), out.cmdline, out.all()));
+            self.fail(&format!(
+                "fio {what}: ({})\n$ {}\n{}",
+                out.describe(),
+                out.cmdline,
+                out.all()
+            ));
         }
         assert_fio_ok(out, what);
         self.log.record("fio ok", "vol2", what);

@@ -15,7 +15,9 @@ use crate::thrash_support::proxy::NetMode;
 use crate::thrash_support::thrasher::{Thrasher, EIO_RETRY, PROXIED};
 use crate::thrash_support::verify::Expect;
 
-const EXACT: Expect = Expect::Exact { retry_for: EIO_RETRY };
+const EXACT: Expect = Expect::Exact {
+    retry_for: EIO_RETRY,
+};
 /// Chunk file header: data length at 48..56 (u64), data offset at 56..60 (u32), little-endian.
 const CHUNK_HEADER_BYTES: usize = 64;
 
@@ -25,7 +27,9 @@ impl Thrasher {
     pub fn fault_corrupt_chunks(&mut self) {
         let i = self.pick_dnodes(1)[0];
         let n = self.rng.random_range(1..=3usize);
-        let picks: Vec<(u64, u64)> = (0..n).map(|_| (self.rng.random(), self.rng.random())).collect();
+        let picks: Vec<(u64, u64)> = (0..n)
+            .map(|_| (self.rng.random(), self.rng.random()))
+            .collect();
         let mut files = Vec::new();
         chunk_files(&self.c.dnodes[i].data, &mut files);
         files.sort();
@@ -37,10 +41,15 @@ impl Thrasher {
             let path = &files[(f % files.len() as u64) as usize];
             match flip(path, off) {
                 Ok(at) => flipped.push(format!("{} @{at}", key_of(path))),
-                Err(e) => self.log.record("note", &self.dnode_name(i), &format!("{}: {e}", path.display())),
+                Err(e) => self.log.record(
+                    "note",
+                    &self.dnode_name(i),
+                    &format!("{}: {e}", path.display()),
+                ),
             }
         }
-        self.log.record("corrupt", &self.dnode_name(i), &flipped.join(", "));
+        self.log
+            .record("corrupt", &self.dnode_name(i), &flipped.join(", "));
         self.check("chunks corrupted", EXACT);
         let out = self.c.cli(&["cluster", "scrub", "--json"]);
         if !out.success() {
@@ -49,16 +58,28 @@ impl Thrasher {
         let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
         let corrupt: Vec<String> = v["corrupt"]
             .as_array()
-            .map(|a| a.iter().filter_map(|k| k.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|k| k.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default();
         let foreign: Vec<&String> = corrupt
             .iter()
-            .filter(|k| !flipped.iter().any(|f| f.split(' ').next() == Some(k.as_str())))
+            .filter(|k| {
+                !flipped
+                    .iter()
+                    .any(|f| f.split(' ').next() == Some(k.as_str()))
+            })
             .collect();
         self.log.record(
             "scrub",
             "cluster",
-            &format!("{} corrupt: {corrupt:?}; checked {}", corrupt.len(), v["checked"]),
+            &format!(
+                "{} corrupt: {corrupt:?}; checked {}",
+                corrupt.len(),
+                v["checked"]
+            ),
         );
         if !foreign.is_empty() {
             let note = format!("scrub found corrupt chunks nobody flipped: {foreign:?}");
@@ -80,7 +101,11 @@ impl Thrasher {
         self.kill_dnode(i);
         self.c.dnodes[i].extra_args = vec!["--capacity".into(), format!("{}K", cap >> 10)];
         self.restart_dnode(i);
-        self.log.record("disk full", &self.dnode_name(i), &format!("capacity {} MiB, {used} bytes used", cap >> 20));
+        self.log.record(
+            "disk full",
+            &self.dnode_name(i),
+            &format!("capacity {} MiB, {used} bytes used", cap >> 20),
+        );
         std::thread::sleep(Duration::from_millis(full_ms));
         self.check("a d.node's disk full", EXACT);
         self.kill_dnode(i);
@@ -100,9 +125,14 @@ impl Thrasher {
         let target = self.dnode_name(p);
         match kind {
             0 | 1 => {
-                let mode = if kind == 0 { NetMode::Delay(delay) } else { NetMode::Partition };
+                let mode = if kind == 0 {
+                    NetMode::Delay(delay)
+                } else {
+                    NetMode::Partition
+                };
                 proxy.set_mode(mode);
-                self.log.record("network", &target, &format!("{mode:?} for {ms} ms"));
+                self.log
+                    .record("network", &target, &format!("{mode:?} for {ms} ms"));
                 // Undone by the clock, not by this thread: the check below may wait on it.
                 let p2 = Arc::clone(&proxy);
                 let healer = std::thread::spawn(move || {
@@ -115,7 +145,8 @@ impl Thrasher {
             }
             _ => {
                 let n = proxy.reset_all();
-                self.log.record("network", &target, &format!("reset {n} connections"));
+                self.log
+                    .record("network", &target, &format!("reset {n} connections"));
             }
         }
         self.check("network healed", EXACT);
@@ -160,7 +191,9 @@ fn flip(path: &Path, pick: u64) -> std::io::Result<u64> {
         return Err(std::io::Error::other("not a chunk file"));
     }
     let data_len = u64::from_le_bytes(bytes[48..56].try_into().expect("8 bytes"));
-    let data_off = u64::from(u32::from_le_bytes(bytes[56..60].try_into().expect("4 bytes")));
+    let data_off = u64::from(u32::from_le_bytes(
+        bytes[56..60].try_into().expect("4 bytes"),
+    ));
     if data_len == 0 || data_off + data_len > bytes.len() as u64 {
         return Err(std::io::Error::other("no data"));
     }

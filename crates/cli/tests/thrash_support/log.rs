@@ -21,7 +21,11 @@ pub struct EventLog {
 
 impl EventLog {
     pub fn new(seed: u64) -> EventLog {
-        EventLog { t0: Instant::now(), seed, events: Vec::new() }
+        EventLog {
+            t0: Instant::now(),
+            seed,
+            events: Vec::new(),
+        }
     }
 
     pub fn secs(&self) -> f64 {
@@ -36,7 +40,12 @@ impl EventLog {
             target: target.into(),
             detail: detail.into(),
         };
-        eprintln!("[thrash seed={} +{:.1}s] EVENT {}", self.seed, e.secs, line(&e));
+        eprintln!(
+            "[thrash seed={} +{:.1}s] EVENT {}",
+            self.seed,
+            e.secs,
+            line(&e)
+        );
         self.events.push(e);
     }
 

@@ -106,7 +106,11 @@ impl Models {
         let b = img.blocks[lba as usize];
         let floor = b.floor(cur);
         let version = match *decoded {
-            Decoded::Version { tag, lba: l, version } if tag == img.tag => {
+            Decoded::Version {
+                tag,
+                lba: l,
+                version,
+            } if tag == img.tag => {
                 if l != lba {
                     return Verdict::Wrong(format!("holds block {l}'s data (version {version})"));
                 }
@@ -123,7 +127,11 @@ impl Models {
                 let base_ok = match img.base {
                     Base::Zero => match decoded {
                         Decoded::Zero => Ok(()),
-                        Decoded::Version { tag, lba: l, version } => Err(format!(
+                        Decoded::Version {
+                            tag,
+                            lba: l,
+                            version,
+                        } => Err(format!(
                             "holds image {tag}'s block {l} version {version} (foreign)"
                         )),
                     },
@@ -155,8 +163,16 @@ impl Models {
         let b = snap.blocks[lba as usize];
         let version = match *decoded {
             Decoded::Zero => 0,
-            Decoded::Version { tag, lba: l, version } if tag == snap.tag && l == lba => version,
-            Decoded::Version { tag, lba: l, version } => {
+            Decoded::Version {
+                tag,
+                lba: l,
+                version,
+            } if tag == snap.tag && l == lba => version,
+            Decoded::Version {
+                tag,
+                lba: l,
+                version,
+            } => {
                 return Verdict::Wrong(format!(
                     "snapshot {} holds image {tag}'s block {l} version {version}",
                     snap.export
@@ -169,7 +185,11 @@ impl Models {
                 snap.export, b.hi
             ));
         }
-        let floor = if b.lo_inc == cur { b.lo_acked } else { b.lo_flushed };
+        let floor = if b.lo_inc == cur {
+            b.lo_acked
+        } else {
+            b.lo_flushed
+        };
         if version < floor {
             return Verdict::Lost(format!(
                 "snapshot {} holds version {version} < floor {floor} (acked before it {} by incarnation {}, flushed {})",
@@ -220,16 +240,35 @@ mod tests {
     #[test]
     fn floor_is_acked_in_the_same_run_flushed_after_a_restart() {
         let mut m = models();
-        m.images[0].blocks[0] = BlockModel { issued: 5, acked: 4, acked_inc: 1, flushed: 2 };
-        let v = |version| Decoded::Version { tag: 1, lba: 0, version };
+        m.images[0].blocks[0] = BlockModel {
+            issued: 5,
+            acked: 4,
+            acked_inc: 1,
+            flushed: 2,
+        };
+        let v = |version| Decoded::Version {
+            tag: 1,
+            lba: 0,
+            version,
+        };
         assert!(matches!(m.check_image(0, 0, &v(3), 1), Verdict::Lost(_)));
         assert_eq!(m.check_image(0, 0, &v(3), 2), Verdict::Ok(3));
         assert!(matches!(m.check_image(0, 0, &v(1), 2), Verdict::Lost(_)));
         assert_eq!(m.check_image(0, 0, &v(5), 1), Verdict::Ok(5));
         assert!(matches!(m.check_image(0, 0, &v(6), 1), Verdict::Wrong(_)));
-        assert!(matches!(m.check_image(0, 0, &Decoded::Zero, 2), Verdict::Lost(_)));
-        let foreign = Decoded::Version { tag: 2, lba: 0, version: 1 };
-        assert!(matches!(m.check_image(0, 0, &foreign, 1), Verdict::Wrong(_)));
+        assert!(matches!(
+            m.check_image(0, 0, &Decoded::Zero, 2),
+            Verdict::Lost(_)
+        ));
+        let foreign = Decoded::Version {
+            tag: 2,
+            lba: 0,
+            version: 1,
+        };
+        assert!(matches!(
+            m.check_image(0, 0, &foreign, 1),
+            Verdict::Wrong(_)
+        ));
         m.settle_image(0, 0, 3, 2);
         assert!(matches!(m.check_image(0, 0, &v(2), 2), Verdict::Lost(_)));
     }

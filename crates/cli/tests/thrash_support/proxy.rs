@@ -52,7 +52,9 @@ impl Proxy {
     pub fn start(port: u16, target: SocketAddr) -> Proxy {
         let listener = TcpListener::bind(("127.0.0.1", port))
             .unwrap_or_else(|e| panic!("proxy bind 127.0.0.1:{port}: {e}"));
-        listener.set_nonblocking(true).expect("nonblocking listener");
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking listener");
         let listen = listener.local_addr().expect("proxy address");
         let state = Arc::new(State {
             mode: Mutex::new(NetMode::Pass),
@@ -64,7 +66,12 @@ impl Proxy {
             .name(format!("proxy-{port}"))
             .spawn(move || accept_loop(listener, target, st))
             .expect("spawn proxy");
-        Proxy { listen, target, state, acceptor: Some(acceptor) }
+        Proxy {
+            listen,
+            target,
+            state,
+            acceptor: Some(acceptor),
+        }
     }
 
     pub fn set_mode(&self, mode: NetMode) {
@@ -96,8 +103,7 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, st: Arc<State>) {
     while !st.stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((client, _)) => {
-                let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(5))
-                else {
+                let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(5)) else {
                     // The d.node is down: refuse, as it would.
                     continue;
                 };

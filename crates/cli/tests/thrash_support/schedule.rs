@@ -61,16 +61,25 @@ impl Thrasher {
             if deck.is_empty() {
                 deck = DECK
                     .iter()
-                    .filter(|(f, _)| self.cfg.only.as_ref().is_none_or(|o| o.contains(&format!("{f:?}"))))
+                    .filter(|(f, _)| {
+                        self.cfg
+                            .only
+                            .as_ref()
+                            .is_none_or(|o| o.contains(&format!("{f:?}")))
+                    })
                     .flat_map(|&(f, n)| std::iter::repeat_n(f, n))
                     .collect();
-                assert!(!deck.is_empty(), "WEFT_THRASH_FAULTS names no fault of {DECK:?}");
+                assert!(
+                    !deck.is_empty(),
+                    "WEFT_THRASH_FAULTS names no fault of {DECK:?}"
+                );
                 deck.shuffle(&mut self.rng);
                 deck.reverse();
             }
             let f = deck.pop().expect("refilled");
             self.faults += 1;
-            self.log.record("FAULT", &format!("#{}", self.faults), &format!("{f:?}"));
+            self.log
+                .record("FAULT", &format!("#{}", self.faults), &format!("{f:?}"));
             self.play(f);
             self.heal();
             self.assert_no_problems(&format!("fault #{} {f:?}", self.faults));

@@ -16,7 +16,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::cluster_support::{node_state, Cluster, ClusterOpts, free_port};
+use crate::cluster_support::{free_port, node_state, Cluster, ClusterOpts};
 use crate::thrash_support::log::EventLog;
 use crate::thrash_support::model::{Base, BlockModel, ImageModel, Models, SnapBlock, SnapModel};
 use crate::thrash_support::proxy::Proxy;
@@ -60,9 +60,11 @@ impl Config {
     /// `WEFT_THRASH_EVENTS` (default: no limit), `WEFT_THRASH_FAULTS` (default: all kinds).
     pub fn from_env() -> Config {
         let num = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .map(|v| v.trim().parse::<u64>().unwrap_or_else(|e| panic!("{name}={v}: {e}")))
+            std::env::var(name).ok().map(|v| {
+                v.trim()
+                    .parse::<u64>()
+                    .unwrap_or_else(|e| panic!("{name}={v}: {e}"))
+            })
         };
         Config {
             seed: num("WEFT_THRASH_SEED").unwrap_or_else(rand::random),
@@ -126,7 +128,11 @@ impl Thrasher {
         }
         let mut rng = StdRng::seed_from_u64(cfg.seed);
         let salt: u64 = rng.random();
-        let c = Cluster::start("thrash", cfg.seed, ClusterOpts::new(DNODES).volume_size(VOLUME_SIZE));
+        let c = Cluster::start(
+            "thrash",
+            cfg.seed,
+            ClusterOpts::new(DNODES).volume_size(VOLUME_SIZE),
+        );
         let shared = Shared::new(salt, Models::default());
         let mut t = Thrasher {
             writers: Writers::new(shared.clone()),
@@ -149,11 +155,22 @@ impl Thrasher {
         t.add_image("vol1", 2, Base::Zero);
         std::thread::sleep(Duration::from_secs(3));
         let s = t.snapshot("vol0", 0);
-        t.c.cli_ok(&["clone", "create", &t.shared.models.lock().unwrap().snaps[s].export.clone(), "k1"]);
-        t.log.record("clone", "k1", "of the first snapshot; a writer on it");
+        t.c.cli_ok(&[
+            "clone",
+            "create",
+            &t.shared.models.lock().unwrap().snaps[s].export.clone(),
+            "k1",
+        ]);
+        t.log
+            .record("clone", "k1", "of the first snapshot; a writer on it");
         t.add_image("k1", 3, Base::Snapshot(s));
         std::thread::sleep(Duration::from_secs(2));
-        t.check("setup", Expect::Exact { retry_for: EIO_RETRY });
+        t.check(
+            "setup",
+            Expect::Exact {
+                retry_for: EIO_RETRY,
+            },
+        );
         t
     }
 
@@ -166,7 +183,11 @@ impl Thrasher {
             self.c.dnodes[i].advertise = Some(p.listen);
             self.c.kill_dnode(i);
             self.c.restart_dnode(i);
-            self.log.record("proxy", &self.dnode_name(i), &format!("c.node reaches it through {}", p.listen));
+            self.log.record(
+                "proxy",
+                &self.dnode_name(i),
+                &format!("c.node reaches it through {}", p.listen),
+            );
             self.proxies.push(Arc::new(p));
         }
         self.wait_all_up();
@@ -194,7 +215,10 @@ impl Thrasher {
     /// Points the writers at the running c.node as incarnation `inc`.
     fn set_target(&mut self, inc: u64) {
         let nbd: SocketAddr = self.c.cnode.as_ref().expect("c.node").nbd;
-        *self.shared.target.lock().unwrap() = Target { nbd: Some(nbd), inc };
+        *self.shared.target.lock().unwrap() = Target {
+            nbd: Some(nbd),
+            inc,
+        };
     }
 
     pub fn incarnation(&self) -> u64 {
@@ -236,7 +260,13 @@ impl Thrasher {
             })
             .collect();
         let export = format!("{volume}@{name}");
-        m.snaps.push(SnapModel { export: export.clone(), tag, blocks, deleted: false, in_use: false });
+        m.snaps.push(SnapModel {
+            export: export.clone(),
+            tag,
+            blocks,
+            deleted: false,
+            in_use: false,
+        });
         let idx = m.snaps.len() - 1;
         if m.snaps.len() == 1 {
             m.snaps[0].in_use = true;
@@ -267,10 +297,15 @@ impl Thrasher {
             Expect::Exact { .. } => "exact",
             Expect::EioAllowed => "EIO allowed",
         };
-        self.log.record("check", mode, &format!("{why}: {}", r.summary()));
+        self.log
+            .record("check", mode, &format!("{why}: {}", r.summary()));
         if !r.clean() {
             let mut msg = format!("check after {why} ({mode}) failed: {}\n", r.summary());
-            for (what, list) in [("WRONG", &r.wrong), ("LOST", &r.lost), ("UNREADABLE", &r.unreadable)] {
+            for (what, list) in [
+                ("WRONG", &r.wrong),
+                ("LOST", &r.lost),
+                ("UNREADABLE", &r.unreadable),
+            ] {
                 for l in list.iter().take(20) {
                     let _ = writeln!(msg, "  {what} {l}");
                 }
@@ -313,7 +348,11 @@ impl Thrasher {
         self.shared.disconnects_ok.store(true, Ordering::SeqCst);
         self.shared.target.lock().unwrap().nbd = None;
         self.c.cnode().kill9();
-        self.log.record("kill -9", "c.node", &format!("incarnation {}", self.incarnation()));
+        self.log.record(
+            "kill -9",
+            "c.node",
+            &format!("incarnation {}", self.incarnation()),
+        );
     }
 
     /// Starts the c.node on its data dir as the next incarnation; `Err` if it exits first.
@@ -326,12 +365,20 @@ impl Thrasher {
                 self.log.record(
                     "start",
                     "c.node",
-                    &format!("incarnation {inc} ready after {:.1}s", t.elapsed().as_secs_f64()),
+                    &format!(
+                        "incarnation {inc} ready after {:.1}s",
+                        t.elapsed().as_secs_f64()
+                    ),
                 );
                 Ok(())
             }
             Err(e) => {
-                let first = e.lines().rev().find(|l| l.contains("rror")).unwrap_or("").to_string();
+                let first = e
+                    .lines()
+                    .rev()
+                    .find(|l| l.contains("rror"))
+                    .unwrap_or("")
+                    .to_string();
                 self.log.record("start failed", "c.node", &first);
                 Err(e)
             }
@@ -340,7 +387,10 @@ impl Thrasher {
 
     /// Waits for the c.node spawned by `Cluster::spawn_cnode`; when ready, it is the next
     /// incarnation.
-    pub fn wait_cnode(&mut self, timeout: Duration) -> Result<(), crate::cluster_support::CnodeNotReady> {
+    pub fn wait_cnode(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<(), crate::cluster_support::CnodeNotReady> {
         let t = std::time::Instant::now();
         self.c.cnode().wait_ready(timeout)?;
         let inc = self.incarnation() + 1;
@@ -348,7 +398,10 @@ impl Thrasher {
         self.log.record(
             "start",
             "c.node",
-            &format!("incarnation {inc} ready after {:.1}s more", t.elapsed().as_secs_f64()),
+            &format!(
+                "incarnation {inc} ready after {:.1}s more",
+                t.elapsed().as_secs_f64()
+            ),
         );
         Ok(())
     }
@@ -357,7 +410,9 @@ impl Thrasher {
     pub fn start_cnode_must(&mut self) {
         if let Err(e) = self.start_cnode() {
             let tail = crate::cluster_support::tail(&e, 6000).to_string();
-            self.fail(&format!("the c.node did not start with every d.node up:\n{tail}"));
+            self.fail(&format!(
+                "the c.node did not start with every d.node up:\n{tail}"
+            ));
         }
     }
 
@@ -389,7 +444,8 @@ impl Thrasher {
     pub fn wait_all_up(&self) {
         let ids = self.c.dnode_ids();
         self.c.wait_status(UP_TIMEOUT, "every d.node up", |s| {
-            ids.iter().all(|id| node_state(s, id).as_deref() == Some("up"))
+            ids.iter()
+                .all(|id| node_state(s, id).as_deref() == Some("up"))
         });
     }
 
@@ -405,16 +461,29 @@ impl Thrasher {
         self.log.record(
             "healed",
             "cluster",
-            &format!("{} chunks rebuilt in all", s["repair"]["chunks_rebuilt_total"]),
+            &format!(
+                "{} chunks rebuilt in all",
+                s["repair"]["chunks_rebuilt_total"]
+            ),
         );
     }
 
     /// Stops the writers, heals, checks everything once more, prints the totals.
     pub fn finish(mut self) {
         self.heal();
-        self.check("the end (writers running)", Expect::Exact { retry_for: EIO_RETRY });
+        self.check(
+            "the end (writers running)",
+            Expect::Exact {
+                retry_for: EIO_RETRY,
+            },
+        );
         self.writers.stop();
-        self.check("the end (writers stopped)", Expect::Exact { retry_for: EIO_RETRY });
+        self.check(
+            "the end (writers stopped)",
+            Expect::Exact {
+                retry_for: EIO_RETRY,
+            },
+        );
         eprintln!("[thrash] event log:\n{}", self.log.text());
         eprintln!("{}", self.summary());
         assert_eq!(self.totals.wrong, 0);
@@ -423,7 +492,10 @@ impl Thrasher {
     }
 
     pub fn summary(&self) -> String {
-        let mut s = format!("[thrash] seed {} summary\n  faults and steps by kind:\n", self.cfg.seed);
+        let mut s = format!(
+            "[thrash] seed {} summary\n  faults and steps by kind:\n",
+            self.cfg.seed
+        );
         for (k, n) in self.log.by_kind() {
             let _ = writeln!(s, "    {k:<22} {n}");
         }
@@ -450,7 +522,11 @@ impl Thrasher {
             self.shared.problems.lock().unwrap().len()
         );
         if !self.notes.is_empty() {
-            let _ = write!(s, "\n  notes (not failures):\n    {}", self.notes.join("\n    "));
+            let _ = write!(
+                s,
+                "\n  notes (not failures):\n    {}",
+                self.notes.join("\n    ")
+            );
         }
         s
     }
@@ -459,7 +535,11 @@ impl Thrasher {
 impl Drop for Thrasher {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("[thrash] FAILED, seed {}; event log:\n{}", self.cfg.seed, self.log.text());
+            eprintln!(
+                "[thrash] FAILED, seed {}; event log:\n{}",
+                self.cfg.seed,
+                self.log.text()
+            );
         }
     }
 }

@@ -103,7 +103,15 @@ pub fn verify(shared: &Shared, nbd: SocketAddr, inc: u64, expect: Expect) -> Rep
                 Ok(data) => {
                     for i in 0..n {
                         let at = (i as usize) * BLOCK_BYTES;
-                        judge(shared, which, &export, lba + i, &data[at..at + BLOCK_BYTES], inc, &mut report);
+                        judge(
+                            shared,
+                            which,
+                            &export,
+                            lba + i,
+                            &data[at..at + BLOCK_BYTES],
+                            inc,
+                            &mut report,
+                        );
                     }
                 }
                 Err(_) => {
@@ -187,7 +195,13 @@ fn connect(nbd: SocketAddr, export: &str) -> NbdClient {
 
 /// Reads `n` blocks at `lba`: an NBD error reply is `Err` with its errno; a broken connection is
 /// reconnected and the read retried (a few times).
-fn read(conn: &mut NbdClient, nbd: SocketAddr, export: &str, lba: u64, n: u64) -> Result<Vec<u8>, String> {
+fn read(
+    conn: &mut NbdClient,
+    nbd: SocketAddr,
+    export: &str,
+    lba: u64,
+    n: u64,
+) -> Result<Vec<u8>, String> {
     for _ in 0..3 {
         match conn.read(lba * BLOCK_BYTES as u64, (n as usize * BLOCK_BYTES) as u32) {
             Ok(d) => return Ok(d),
@@ -201,7 +215,15 @@ fn read(conn: &mut NbdClient, nbd: SocketAddr, export: &str, lba: u64, n: u64) -
     panic!("verify: {export} read at block {lba}: the connection keeps breaking");
 }
 
-fn judge(shared: &Shared, which: Which, export: &str, lba: u64, data: &[u8], inc: u64, r: &mut Report) {
+fn judge(
+    shared: &Shared,
+    which: Which,
+    export: &str,
+    lba: u64,
+    data: &[u8],
+    inc: u64,
+    r: &mut Report,
+) {
     r.blocks += 1;
     let decoded = match decode(shared.salt, data) {
         Ok(d) => d,
@@ -212,8 +234,14 @@ fn judge(shared: &Shared, which: Which, export: &str, lba: u64, data: &[u8], inc
     };
     let mut m = shared.models.lock().unwrap();
     let (verdict, floor) = match which {
-        Which::Image(i) => (m.check_image(i, lba, &decoded, inc), m.images[i].blocks[lba as usize].floor(inc)),
-        Which::Snap(s) => (m.check_snap_content(s, lba, &decoded, inc), snap_floor(&m, s, lba, inc)),
+        Which::Image(i) => (
+            m.check_image(i, lba, &decoded, inc),
+            m.images[i].blocks[lba as usize].floor(inc),
+        ),
+        Which::Snap(s) => (
+            m.check_snap_content(s, lba, &decoded, inc),
+            snap_floor(&m, s, lba, inc),
+        ),
     };
     if floor > 0 {
         r.acked_checked += 1;
@@ -228,7 +256,10 @@ fn judge(shared: &Shared, which: Which, export: &str, lba: u64, data: &[u8], inc
             }
             Which::Snap(s) => m.pin_snap(s, lba, v, inc),
         },
-        Verdict::Wrong(w) => r.wrong.push(format!("{export} block {lba}: {w} (read {})", show(&decoded))),
+        Verdict::Wrong(w) => r.wrong.push(format!(
+            "{export} block {lba}: {w} (read {})",
+            show(&decoded)
+        )),
         Verdict::Lost(w) => r.lost.push(format!("{export} block {lba}: {w}")),
     }
 }

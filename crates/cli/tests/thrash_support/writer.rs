@@ -113,7 +113,10 @@ pub struct Writers {
 
 impl Writers {
     pub fn new(shared: Arc<Shared>) -> Writers {
-        Writers { shared, handles: Vec::new() }
+        Writers {
+            shared,
+            handles: Vec::new(),
+        }
     }
 
     /// Starts a writer on image `image` (index into the models) with its own rng seed.
@@ -210,7 +213,11 @@ impl Writer {
             }
             // A connection to a c.node that was replaced is dead: drop it.
             let target = self.shared.target();
-            if self.conn.as_ref().is_some_and(|(_, inc)| *inc != target.inc) {
+            if self
+                .conn
+                .as_ref()
+                .is_some_and(|(_, inc)| *inc != target.inc)
+            {
                 self.conn = None;
             }
             if self.conn.is_none() && !self.connect(target) {
