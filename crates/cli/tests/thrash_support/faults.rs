@@ -33,6 +33,8 @@ const EXACT: Expect = Expect::Exact {
 /// How long a c.node started with more than m d.nodes down is given before they come back
 /// (more than its `--wait-for-dnodes`, 20 s).
 const CNODE_BEYOND_M_WAIT: Duration = Duration::from_secs(30);
+/// How long it may take to be ready once only m d.nodes are down.
+const CNODE_M_DOWN_WAIT: Duration = Duration::from_secs(60);
 /// How long it may take to be ready once they are back.
 const CNODE_RECOVERY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -162,6 +164,9 @@ impl Thrasher {
     pub fn fault_cnode_restart_beyond_m(&mut self) {
         let victims = self.pick_dnodes(M + 1);
         let down_ms = self.rng.random_range(0..4000);
+        // Bring one d.node back first: with m down the waiting c.node has k chunks of every
+        // stripe again.
+        let staggered = self.rng.random_bool(0.5);
         self.shared.errors_ok.store(true, Ordering::SeqCst);
         for &i in &victims {
             self.kill_dnode(i);
@@ -200,7 +205,31 @@ impl Thrasher {
                 self.log.record("start failed", "c.node", &first);
             }
         }
-        for &i in &victims {
+        let mut back = 0;
+        if staggered && !ready && self.c.cnode.as_mut().is_some_and(|c| c.is_running()) {
+            self.restart_dnode(victims[0]);
+            back = 1;
+            match self.wait_cnode(CNODE_M_DOWN_WAIT) {
+                Ok(()) => {
+                    ready = true;
+                    self.check("c.node ready with m d.nodes still down", EXACT);
+                }
+                Err(CnodeNotReady::Waiting) => {
+                    let note = format!(
+                        "the c.node still recovers {CNODE_M_DOWN_WAIT:?} after only m d.nodes are down"
+                    );
+                    self.log.record("NOTE", "c.node", &note);
+                    self.notes.push(format!("+{:.1}s {note}", self.log.secs()));
+                }
+                Err(CnodeNotReady::Exited(e)) => {
+                    let tail = crate::cluster_support::tail(&e, 3000).to_string();
+                    self.fail(&format!(
+                        "the c.node exited with only m d.nodes down:\n{tail}"
+                    ));
+                }
+            }
+        }
+        for &i in &victims[back..] {
             self.restart_dnode(i);
         }
         if !ready {
