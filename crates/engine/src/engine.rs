@@ -436,16 +436,16 @@ impl Engine {
 
     /// Wait until every buffered write is destaged into sealed segments.
     pub fn sync(&self) -> Result<(), EngineError> {
-        self.command(Command::Sync)
+        self.command("sync", Command::Sync)
     }
 
     /// Run GC now over every segment below the live-fraction threshold.
     pub fn gc_now(&self) -> Result<GcReport, EngineError> {
-        self.command(Command::Gc)
+        self.command("gc", Command::Gc)
     }
 
     pub fn checkpoint_now(&self) -> Result<(), EngineError> {
-        self.command(Command::Checkpoint)
+        self.command("checkpoint", Command::Checkpoint)
     }
 
     pub fn stats(&self) -> EngineStats {
@@ -454,8 +454,12 @@ impl Engine {
 
     // ---- helpers -------------------------------------------------------------------------
 
+    /// Hand a maintenance command to the destager and wait for its answer. A failure is
+    /// what the command ran into (a stripe write that cannot be made durable while d.nodes
+    /// are down, a full store), not corrupt metadata.
     fn command<T>(
         &self,
+        what: &'static str,
         make: impl FnOnce(std::sync::mpsc::Sender<Result<T, String>>) -> Command,
     ) -> Result<T, EngineError> {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -463,10 +467,7 @@ impl Engine {
         self.shared.work.notify_all();
         match rx.recv() {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(detail)) => Err(EngineError::Io(IoFailure::CorruptMetadata {
-                what: "maintenance".into(),
-                detail,
-            })),
+            Ok(Err(detail)) => Err(EngineError::MaintenanceFailed { what, detail }),
             Err(_) => Err(EngineError::Gone),
         }
     }

@@ -72,6 +72,8 @@ pub enum EngineError {
     NoSpace,
     #[error("data dir {path} is in use by another weft process")]
     DataDirInUse { path: String },
+    #[error("{what} could not finish now: {detail}")]
+    MaintenanceFailed { what: &'static str, detail: String },
     #[error("recovery gave up waiting: {0}")]
     RecoveryBlocked(crate::recovery_status::RecoveryWait),
     #[error(transparent)]

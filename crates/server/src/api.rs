@@ -91,6 +91,8 @@ impl From<EngineError> for ApiError {
             | EngineError::InvalidPool { .. }
             | EngineError::OutOfRange { .. } => StatusCode::BAD_REQUEST,
             EngineError::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
+            // Stripes cannot be made durable now (d.nodes down): try again when they are back.
+            EngineError::MaintenanceFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError(status, e.to_string())
@@ -640,6 +642,7 @@ async fn stats(State(state): State<ApiState>) -> Result<Json<weft_engine::Engine
         (status = 200, description = "Synced", body = Synced),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 503, description = "Stripes cannot be made durable now (too many d.nodes of a placement group down): try again when they are back", body = ErrorBody),
         (status = 507, description = "Out of space", body = ErrorBody),
     ),
 )]
@@ -659,6 +662,7 @@ async fn sync(State(state): State<ApiState>) -> Result<Json<Synced>, ApiError> {
         (status = 200, description = "What the run did", body = weft_engine::GcReport),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 503, description = "Stripes cannot be made durable now (too many d.nodes of a placement group down): try again when they are back", body = ErrorBody),
         (status = 507, description = "Out of space", body = ErrorBody),
     ),
 )]
@@ -677,6 +681,7 @@ async fn gc(State(state): State<ApiState>) -> Result<Json<weft_engine::GcReport>
         (status = 200, description = "Checkpointed", body = Checkpointed),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 503, description = "Stripes cannot be made durable now (too many d.nodes of a placement group down): try again when they are back", body = ErrorBody),
         (status = 507, description = "Out of space", body = ErrorBody),
     ),
 )]
