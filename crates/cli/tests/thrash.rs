@@ -40,19 +40,17 @@ fn thrash_cluster_with_random_faults() {
     t.finish();
 }
 
-/// Found by the thrasher (seed 4613915727946825560, fault #20: two d.nodes killed, then
-/// `weft checkpoint`): with m = 2 of the 7 d.nodes down, the maintenance commands must not fail
-/// as if metadata were corrupt. A stripe needs min(k+1, k+m) = 5 durable chunks; with two d.nodes
-/// of a placement group down only 4 can be, so writes wait (docs/CLUSTER.md). `weft checkpoint`
-/// instead failed at once with HTTP 500 "corrupt metadata in maintenance: disk i/o on stripe
-/// write: stripe 1/28: only 4 of 5 chunks durable". Ignored until that is decided and fixed:
-/// `cargo test -p weft --test thrash -- --ignored maintenance_with_m_dnodes_down`.
+/// Found by the thrasher (seed 4613915727946825560 on 1f13390, fault #20: two d.nodes killed,
+/// then `weft checkpoint`): with m = 2 of the 7 d.nodes down, a maintenance command failed at
+/// once with HTTP 500 "corrupt metadata in maintenance: disk i/o on stripe write: stripe 1/28:
+/// only 4 of 5 chunks durable". A stripe needs min(k+1, k+m) = 5 durable chunks and only 4 can
+/// be, so the command cannot finish now: it must succeed or say so (503), never call it
+/// corruption (fixed in 11f6f3b).
 #[test]
-#[ignore = "fails: weft checkpoint with m d.nodes down answers HTTP 500 corrupt metadata"]
-fn maintenance_with_m_dnodes_down_waits_or_succeeds() {
+fn maintenance_with_m_dnodes_down_is_unavailable_not_corrupt() {
     use cluster_support::{blocks_data, write_all, Cluster, ClusterOpts};
     let _serial = serial();
-    let test = "maintenance_with_m_dnodes_down_waits_or_succeeds";
+    let test = "maintenance_with_m_dnodes_down_is_unavailable_not_corrupt";
     let (_, seed) = common::test_rng(test);
     let mut c = Cluster::start(test, seed, ClusterOpts::new(7).volume_size("64M"));
     let mut nbd = c.nbd_client("vol0");
@@ -67,18 +65,21 @@ fn maintenance_with_m_dnodes_down_waits_or_succeeds() {
     nbd.flush().unwrap();
     for args in [&["checkpoint"][..], &["gc"][..]] {
         let out = c.cli(args);
+        let all = out.all();
         c.step(&format!(
             "weft {}: {} {}",
             args.join(" "),
             out.describe(),
-            out.all().trim()
+            all.trim()
         ));
         assert!(
-            out.success(),
-            "`weft {}` with 2 of 7 d.nodes down failed:\n{}",
-            args.join(" "),
-            out.all()
+            out.success() || (all.contains("HTTP 503") && !all.contains("corrupt")),
+            "`weft {}` with 2 of 7 d.nodes down must succeed or answer 503 (not now), not:\n{all}",
+            args.join(" ")
         );
     }
+    // The writes it acknowledged meanwhile read back.
+    let got = cluster_support::read_all(&mut nbd, 0, 256 * 4096).expect("read back");
+    assert!(got == blocks_data(seed, 2, 0, 256), "vol0 reads other data");
     nbd.disconnect();
 }

@@ -108,8 +108,9 @@ impl Thrasher {
         );
     }
 
-    /// `weft ARGS` with up to m d.nodes down: a failure is not a client error, so it is noted
-    /// (event log and summary) rather than failing the run.
+    /// `weft ARGS` with up to m d.nodes down: it may answer 503 (cannot finish now); another
+    /// failure is not a client error either, so it is noted (event log and summary) rather
+    /// than failing the run.
     pub fn cli_step_degraded(&mut self, kind: &str, args: &[&str]) {
         let t = std::time::Instant::now();
         let out = self.c.cli(args);
@@ -130,6 +131,13 @@ impl Thrasher {
             .chars()
             .take(300)
             .collect::<String>();
+        // 503: stripes cannot be made durable now (a placement group with m d.nodes down has
+        // fewer than min(k+1, k+m) chunks): the documented answer, try again later.
+        if err.contains("HTTP 503") && !err.contains("corrupt") {
+            self.log
+                .record(kind, "cluster", &format!("503, not now: {err}"));
+            return;
+        }
         let note = format!(
             "`weft {}` failed with <= m d.nodes down: {err}",
             args.join(" ")
