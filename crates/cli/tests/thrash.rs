@@ -11,6 +11,7 @@
 //! - for a snapshot, a version between what was acknowledged before it was taken and what was
 //!   issued when it returned, and the same on every read;
 //! - readable while at most m (2) d.nodes are down; EIO or the right bytes while more are.
+//!
 //! A client (writer) must see no error while at most m d.nodes are down and the c.node is up.
 //!
 //! The faults (each undone and healed before the next): kill -9 of 1-2 d.nodes (with GC, a
