@@ -58,6 +58,15 @@ impl EventLog {
         s
     }
 
+    /// How many faults of each kind (the `FAULT` events, by their detail).
+    pub fn faults_by_kind(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for e in self.events.iter().filter(|e| e.kind == "FAULT") {
+            *m.entry(e.detail.clone()).or_insert(0) += 1;
+        }
+        m
+    }
+
     /// How many events of each kind (checks and notes included).
     pub fn by_kind(&self) -> BTreeMap<String, u64> {
         let mut m = BTreeMap::new();

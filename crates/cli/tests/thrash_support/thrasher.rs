@@ -493,9 +493,13 @@ impl Thrasher {
 
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "[thrash] seed {} summary\n  faults and steps by kind:\n",
-            self.cfg.seed
+            "[thrash] seed {} summary\n  faults by kind ({} in all):\n",
+            self.cfg.seed, self.faults
         );
+        for (k, n) in self.log.faults_by_kind() {
+            let _ = writeln!(s, "    {k:<22} {n}");
+        }
+        let _ = writeln!(s, "  events by kind:");
         for (k, n) in self.log.by_kind() {
             let _ = writeln!(s, "    {k:<22} {n}");
         }
