@@ -138,18 +138,21 @@ fn clients(sessions: &[Value], what: &str, force: bool) -> anyhow::Result<String
     }
     let named: Vec<String> = sessions.iter().map(session_text).collect();
     let count = plural(sessions.len(), "client");
+    let (has, them) = if sessions.len() == 1 {
+        ("has", "it")
+    } else {
+        ("have", "them")
+    };
     if !force {
         return Err(Failure::Conflict(format!(
-            "refusing to {what}: {count} {} it open ({}); stop them first, or pass --force to \
-             disconnect them",
-            if sessions.len() == 1 { "has" } else { "have" },
+            "refusing to {what}: {count} {has} it open ({}); stop {them} first, or pass --force \
+             to disconnect {them}",
             named.join(", ")
         ))
         .into());
     }
     Ok(format!(
-        " {count} {} it open and will be disconnected: {}.",
-        if sessions.len() == 1 { "has" } else { "have" },
+        " {count} {has} it open and will be disconnected: {}.",
         named.join(", ")
     ))
 }

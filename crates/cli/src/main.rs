@@ -3,6 +3,7 @@
 //! generator. Every client command prints JSON with `--json`, and fails with one of the exit
 //! codes in `exit_code`.
 
+mod bench_cmd;
 mod client;
 mod cluster_cmd;
 mod config_file;
@@ -102,7 +103,8 @@ enum Command {
     Gc,
     /// Write a metadata checkpoint now.
     Checkpoint,
-    /// ORION-style I/O benchmark against an NBD export, a file or a block device.
+    /// ORION-style I/O benchmark against an NBD export, an iSCSI LUN, a file or a block
+    /// device, or a volume of its own (--create-volume SIZE).
     Bench(weft_bench::BenchArgs),
     /// Print a shell completion script (e.g. `weft completions bash > /etc/bash_completion.d/weft`).
     Completions(generate::CompletionsArgs),
@@ -361,6 +363,11 @@ fn main() -> ExitCode {
         }) => {
             logging::init_logging(daemon.log_format);
             cluster_cmd::run_dnode(args)
+        }
+        Command::Bench(args) if args.command.is_none() && args.run.create_volume.is_some() => {
+            let g = &cli.global;
+            let client = ApiClient::discover(&g.data_dir, g.api.as_deref(), g.token.as_deref());
+            return ExitCode::from(clamp_exit(bench_cmd::on_new_volume(client, args)));
         }
         Command::Bench(args) => {
             return ExitCode::from(clamp_exit(weft_bench::main_exit_code(args)))

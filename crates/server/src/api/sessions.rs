@@ -117,16 +117,16 @@ pub(super) async fn refuse_if_busy(
         tracing::warn!(%what, sessions = sessions.len(), %clients, "forced: disconnecting clients");
         return Ok(());
     }
-    let count = if sessions.len() == 1 {
-        "1 client has".to_string()
+    let (count, them) = if sessions.len() == 1 {
+        ("1 client has".to_string(), "it")
     } else {
-        format!("{} clients have", sessions.len())
+        (format!("{} clients have", sessions.len()), "them")
     };
     Err(ApiError(
         StatusCode::CONFLICT,
         format!(
-            "refusing to {what}: {count} it open ({clients}); stop them first, or force it \
-             (--force) to disconnect them"
+            "refusing to {what}: {count} it open ({clients}); stop {them} first, or repeat with \
+             force (weft: --force) to disconnect {them}"
         ),
     ))
 }
