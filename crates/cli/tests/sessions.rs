@@ -93,7 +93,9 @@ fn a_busy_volume_lists_its_clients_and_is_refused_until_forced() {
         "no client has busy open"
     );
 
-    // fio writes 16 MiB at about 4 MB/s (some 4 s), then reads it all back and verifies.
+    // fio writes 24 MiB at 4 MiB/s (6 s), then reads it all back at that rate and verifies
+    // (6 s more): the refusals below, each waiting out the server's grace for ending
+    // sessions, all happen while it is connected.
     let fio_dir = srv.scratch.join("fio");
     std::fs::create_dir_all(&fio_dir).unwrap();
     let mut fio = Bg::spawn(&mut fio_cmd(
@@ -103,7 +105,7 @@ fn a_busy_volume_lists_its_clients_and_is_refused_until_forced() {
             "--name=verified".into(),
             "--rw=randwrite".into(),
             "--bs=4k".into(),
-            "--size=16M".into(),
+            "--size=24M".into(),
             "--iodepth=4".into(),
             "--rate=4m".into(),
             "--verify=crc32c".into(),
