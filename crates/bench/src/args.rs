@@ -71,9 +71,29 @@ impl Mode {
 pub struct RunArgs {
     /// What to measure: nbd://HOST[:PORT]/EXPORT,
     /// iscsi://[USER[%SECRET]@]HOST[:PORT]/TARGET-IQN/LUN[?initiator=IQN], a file, or a block
-    /// device.
-    #[arg(value_name = "TARGET", required = true)]
+    /// device. Not with --create-volume.
+    #[arg(
+        value_name = "TARGET",
+        required_unless_present = "create_volume",
+        conflicts_with = "create_volume"
+    )]
     pub target: Option<String>,
+
+    /// Bench a volume of its own instead of TARGET: `weft bench` creates a thin volume of this
+    /// size through the management API (the global --data-dir, --api, --token find it),
+    /// benches it over --protocol and deletes it afterwards, also when the run fails or is
+    /// interrupted. Writes need no --allow-destructive then.
+    #[arg(long = "create-volume", value_name = "SIZE", value_parser = parse_size)]
+    pub create_volume: Option<u64>,
+
+    /// With --create-volume: bench the volume over NBD or iSCSI.
+    #[arg(
+        long = "protocol",
+        value_enum,
+        default_value = "nbd",
+        requires = "create_volume"
+    )]
+    pub protocol: Protocol,
 
     /// Workload mode.
     #[arg(short = 'm', long = "mode", value_enum, default_value = "simple")]
@@ -148,13 +168,33 @@ pub struct RunArgs {
     #[arg(long = "seed")]
     pub seed: Option<u64>,
 
-    /// Allow writes to a block device (they destroy its contents).
+    /// Allow writes to a target that holds data: an NBD export, an iSCSI LUN or a block
+    /// device (they destroy its contents). Modes that write, and the prefill, need it; a
+    /// volume of its own (--create-volume) and a file do not.
     #[arg(long = "allow-destructive")]
     pub allow_destructive: bool,
+
+    /// Do not fill the unwritten ranges of the measured region before the points that read
+    /// (reads of never-written blocks return zeroes without touching a disk, and measure
+    /// nothing real). The report still says how much was unwritten.
+    #[arg(long = "no-prefill")]
+    pub no_prefill: bool,
+
+    /// Set by `weft bench --create-volume`: TARGET is a volume made for this run, so writing
+    /// destroys nothing.
+    #[arg(skip)]
+    pub target_is_scratch: bool,
 
     /// Do not draw a progress bar.
     #[arg(long = "no-progress")]
     pub no_progress: bool,
+}
+
+/// How `--create-volume` reaches its volume.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Nbd,
+    Iscsi,
 }
 
 /// Parses "10s", "500ms", "250us", "2m", or a bare number of seconds.

@@ -6,10 +6,14 @@
 //! an O_DIRECT file/device backend), the statistics (`stats`), the result files (`results`: JSON
 //! and CSV) and the self-contained HTML report (`report`).
 //!
-//! Entry points for the `weft` binary: [`BenchArgs`], [`run`] and [`main_exit_code`].
-//! Exit codes: 0 success, 2 bad arguments or an unusable target, 1 any other failure.
+//! Entry points for the `weft` binary: [`BenchArgs`], [`run`], [`main_exit_code`] and
+//! [`request_stop`] (a signal handler's way to end a run early, e.g. so that `weft bench
+//! --create-volume` still deletes its volume after Ctrl-C).
+//! Exit codes: 0 success, 2 bad arguments or an unusable target, 1 any other failure, 130
+//! stopped by [`request_stop`].
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 mod args;
 mod cpu;
@@ -23,8 +27,9 @@ pub mod size;
 mod stats;
 mod sys;
 mod target;
+mod unwritten;
 
-pub use args::{BenchArgs, BenchCommand, Mode, ReportArgs, RunArgs};
+pub use args::{BenchArgs, BenchCommand, Mode, Protocol, ReportArgs, RunArgs};
 
 /// Exit code for success.
 pub const EXIT_OK: i32 = 0;
@@ -32,6 +37,23 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_FAILURE: i32 = 1;
 /// Exit code for bad arguments, an unreachable or unusable target, or a bad region.
 pub const EXIT_USAGE: i32 = 2;
+/// Exit code of a run ended by [`request_stop`] (128 + SIGINT, as a shell reports Ctrl-C).
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// Set by [`request_stop`]; the runner checks it between I/Os and points.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Ends the running benchmark soon: outstanding I/Os complete, no result files are written
+/// and the run fails with [`BenchError::Interrupted`]. Only stores to an atomic, so a signal
+/// handler may call it.
+pub fn request_stop() {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Whether [`request_stop`] was called.
+pub(crate) fn stop_requested() -> bool {
+    STOP.load(Ordering::Relaxed)
+}
 
 /// Errors that decide the exit code. Anything else maps to [`EXIT_FAILURE`].
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +86,9 @@ pub enum BenchError {
         #[source]
         source: serde_json::Error,
     },
+    /// [`request_stop`] ended the run.
+    #[error("stopped before the end of the run; no result files written")]
+    Interrupted,
 }
 
 impl BenchError {
@@ -72,6 +97,7 @@ impl BenchError {
         match self {
             BenchError::Usage(_) | BenchError::Target(_) | BenchError::Parse { .. } => EXIT_USAGE,
             BenchError::Run { .. } | BenchError::File { .. } => EXIT_FAILURE,
+            BenchError::Interrupted => EXIT_INTERRUPTED,
         }
     }
 }

@@ -53,6 +53,7 @@ pub(crate) fn render(runs: &[Results], threshold: Option<Duration>) -> String {
 <body>
 <header><h1>weft bench report</h1><p class="runs">{title}</p></header>
 <noscript><p>The charts need JavaScript; the data is in the JSON result files.</p></noscript>
+<div id="warnings"></div>
 <section><h2>Latency against load</h2>
 <p class="hint">Mean (solid), p99 (dashed) and p99.9 (dotted) latency at each number of
 outstanding I/Os; one colour per run. Outstanding I/Os on a log scale.</p>

@@ -11,6 +11,7 @@ use crate::machine::Machine;
 use crate::plan::Region;
 use crate::stats::DirStats;
 use crate::target::TargetInfo;
+use crate::unwritten::Unwritten;
 use crate::BenchError;
 
 /// Bumped when a field changes meaning or disappears; adding fields keeps the version.
@@ -29,6 +30,10 @@ pub(crate) struct Results {
     pub(crate) config: Config,
     pub(crate) points: Vec<PointResult>,
     pub(crate) knees: Vec<Knee>,
+    /// Never-written ranges of the measured region and the prefill (absent in files from
+    /// before the check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) unwritten: Option<Unwritten>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -279,6 +284,9 @@ pub(crate) fn summary_table(r: &Results) -> String {
                 .map_or("-".to_string(), |v| format!("{v:.0}%")),
         );
     }
+    if let Some(w) = r.unwritten.as_ref().and_then(|u| u.warning.as_ref()) {
+        let _ = writeln!(s, "warning: {w}");
+    }
     for k in &r.knees {
         let _ = match k.point_index {
             Some(i) => writeln!(
@@ -417,6 +425,10 @@ pub(crate) mod tests {
             },
             points: vec![point(0, 1, 0, 1.0, 1.0), point(1, 2, 0, 2.0, 2.0)],
             knees: vec![],
+            unwritten: Some(Unwritten {
+                warning: Some("holes".into()),
+                ..Unwritten::default()
+            }),
         };
         // A file from before data patterns, CPU and series still loads, with defaults.
         let mut old = serde_json::to_value(&r).expect("serialises");
@@ -425,6 +437,7 @@ pub(crate) mod tests {
             .unwrap()
             .remove("data_pattern");
         old["config"].as_object_mut().unwrap().remove("server_pid");
+        old.as_object_mut().unwrap().remove("unwritten");
         for p in old["points"].as_array_mut().unwrap() {
             p.as_object_mut().unwrap().remove("cpu");
             p.as_object_mut().unwrap().remove("series");
@@ -441,5 +454,6 @@ pub(crate) mod tests {
             lines[2].split(',').count() - 1, // the quoted label holds one comma
         );
         assert!(summary_table(&r).contains("small qd2 w0%"));
+        assert!(summary_table(&r).contains("warning: holes"));
     }
 }

@@ -29,8 +29,8 @@ use crate::results::{
     self, ClassStats, Config, PointCpu, PointResult, Results, Sample, Tool, SCHEMA_VERSION,
 };
 use crate::stats::{Recorder, SeriesRecorder};
-use crate::target::{open_target, IoQueue, IoRequest, Op, Target, TargetError};
-use crate::{report, BenchError};
+use crate::target::{open_target, IoQueue, IoRequest, Op, Target, TargetError, TargetInfo};
+use crate::{report, unwritten, BenchError};
 
 /// How often the progress bar refreshes while a point runs.
 const PROGRESS_TICK: Duration = Duration::from_millis(100);
@@ -80,10 +80,13 @@ struct PointCtx<'a> {
 /// Runs a benchmark from command-line arguments and writes its result files.
 pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
     let plan = Plan::from_args(a)?;
-    let uri = a
-        .target
-        .as_deref()
-        .expect("clap requires TARGET without a subcommand");
+    let Some(uri) = a.target.as_deref() else {
+        return Err(BenchError::Usage(
+            "--create-volume needs the management API: run it as `weft bench`, which creates \
+             the volume and names it as the target"
+                .into(),
+        ));
+    };
     let target = open_target(uri, plan.writes())?;
     let info = target.info().clone();
     // From here on the URI is shown and recorded without any secret it holds.
@@ -94,9 +97,13 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
             plan.write_pcts
         )));
     }
-    if plan.writes() && info.kind == "block" && !a.allow_destructive {
+    let holds_data = holds_data(a, &info);
+    if let (true, Some(what)) = (plan.writes(), &holds_data) {
         return Err(BenchError::Usage(format!(
-            "writing to block device {uri} destroys its contents; pass --allow-destructive"
+            "the plan writes (write percentages {:?}) to {what}, which destroys what it holds: \
+             pass --allow-destructive, or bench a volume of its own with `weft bench \
+             --create-volume SIZE`",
+            plan.write_pcts
         )));
     }
     let region = plan.resolve_region(&info)?;
@@ -110,6 +117,21 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
         region.start_bytes,
         region.end_bytes
     );
+    let policy = unwritten::Policy {
+        reads: plan.points.iter().any(|p| p.write_pct < 100),
+        no_prefill: a.no_prefill,
+        write_refused: if info.read_only {
+            Some("the target is read-only".into())
+        } else {
+            holds_data.map(|what| {
+                format!(
+                    "it would write to {what}: pass --allow-destructive to allow it, or bench a \
+                     volume of its own with `weft bench --create-volume SIZE`"
+                )
+            })
+        },
+    };
+    let unwritten = unwritten::check(target.as_ref(), &plan, region, &policy)?;
     let bar = progress_bar(a.no_progress, plan.estimated());
     let mut points = Vec::with_capacity(plan.points.len());
     let meter = CpuMeter::new(plan.server_pid);
@@ -124,6 +146,10 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
             &meter,
             run_start,
         )?;
+        if crate::stop_requested() {
+            bar.finish_and_clear();
+            return Err(BenchError::Interrupted);
+        }
         let server = r
             .cpu
             .server_pct
@@ -163,6 +189,7 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
         config: config_record(&plan, region),
         points,
         knees,
+        unwritten: Some(unwritten),
     };
     print!("{}", results::summary_table(&res));
     let json = serde_json::to_string_pretty(&res).expect("results serialise");
@@ -177,6 +204,19 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
         paths[2].display()
     );
     Ok(())
+}
+
+/// The target (`NBD export nbd://...`) when writing to it needs `--allow-destructive` and the
+/// run does not have it: NBD exports, iSCSI LUNs and block devices hold someone's data unless
+/// the bench made the volume itself (`--create-volume`); a file is the user's scratch file.
+fn holds_data(a: &RunArgs, info: &TargetInfo) -> Option<String> {
+    let what = match info.kind.as_str() {
+        "nbd" => "NBD export",
+        "iscsi" => "iSCSI LUN",
+        "block" => "block device",
+        _ => return None,
+    };
+    (!a.allow_destructive && !a.target_is_scratch).then(|| format!("{what} {}", info.uri))
 }
 
 fn config_record(plan: &Plan, region: Region) -> Config {
@@ -592,7 +632,7 @@ fn drive(
         if counted > 0 {
             ctx.completed_ios.fetch_add(counted, Ordering::Relaxed);
         }
-        if !in_window || ctx.abort.load(Ordering::Relaxed) {
+        if !in_window || ctx.abort.load(Ordering::Relaxed) || crate::stop_requested() {
             stopping = true;
         }
     }

@@ -12,6 +12,23 @@ const FRACTION_DIGITS_MAX: usize = 18;
 /// Largest power-of-ten exponent (`1e3k`): 10^30 bytes is far past any size already.
 const EXPONENT_MAX: usize = 30;
 
+/// Bytes in binary units, as the `weft` CLI prints them: `512 B`, `1.5 GiB`.
+pub(crate) fn human(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    #[allow(clippy::cast_precision_loss)] // shown to one decimal
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 /// Parses a size in bytes. The error says what was wrong and shows examples.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let examples = "e.g. 4096, 64k, 8KiB, 1m, 100G, 1.5T";

@@ -1,8 +1,9 @@
 //! What the load generator drives: a [`Target`] (an NBD export, an iSCSI LUN, a file, a block
 //! device) hands out [`IoQueue`]s, each owned by one worker thread and carrying up to a fixed
 //! number of outstanding I/Os. The runner owns timing and statistics; a queue only moves bytes.
-//! Also here: the errors every target reports ([`TargetError`]) and [`open_target`], which
-//! picks the target from the URI's scheme.
+//! Also here: the errors every target reports ([`TargetError`]), [`open_target`], which
+//! picks the target from the URI's scheme, and [`AllocationProbe`], through which a target
+//! that can tell says which of its ranges were never written.
 
 use std::io;
 use std::path::Path;
@@ -88,6 +89,40 @@ pub(crate) trait Target: Send + Sync {
         io_bytes_max: u32,
         data: DataGen,
     ) -> Result<Box<dyn IoQueue>, TargetError>;
+
+    /// A reader of which ranges are allocated, or why this target cannot tell.
+    fn allocation(&self) -> Result<Allocation, TargetError> {
+        Ok(Allocation::Unknown(
+            "files and block devices are not checked (a sparse file is reported when opened)"
+                .into(),
+        ))
+    }
+}
+
+/// Whether a target can say which of its ranges were never written.
+pub(crate) enum Allocation {
+    Known(Box<dyn AllocationProbe>),
+    /// Why not (the protocol or the server offers no way).
+    Unknown(String),
+}
+
+/// Asks a target which ranges hold data: NBD block status (`base:allocation`), iSCSI GET LBA
+/// STATUS. Owns its own connection, apart from the queues.
+pub(crate) trait AllocationProbe: Send {
+    /// How it asks, for the results (`nbd base:allocation`, `iscsi GET LBA STATUS`).
+    fn method(&self) -> &'static str;
+
+    /// The allocation from `offset_bytes` on, within `len_bytes`: consecutive extents, at
+    /// least one, covering at most `len_bytes`.
+    fn extents(&mut self, offset_bytes: u64, len_bytes: u64) -> Result<Vec<Extent>, TargetError>;
+}
+
+/// A run of bytes that share their allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub(crate) length_bytes: u64,
+    /// Written (or at least backed); `false`: reads return zeroes without touching a disk.
+    pub(crate) allocated: bool,
 }
 
 /// A worker's private channel to the target.

@@ -1,8 +1,10 @@
 //! End-to-end tests of the `weft-bench` binary against nbdkit's memory plugin and a file:
 //! every mode writes JSON valid against `schema/results.schema.json`, CSV and HTML; the HTML
 //! renders its uPlot charts and ORION grids in headless Chromium; data patterns and the server's
-//! CPU are recorded; bad targets (NBD, iSCSI, files) fail with exit
-//! code 2 and a message. iSCSI runs against a real target are `crates/cli/tests/bench_iscsi.rs`.
+//! CPU are recorded; writes to an export need `--allow-destructive`; unwritten ranges are
+//! found (NBD block status), warned about and prefilled; bad targets (NBD, iSCSI, files) fail
+//! with exit code 2 and a message. iSCSI runs against a real target, and `--create-volume`,
+//! are `crates/cli/tests/bench_iscsi.rs` and `bench_volume.rs`.
 //!
 //! Needs nbdkit and chromium on PATH (Debian packages `nbdkit`, `chromium`).
 
@@ -250,6 +252,7 @@ fn oltp_mode_against_nbdkit_with_two_workers() {
             "2",
             "--small",
             "4k",
+            "--allow-destructive",
         ],
     );
     assert_eq!(
@@ -296,6 +299,7 @@ fn dss_and_matrix_modes_against_nbdkit_in_a_region() {
             "0,50",
             "--region",
             "0-40%",
+            "--allow-destructive",
         ],
     );
     assert_eq!(
@@ -350,6 +354,7 @@ fn data_pattern_and_server_cpu_are_recorded() {
             &pid,
             "--small",
             "8KiB",
+            "--allow-destructive",
         ],
     );
     assert_eq!(v["config"]["data_pattern"]["compressible_pct"], 50);
@@ -379,7 +384,13 @@ fn report_overlays_results_and_renders_in_chromium() {
     let mut a = common.to_vec();
     let pid = nbd.pid().to_string();
     a.extend_from_slice(&["--label", "nbdkit", "--mode", "oltp", "--server-pid", &pid]);
-    a.extend_from_slice(&["--compressible", "60", "--dedupable", "20"]);
+    a.extend_from_slice(&[
+        "--compressible",
+        "60",
+        "--dedupable",
+        "20",
+        "--allow-destructive",
+    ]);
     run_ok(&nbd.uri(), &dir.path().join("a"), &a);
     let mut b = common.to_vec();
     b.extend_from_slice(&["--label", "file", "--mode", "simple"]);
@@ -685,4 +696,133 @@ fn bad_arguments_and_read_only_targets_exit_2() {
     expect_usage_error(&["ftp://x/y"], "unsupported scheme");
     let nbd = Nbdkit::start(&["-r"], "16M");
     expect_usage_error(&[&nbd.uri(), "--mode", "oltp", "-w", "10"], "read-only");
+    // Only `weft bench` talks to the management API.
+    expect_usage_error(&["--create-volume", "64M"], "management API");
+    expect_usage_error(&["--create-volume", "64M", "x"], "cannot be used with");
+}
+
+#[test]
+fn writes_to_an_nbd_export_need_allow_destructive() {
+    let nbd = Nbdkit::start(&[], "16M");
+    let uri = nbd.uri();
+    for plan in [
+        &["--mode", "oltp"][..],
+        &["--mode", "dss", "-w", "100"],
+        &["--mode", "matrix", "-w", "40"],
+        &["-w", "10"],
+    ] {
+        let mut args = vec![uri.as_str(), "--no-progress"];
+        args.extend_from_slice(plan);
+        expect_usage_error(&args, "destroys what it holds: pass --allow-destructive");
+        expect_usage_error(&args, "--create-volume SIZE");
+    }
+    // Nothing was written: the export is still all holes.
+    let dir = tempfile::tempdir().unwrap();
+    let v = run_ok(
+        &uri,
+        &dir.path().join("after"),
+        &["--qd", "1", "--large-qd", "1"],
+    );
+    assert_eq!(
+        v["unwritten"]["before_bytes"],
+        16 << 20,
+        "{}",
+        v["unwritten"]
+    );
+}
+
+#[test]
+fn unwritten_ranges_are_found_warned_about_and_prefilled_before_reads() {
+    let nbd = Nbdkit::start(&[], "32M");
+    let uri = nbd.uri();
+    let dir = tempfile::tempdir().unwrap();
+    let reads = ["--qd", "1,2", "--large-qd", "1"];
+
+    // A new export: all holes. Without --allow-destructive the prefill may not write, so the
+    // reads measure holes and every output says so.
+    let prefix = dir.path().join("holes");
+    let mut args = vec![uri.as_str(), "-o", prefix.to_str().unwrap()];
+    args.extend_from_slice(QUICK);
+    args.extend_from_slice(&reads);
+    let out = bench(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("32.0 MiB of the 32.0 MiB measured (100.0%) has never been written (nbd base:allocation)"), "{stderr}");
+    assert!(
+        stderr.contains("not prefilled: it would write to NBD export"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("warning: 32.0 MiB of the 32.0 MiB measured (100.0%) was never written when the points ran"), "{stdout}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(prefix.with_extension("json")).unwrap())
+            .unwrap();
+    validate(&v);
+    let u = &v["unwritten"];
+    assert_eq!(u["method"], "nbd base:allocation", "{u}");
+    assert_eq!(u["region_bytes"], 32 << 20, "{u}");
+    assert_eq!(u["before_bytes"], 32 << 20, "{u}");
+    assert_eq!(u["measured_bytes"], 32 << 20, "{u}");
+    assert_eq!(u["prefilled_bytes"], 0, "{u}");
+    assert!(
+        u["prefill_skipped"]
+            .as_str()
+            .unwrap()
+            .contains("--allow-destructive"),
+        "{u}"
+    );
+    assert!(
+        u["warning"].as_str().unwrap().contains("return zeroes"),
+        "{u}"
+    );
+    // The report shows the warning above the charts.
+    let dom = chromium(
+        dir.path(),
+        &["--dump-dom", "--window-size=1200,2000"],
+        &prefix.with_extension("html"),
+    );
+    assert!(
+        dom.contains("class=\"warning unwritten\""),
+        "no warning in the report"
+    );
+    assert!(
+        dom.contains("was never written when the points ran"),
+        "the warning's text"
+    );
+
+    // --no-prefill says so.
+    let v = run_ok(
+        &uri,
+        &dir.path().join("no-prefill"),
+        &[&reads[..], &["--no-prefill", "--allow-destructive"]].concat(),
+    );
+    assert_eq!(v["unwritten"]["prefill_skipped"], "--no-prefill");
+    assert_eq!(v["unwritten"]["prefilled_bytes"], 0);
+    assert!(v["unwritten"]["warning"].is_string());
+
+    // With --allow-destructive the holes are filled before the first point: no warning.
+    let v = run_ok(
+        &uri,
+        &dir.path().join("prefilled"),
+        &[&reads[..], &["--allow-destructive"]].concat(),
+    );
+    let u = &v["unwritten"];
+    assert_eq!(u["before_bytes"], 32 << 20, "{u}");
+    assert_eq!(u["prefilled_bytes"], 32 << 20, "{u}");
+    assert_eq!(u["measured_bytes"], 0, "{u}");
+    assert!(u["warning"].is_null(), "{u}");
+    assert!(u["prefill_s"].as_f64().unwrap() > 0.0, "{u}");
+    // ... and stay filled: the next run finds nothing to do.
+    let v = run_ok(&uri, &dir.path().join("again"), &reads);
+    assert_eq!(v["unwritten"]["before_bytes"], 0);
+    assert!(v["unwritten"]["warning"].is_null());
+
+    // A file is not checked, and says why.
+    let file = temp_file(dir.path(), 4 << 20);
+    let v = run_ok(file.to_str().unwrap(), &dir.path().join("file"), &reads);
+    assert!(v["unwritten"]["method"].is_null());
+    assert!(v["unwritten"]["not_checked"]
+        .as_str()
+        .unwrap()
+        .contains("not checked"));
 }

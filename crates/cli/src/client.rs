@@ -27,6 +27,9 @@ pub enum Request {
     Info {
         name: String,
     },
+    Sessions {
+        name: String,
+    },
     Resize {
         name: String,
         size_bytes: u64,
@@ -35,16 +38,19 @@ pub enum Request {
         name: String,
         with_snapshots: bool,
         yes: bool,
+        force: bool,
     },
     Refresh {
         volume: String,
         snapshot: String,
         yes: bool,
+        force: bool,
     },
     Rollback {
         volume: String,
         snapshot: String,
         yes: bool,
+        force: bool,
     },
     SnapshotCreate {
         volume: String,
@@ -254,6 +260,16 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
             let v = client.call("GET", &format!("/volumes/{}", seg(&name)), None)?;
             show(json, &v, print::volume_details)?;
         }
+        Request::Sessions { name } => {
+            // A snapshot's full name has an `@`; anything else names a volume.
+            let kind = if name.contains('@') {
+                "snapshots"
+            } else {
+                "volumes"
+            };
+            let v = client.call("GET", &format!("/{kind}/{}/sessions", seg(&name)), None)?;
+            show(json, &v, |v| print::session_table(&name, v))?;
+        }
         Request::Resize { name, size_bytes } => {
             let v = client.call(
                 "POST",
@@ -272,14 +288,22 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
             name,
             with_snapshots,
             yes,
+            force,
         } => {
             confirm::confirm(yes, &format!("delete volume {name}"), || {
-                confirm::volume_delete(client, &name, with_snapshots)
+                confirm::volume_delete(client, &name, with_snapshots, force)
             })?;
-            let query = if with_snapshots {
-                "?with_snapshots=true"
+            let query: Vec<&str> = [
+                with_snapshots.then_some("with_snapshots=true"),
+                force.then_some("force=true"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let query = if query.is_empty() {
+                String::new()
             } else {
-                ""
+                format!("?{}", query.join("&"))
             };
             client.call("DELETE", &format!("/volumes/{}{query}", seg(&name)), None)?;
             let v = json!({ "deleted": "volume", "name": name, "with_snapshots": with_snapshots });
@@ -295,21 +319,35 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
             volume,
             snapshot,
             yes,
+            force,
         } => {
             confirm::confirm(yes, &format!("refresh volume {volume}"), || {
-                confirm::volume_refresh(client, &volume, &snapshot)
+                confirm::volume_refresh(client, &volume, &snapshot, force)
             })?;
-            repoint(client, "refresh", "refreshed", &volume, &snapshot, json)?;
+            let to = Repoint {
+                action: "refresh",
+                done: "refreshed",
+                snapshot: &snapshot,
+                force,
+            };
+            repoint(client, &to, &volume, json)?;
         }
         Request::Rollback {
             volume,
             snapshot,
             yes,
+            force,
         } => {
             confirm::confirm(yes, &format!("roll back volume {volume}"), || {
-                confirm::volume_rollback(client, &volume, &snapshot)
+                confirm::volume_rollback(client, &volume, &snapshot, force)
             })?;
-            repoint(client, "rollback", "rolled back", &volume, &snapshot, json)?;
+            let to = Repoint {
+                action: "rollback",
+                done: "rolled back",
+                snapshot: &snapshot,
+                force,
+            };
+            repoint(client, &to, &volume, json)?;
         }
         Request::SnapshotCreate { volume, name } => {
             let path = format!("/volumes/{}/snapshots", seg(&volume));
@@ -384,21 +422,36 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
     Ok(())
 }
 
+/// What a refresh or rollback asks for.
+struct Repoint<'a> {
+    /// The API's verb: `refresh` or `rollback`.
+    action: &'a str,
+    /// What the CLI says it did: `refreshed`, `rolled back`.
+    done: &'a str,
+    snapshot: &'a str,
+    force: bool,
+}
+
 /// Refresh or rollback: the volume now reads as the snapshot (its new origin).
-fn repoint(
-    client: &ApiClient,
-    action: &str,
-    done: &str,
-    volume: &str,
-    snapshot: &str,
-    json: bool,
-) -> anyhow::Result<()> {
-    let path = format!("/volumes/{}/{action}", seg(volume));
-    let v = client.call("POST", &path, Some(json!({ "snapshot": snapshot })))?;
+fn repoint(client: &ApiClient, to: &Repoint<'_>, volume: &str, json: bool) -> anyhow::Result<()> {
+    let path = format!("/volumes/{}/{}", seg(volume), to.action);
+    let mut body = json!({ "snapshot": to.snapshot });
+    if to.force {
+        // Only when set: a server from before sessions refuses unknown fields.
+        body["force"] = true.into();
+    }
+    let v = client.call("POST", &path, Some(body))?;
     show(json, &v, |v| {
+        // Without force the server refused while clients had the volume open: none did.
+        let cut = if to.force {
+            "; clients that had it open were disconnected"
+        } else {
+            ""
+        };
         println!(
-            "{done} {volume} to snapshot {} (origin now {}); connected clients were disconnected",
-            snapshot,
+            "{} {volume} to snapshot {} (origin now {}){cut}",
+            to.done,
+            to.snapshot,
             v["origin"].as_str().unwrap_or("-")
         );
     })

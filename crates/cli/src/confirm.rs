@@ -3,6 +3,10 @@
 //! and go on only on `y`; with `--yes` they do not ask. Without a terminal (a script, a pipe,
 //! cron) and without `--yes` they refuse with the usage exit code, before any request that
 //! changes something: a script must say `--yes` to destroy data.
+//!
+//! Commands that cut clients off (volume delete, refresh, rollback) name the clients that
+//! have the volume open in the question when `--force` is given, and without it refuse
+//! before asking (exit 5, as the server's 409 would).
 
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -53,44 +57,125 @@ pub fn volume_delete(
     client: &ApiClient,
     name: &str,
     with_snapshots: bool,
+    force: bool,
 ) -> anyhow::Result<String> {
     let v = client.call("GET", &format!("/volumes/{}", seg(name)), None)?;
     let size = size_of(&v);
     let snaps = list(&v["snapshots"]);
+    let mut sessions: Vec<Value> = v["sessions"].as_array().cloned().unwrap_or_default();
+    if with_snapshots && !snaps.is_empty() {
+        let all = client.call("GET", &format!("/snapshots?volume={}", seg(name)), None)?;
+        for s in all.as_array().into_iter().flatten() {
+            sessions.extend(s["sessions"].as_array().cloned().unwrap_or_default());
+        }
+    }
+    let clients = clients(&sessions, &format!("delete volume {name}"), force)?;
     Ok(match (with_snapshots, snaps.len()) {
         (true, n) if n > 0 => format!(
-            "Delete volume {name} ({size}) and its {} ({})?",
+            "Delete volume {name} ({size}) and its {} ({})?{clients}",
             plural(n, "snapshot"),
             snaps.join(", ")
         ),
-        (_, n) => format!("Delete volume {name} ({size}, {})?", plural(n, "snapshot")),
+        (_, n) => format!(
+            "Delete volume {name} ({size}, {})?{clients}",
+            plural(n, "snapshot")
+        ),
     })
 }
 
 /// `weft volume rollback`.
-pub fn volume_rollback(client: &ApiClient, name: &str, snapshot: &str) -> anyhow::Result<String> {
+pub fn volume_rollback(
+    client: &ApiClient,
+    name: &str,
+    snapshot: &str,
+    force: bool,
+) -> anyhow::Result<String> {
     let v = client.call("GET", &format!("/volumes/{}", seg(name)), None)?;
+    let clients = clients(
+        v["sessions"].as_array().map_or(&[], Vec::as_slice),
+        &format!("roll back volume {name}"),
+        force,
+    )?;
     let s = client.call("GET", &format!("/snapshots/{}", seg(snapshot)), None)?;
     Ok(format!(
         "Roll back volume {name} ({}) to snapshot {snapshot} (taken {})? Its writes since \
-         then are discarded and its clients disconnected.",
+         then are discarded and its clients disconnected.{clients}",
         size_of(&v),
         date(&s["created_unix_s"])
     ))
 }
 
 /// `weft volume refresh`.
-pub fn volume_refresh(client: &ApiClient, name: &str, snapshot: &str) -> anyhow::Result<String> {
+pub fn volume_refresh(
+    client: &ApiClient,
+    name: &str,
+    snapshot: &str,
+    force: bool,
+) -> anyhow::Result<String> {
     let v = client.call("GET", &format!("/volumes/{}", seg(name)), None)?;
+    let clients = clients(
+        v["sessions"].as_array().map_or(&[], Vec::as_slice),
+        &format!("refresh volume {name}"),
+        force,
+    )?;
     let s = client.call("GET", &format!("/snapshots/{}", seg(snapshot)), None)?;
     Ok(format!(
         "Refresh volume {name} ({}, {} of its own changes) to snapshot {snapshot} of {} \
-         (taken {})? Its changes are discarded and its clients disconnected.",
+         (taken {})? Its changes are discarded and its clients disconnected.{clients}",
         size_of(&v),
         human(v["space"]["own_bytes"].as_u64().unwrap_or(0)),
         s["volume"].as_str().unwrap_or("-"),
         date(&s["created_unix_s"])
     ))
+}
+
+/// The clients of `sessions` (the API's session objects) for the question: nothing when
+/// there are none; without `force`, a refusal naming them (exit 5, before asking anything);
+/// with it, a sentence naming them.
+fn clients(sessions: &[Value], what: &str, force: bool) -> anyhow::Result<String> {
+    if sessions.is_empty() {
+        return Ok(String::new());
+    }
+    let named: Vec<String> = sessions.iter().map(session_text).collect();
+    let count = plural(sessions.len(), "client");
+    let (has, them) = if sessions.len() == 1 {
+        ("has", "it")
+    } else {
+        ("have", "them")
+    };
+    if !force {
+        return Err(Failure::Conflict(format!(
+            "refusing to {what}: {count} {has} it open ({}); stop {them} first, or pass --force \
+             to disconnect {them}",
+            named.join(", ")
+        ))
+        .into());
+    }
+    Ok(format!(
+        " {count} {has} it open and will be disconnected: {}.",
+        named.join(", ")
+    ))
+}
+
+/// `nbd 127.0.0.1:53010 since 2026-11-24T06:50:54Z`, `iscsi iqn.x:db1 from 10.0.0.5:40312
+/// (host db1) since ...`, with the snapshot it reads when it is one.
+pub fn session_text(s: &Value) -> String {
+    let mut out = format!(
+        "{} {}",
+        s["protocol"].as_str().unwrap_or("?"),
+        s["client"].as_str().unwrap_or("?")
+    );
+    if s["protocol"] == "iscsi" {
+        out.push_str(&format!(" from {}", s["address"].as_str().unwrap_or("?")));
+    }
+    if let Some(host) = s["host"].as_str() {
+        out.push_str(&format!(" (host {host})"));
+    }
+    if let Some(export) = s["export"].as_str().filter(|e| e.contains('@')) {
+        out.push_str(&format!(" on {export}"));
+    }
+    out.push_str(&format!(" since {}", s["since"].as_str().unwrap_or("-")));
+    out
 }
 
 /// `weft snapshot delete`.
@@ -173,6 +258,36 @@ mod tests {
         })
         .unwrap();
         assert!(!asked.get());
+    }
+
+    #[test]
+    fn clients_are_refused_without_force_and_named_with_it() {
+        let nbd = serde_json::json!({
+            "protocol": "nbd", "client": "127.0.0.1:5000", "address": "127.0.0.1:5000",
+            "host": null, "export": "pgdata", "since": "2026-11-24T06:50:54Z"
+        });
+        let iscsi = serde_json::json!({
+            "protocol": "iscsi", "client": "iqn.x:db1", "address": "10.0.0.5:4000",
+            "host": "db1", "export": "pgdata@mon", "since": "2026-11-24T06:50:55Z"
+        });
+        assert_eq!(clients(&[], "delete volume pgdata", false).unwrap(), "");
+        let refused =
+            clients(std::slice::from_ref(&nbd), "delete volume pgdata", false).unwrap_err();
+        assert_eq!(crate::exit_code::of(&refused), crate::exit_code::CONFLICT);
+        assert!(
+            refused.to_string().contains(
+                "refusing to delete volume pgdata: 1 client has it open \
+                 (nbd 127.0.0.1:5000 since 2026-11-24T06:50:54Z)"
+            ),
+            "{refused}"
+        );
+        let named = clients(&[nbd, iscsi], "delete volume pgdata", true).unwrap();
+        assert_eq!(
+            named,
+            " 2 clients have it open and will be disconnected: nbd 127.0.0.1:5000 since \
+             2026-11-24T06:50:54Z, iscsi iqn.x:db1 from 10.0.0.5:4000 (host db1) on pgdata@mon \
+             since 2026-11-24T06:50:55Z."
+        );
     }
 
     #[test]

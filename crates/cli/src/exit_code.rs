@@ -21,7 +21,8 @@ pub const UNREACHABLE: u8 = 3;
 /// What the command names does not exist (HTTP 404).
 pub const NOT_FOUND: u8 = 4;
 /// The request conflicts with the current state: the name is taken, the volume has
-/// snapshots or is mapped, the snapshot has clones (HTTP 409).
+/// snapshots, is mapped or has clients connected (without `--force`), the snapshot has clones
+/// (HTTP 409).
 pub const CONFLICT: u8 = 5;
 /// The server refused the token (HTTP 401, 403).
 pub const DENIED: u8 = 6;
@@ -35,7 +36,8 @@ Exit codes:
      off a terminal without --yes
   3  no server: none found in the data dir, or it did not answer
   4  not found (HTTP 404)
-  5  conflict: name taken, has snapshots, clones or mappings (HTTP 409)
+  5  conflict: name taken, has snapshots, clones, mappings or connected
+     clients (HTTP 409)
   6  the server refused the token (HTTP 401, 403)";
 
 /// An error a script can tell apart by its exit code.
@@ -47,12 +49,14 @@ pub enum Failure {
     Unreachable(String),
     /// The API answered with an error status.
     Api { status: u16, message: String },
+    /// The CLI saw the conflict itself before asking the API (clients have the volume open).
+    Conflict(String),
 }
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Usage(m) | Failure::Unreachable(m) => f.write_str(m),
+            Failure::Usage(m) | Failure::Unreachable(m) | Failure::Conflict(m) => f.write_str(m),
             Failure::Api { status, message } => write!(f, "{message} (HTTP {status})"),
         }
     }
@@ -74,6 +78,7 @@ impl Failure {
         match self {
             Failure::Usage(_) => USAGE,
             Failure::Unreachable(_) => UNREACHABLE,
+            Failure::Conflict(_) => CONFLICT,
             Failure::Api { status, .. } => match status {
                 400 => USAGE,
                 401 | 403 => DENIED,

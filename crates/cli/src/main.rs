@@ -3,6 +3,7 @@
 //! generator. Every client command prints JSON with `--json`, and fails with one of the exit
 //! codes in `exit_code`.
 
+mod bench_cmd;
 mod client;
 mod cluster_cmd;
 mod config_file;
@@ -102,7 +103,8 @@ enum Command {
     Gc,
     /// Write a metadata checkpoint now.
     Checkpoint,
-    /// ORION-style I/O benchmark against an NBD export, a file or a block device.
+    /// ORION-style I/O benchmark against an NBD export, an iSCSI LUN, a file or a block
+    /// device, or a volume of its own (--create-volume SIZE).
     Bench(weft_bench::BenchArgs),
     /// Print a shell completion script (e.g. `weft completions bash > /etc/bash_completion.d/weft`).
     Completions(generate::CompletionsArgs),
@@ -228,9 +230,16 @@ enum VolumeCommand {
     /// List volumes.
     #[command(visible_alias = "ls")]
     List,
-    /// Show one volume.
+    /// Show one volume, with the clients that have it open.
     Info {
         /// The volume's name.
+        name: String,
+    },
+    /// List the clients that have a volume (or a snapshot, VOLUME@SNAPSHOT) open now: NBD
+    /// connections and iSCSI sessions, with their host, since when, and their reads and
+    /// writes (as `rbd status` lists watchers).
+    Sessions {
+        /// The volume's (or snapshot's) name.
         name: String,
     },
     /// Grow a volume.
@@ -241,7 +250,8 @@ enum VolumeCommand {
         #[arg(long, value_parser = parse_size)]
         size: u64,
     },
-    /// Delete a volume and its data (asks on a terminal; --yes in scripts).
+    /// Delete a volume and its data (asks on a terminal; --yes in scripts). Refused while
+    /// clients have it open, unless --force.
     #[command(visible_alias = "rm")]
     Delete {
         /// The volume's name.
@@ -252,9 +262,13 @@ enum VolumeCommand {
         /// Do not ask (required off a terminal).
         #[arg(short, long)]
         yes: bool,
+        /// Go on while clients have the volume (or a snapshot deleted with it) open: they are
+        /// disconnected.
+        #[arg(long)]
+        force: bool,
     },
     /// Discard a volume's contents and make it read as a snapshot of its family (asks on a
-    /// terminal; --yes in scripts).
+    /// terminal; --yes in scripts). Refused while clients have it open, unless --force.
     Refresh {
         /// The volume's name.
         name: String,
@@ -264,9 +278,12 @@ enum VolumeCommand {
         /// Do not ask (required off a terminal).
         #[arg(short, long)]
         yes: bool,
+        /// Go on while clients have the volume open: they are disconnected.
+        #[arg(long)]
+        force: bool,
     },
     /// Discard a volume's changes since one of its own snapshots (asks on a terminal; --yes
-    /// in scripts).
+    /// in scripts). Refused while clients have it open, unless --force.
     Rollback {
         /// The volume's name.
         name: String,
@@ -276,6 +293,9 @@ enum VolumeCommand {
         /// Do not ask (required off a terminal).
         #[arg(short, long)]
         yes: bool,
+        /// Go on while clients have the volume open: they are disconnected.
+        #[arg(long)]
+        force: bool,
     },
     /// Let a host see a volume or snapshot, as a LUN of the array target (and over NBD from
     /// its addresses). A mapped volume is served to its hosts only.
@@ -343,6 +363,11 @@ fn main() -> ExitCode {
         }) => {
             logging::init_logging(daemon.log_format);
             cluster_cmd::run_dnode(args)
+        }
+        Command::Bench(args) if args.command.is_none() && args.run.create_volume.is_some() => {
+            let g = &cli.global;
+            let client = ApiClient::discover(&g.data_dir, g.api.as_deref(), g.token.as_deref());
+            return ExitCode::from(clamp_exit(bench_cmd::on_new_volume(client, args)));
         }
         Command::Bench(args) => {
             return ExitCode::from(clamp_exit(weft_bench::main_exit_code(args)))
@@ -426,6 +451,7 @@ fn command_to_request(command: Command) -> client::Request {
         },
         Command::Volume(VolumeCommand::List) => R::List,
         Command::Volume(VolumeCommand::Info { name }) => R::Info { name },
+        Command::Volume(VolumeCommand::Sessions { name }) => R::Sessions { name },
         Command::Volume(VolumeCommand::Resize { name, size }) => R::Resize {
             name,
             size_bytes: size,
@@ -434,28 +460,34 @@ fn command_to_request(command: Command) -> client::Request {
             name,
             with_snapshots,
             yes,
+            force,
         }) => R::Delete {
             name,
             with_snapshots,
             yes,
+            force,
         },
         Command::Volume(VolumeCommand::Refresh {
             name,
             snapshot,
             yes,
+            force,
         }) => R::Refresh {
             volume: name,
             snapshot,
             yes,
+            force,
         },
         Command::Volume(VolumeCommand::Rollback {
             name,
             snapshot,
             yes,
+            force,
         }) => R::Rollback {
             volume: name,
             snapshot,
             yes,
+            force,
         },
         Command::Snapshot(SnapshotCommand::Create { volume, name }) => {
             R::SnapshotCreate { volume, name }

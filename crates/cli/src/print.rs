@@ -166,6 +166,56 @@ pub fn snapshot_table(list: &Value) {
     table(&headers, &rows);
 }
 
+/// `weft volume sessions NAME`: one row per client that has the export open.
+pub fn session_table(name: &str, list: &Value) {
+    let sessions = list.as_array().map_or(&[][..], Vec::as_slice);
+    if sessions.is_empty() {
+        println!("no client has {name} open");
+        return;
+    }
+    let count = |v: &Value| v.as_u64().map_or("-".into(), |n| n.to_string());
+    let rows: Vec<Vec<String>> = sessions
+        .iter()
+        .map(|s| {
+            vec![
+                text(&s["protocol"]),
+                text(&s["client"]),
+                text(&s["address"]),
+                text(&s["host"]),
+                text(&s["export"]),
+                text(&s["since"]),
+                count(&s["reads"]),
+                count(&s["writes"]),
+                size(&s["read_bytes"]),
+                size(&s["written_bytes"]),
+            ]
+        })
+        .collect();
+    let headers = [
+        "PROTOCOL", "CLIENT", "ADDRESS", "HOST", "EXPORT", "SINCE", "READS>", "WRITES>", "READ>",
+        "WRITTEN>",
+    ];
+    table(&headers, &rows);
+}
+
+/// The `sessions` lines of volume and snapshot details: how many, then one line each.
+fn sessions(v: &Value) {
+    let list = v["sessions"].as_array().map_or(&[][..], Vec::as_slice);
+    if list.is_empty() {
+        field("sessions", "none");
+        return;
+    }
+    field("sessions", count(&Value::from(list.len()), "client"));
+    for s in list {
+        println!(
+            "  {}: {} reads, {} writes",
+            crate::confirm::session_text(s),
+            s["reads"].as_u64().unwrap_or(0),
+            s["writes"].as_u64().unwrap_or(0)
+        );
+    }
+}
+
 fn field(key: &str, value: impl std::fmt::Display) {
     println!("{key:<12} {value}");
 }
@@ -233,6 +283,7 @@ pub fn volume_details(v: &Value) {
     field("created", date(&v["created_unix_s"]));
     family(v);
     field("nbd uri", text(&v["nbd_uri"]));
+    sessions(v);
 }
 
 /// `weft snapshot info`.
@@ -247,6 +298,7 @@ pub fn snapshot_details(v: &Value) {
     field("created", date(&v["created_unix_s"]));
     family(v);
     field("nbd uri", format!("{} (read-only)", text(&v["nbd_uri"])));
+    sessions(v);
 }
 
 /// `weft stats` for a person.

@@ -21,6 +21,10 @@ const CHAP_SECRET: &str = "bench-secret-123";
 const BENCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Short points: correctness, not numbers, is tested.
 const QUICK: &[&str] = &["--duration", "1s", "--warmup", "0s", "--no-progress"];
+/// vol0 holds nothing of value here.
+const WRITES: &str = "--allow-destructive";
+/// The protocol is tested, not the prefill (`bench_volume.rs`): do not fill 1 GiB first.
+const NO_PREFILL: &str = "--no-prefill";
 
 /// `weft bench URI ARGS... -o PREFIX`: its output and the result file it wrote.
 fn bench(uri: &str, prefix: &Path, args: &[&str]) -> (CmdOut, Option<Value>) {
@@ -86,7 +90,7 @@ fn bench_drives_a_volume_target_with_random_io_and_large_writes() {
         &uri,
         &srv.scratch.join("oltp"),
         &[
-            "--mode", "oltp", "--qd", "1,16", "-w", "0,30", "--small", "4k",
+            "--mode", "oltp", "--qd", "1,16", "-w", "0,30", "--small", "4k", WRITES, NO_PREFILL,
         ],
     );
     let results = results.unwrap_or_else(|| panic!("no results:\n{}", out.all()));
@@ -107,6 +111,7 @@ fn bench_drives_a_volume_target_with_random_io_and_large_writes() {
             "4",
             "-w",
             "100",
+            WRITES,
         ],
     );
     let results = results.unwrap_or_else(|| panic!("no results:\n{}", out.all()));
@@ -137,7 +142,9 @@ fn bench_logs_in_with_chap_to_the_array_target() {
     let (out, results) = bench(
         &uri,
         &prefix,
-        &["--mode", "oltp", "--qd", "8", "-w", "50", "--small", "8k"],
+        &[
+            "--mode", "oltp", "--qd", "8", "-w", "50", "--small", "8k", WRITES, NO_PREFILL,
+        ],
     );
     let results = results.unwrap_or_else(|| panic!("no results:\n{}", out.all()));
     assert_points_did_io(&out, &results);

@@ -7,10 +7,9 @@
 mod cluster_support;
 mod common;
 
-use std::io::Write;
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use cluster_support::{serial, Cluster, ClusterOpts};
 use common::*;
@@ -319,54 +318,6 @@ fn destructive_commands_refuse_without_a_terminal_and_yes() {
     srv.cli_ok(&["volume", "rm", "c1", "-y"]);
     srv.cli_ok(&["snapshot", "delete", "s1", "--yes"]);
     assert!(names(&srv.cli_json(&["snapshot", "list", "--json"])).is_empty());
-}
-
-/// Runs `weft ARGS` on a pseudo-terminal (util-linux `script`), typing `answer`.
-fn on_terminal(srv: &Server, args: &[&str], answer: &str) -> Option<(Option<i32>, String)> {
-    let script = which("script")?;
-    let mut line = format!(
-        "{} --data-dir {}",
-        weft_bin().display(),
-        srv.data_dir.display()
-    );
-    for a in args {
-        line.push(' ');
-        line.push_str(a);
-    }
-    let mut child = Command::new(script)
-        .args(["-q", "-e", "-c", &line, "/dev/null"])
-        .env_remove("WEFT_API")
-        .env_remove("WEFT_TOKEN")
-        .env_remove("WEFT_DATA_DIR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run script");
-    let mut stdin = child.stdin.take().unwrap();
-    // Typed once the question is up (script forwards it to the terminal's input).
-    std::thread::sleep(Duration::from_millis(500));
-    let _ = stdin.write_all(answer.as_bytes());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("`weft {}` on a terminal did not finish", args.join(" "));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some((status.code(), text))
 }
 
 #[test]

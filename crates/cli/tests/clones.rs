@@ -783,12 +783,27 @@ fn refresh_disconnects_clients_and_serves_the_new_snapshot() {
     idle.wait_for("read 4096/4096 bytes at offset 0", 1);
     std::thread::sleep(Duration::from_millis(500)); // fio is well into its reads
 
-    // Refresh work to s2.
+    // Refresh work to s2: refused while the two clients have it open, then forced.
+    let (status, body) = srv.api(
+        "POST",
+        "/api/v1/volumes/work/refresh",
+        Some(json!({"snapshot": "s2"})),
+    );
+    assert_eq!(
+        status, 409,
+        "refresh of a busy volume without force: {body}"
+    );
+    assert!(body.contains("2 clients have it open"), "{body}");
+    assert!(
+        reader.try_wait().is_none(),
+        "the refused refresh cut fio off:\n{}",
+        reader.all_so_far()
+    );
     let refreshed_at = Instant::now();
     let info = srv.api_json(
         "POST",
         "/api/v1/volumes/work/refresh",
-        Some(json!({"snapshot": "s2"})),
+        Some(json!({"snapshot": "s2", "force": true})),
     );
     // By the short name: src@s2, the one snapshot named s2.
     assert_eq!(info["origin"], "src@s2", "refresh answer: {info:#}");

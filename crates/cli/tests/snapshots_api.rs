@@ -357,7 +357,8 @@ fn refused_requests_explain_and_change_nothing() {
         ("POST /api/v1/volumes/vol0/snapshots", &json!({}), 400, &["name"]),
         ("POST /api/v1/volumes/c1/refresh", &json!({"name": "s1"}), 400, &["snapshot"]),
         ("DELETE /api/v1/snapshots/s1?keep_hidden=maybe", &none, 400, &["keep_hidden"]),
-        ("DELETE /api/v1/volumes/vol0?force=true", &none, 400, &["force"]),
+        ("DELETE /api/v1/volumes/vol0?force=maybe", &none, 400, &["force"]),
+        ("DELETE /api/v1/volumes/vol0?cut=true", &none, 400, &["cut"]),
     ];
     for (request, body, status, words) in cases {
         refused(&srv, request, body, *status, words);

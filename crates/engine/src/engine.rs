@@ -133,10 +133,23 @@ impl Engine {
             sealer: Mutex::new(Some(sealer)),
             repairer: Mutex::new(repairer),
         };
-        if !engine.shared.state.lock().merging_into.is_empty() {
-            // Replayed trims queued behind a merge change their maps only when destaged:
-            // apply them before serving reads.
-            engine.sync()?;
+        // Replayed trims queued behind a merge change their maps only when destaged: apply
+        // them before serving reads. What that needs is destage, not durable stripes: with
+        // d.nodes down a sync may fail to seal (the records stay in the journal), and the
+        // engine starts once the merges are applied, waiting for destage meanwhile.
+        let mut logged = false;
+        while !engine.shared.state.lock().merging_into.is_empty() {
+            match engine.sync() {
+                Ok(()) => break,
+                Err(EngineError::MaintenanceFailed { detail, .. }) => {
+                    if !logged {
+                        tracing::warn!(%detail, "replayed layer merges wait for destage; stripes cannot be sealed now");
+                        logged = true;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(engine)
     }

@@ -53,6 +53,24 @@ impl AccessTable {
         }
     }
 
+    /// The host an NBD client belongs to, for `export`: the host it reaches the export
+    /// through when it is mapped, else the first whose addresses or TLS names it matches.
+    pub fn nbd_host(&self, client: &NbdClient, export: &str) -> Option<&str> {
+        let matches = |h: &&HostRecord| {
+            h.nbd_addresses
+                .iter()
+                .any(|n| network_contains(n, client.peer))
+                || h.tls_names.iter().any(|n| client.tls_names.contains(n))
+        };
+        let mapped = |h: &&HostRecord| h.luns.iter().any(|m| m.export == export);
+        self.hosts
+            .iter()
+            .filter(matches)
+            .find(mapped)
+            .or_else(|| self.hosts.iter().find(matches))
+            .map(|h| h.name.as_str())
+    }
+
     /// Whether an NBD client may list and open `export`.
     pub fn nbd_may_use(&self, client: &NbdClient, export: &str) -> bool {
         if self.is_mapped(export) {
@@ -151,6 +169,12 @@ mod tests {
         };
         assert!(t.nbd_may_use(&certified, "wal"));
         assert!(!t.nbd_may_use(&certified, "scratch"));
+        assert_eq!(t.nbd_host(&certified, "wal"), Some("db2"));
+        assert_eq!(
+            t.nbd_host(&client("10.0.0.9", false), "pgdata"),
+            Some("db1")
+        );
+        assert_eq!(t.nbd_host(&client("127.0.0.1", true), "scratch"), None);
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! The management API: HTTP/JSON under `/api/v1/`, every request authenticated by the bearer
 //! token created at first start. Handlers call the engine on the blocking pool.
 //!
-//! Volumes: `GET|POST /volumes`, `GET|DELETE /volumes/{name}[?with_snapshots=true]`,
-//! `POST /volumes/{name}/{resize,snapshots,refresh,rollback}`.
+//! Volumes: `GET|POST /volumes`, `GET|DELETE /volumes/{name}[?with_snapshots=true&force=true]`,
+//! `POST /volumes/{name}/{resize,snapshots,refresh,rollback}`, `GET /volumes/{name}/sessions`.
+//! Delete, refresh and rollback are refused (409) while clients have the volume open, unless
+//! forced (`force`: a query parameter of the delete, a body field of refresh and rollback);
+//! see [`sessions`].
 //! Snapshots: `GET /snapshots[?volume=V]`, `GET|DELETE /snapshots/{name}[?keep_hidden=true]`,
 //! `POST /snapshots/{name}/clones`. A snapshot's `name` is its full name `VOLUME@SNAPSHOT`
 //! (`/snapshots/pgdata@monday`, or `pgdata%40monday`), beside its `short_name`; a name without
@@ -34,6 +37,7 @@ use types::{
 mod cluster;
 mod hosts;
 pub mod openapi;
+mod sessions;
 pub mod stats;
 pub mod types;
 
@@ -52,6 +56,8 @@ pub struct ApiState {
     pub array_target: Arc<str>,
     /// Per-export I/O statistics.
     pub io: Arc<crate::io_stats::IoStats>,
+    /// The live client sessions of the front ends.
+    pub sessions: Arc<crate::sessions::Sessions>,
 }
 
 /// An API error: status and message.
@@ -110,12 +116,18 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/volumes/{name}/snapshots", post(create_snapshot))
         .route("/api/v1/volumes/{name}/refresh", post(refresh_volume))
         .route("/api/v1/volumes/{name}/rollback", post(rollback_volume))
+        .route("/api/v1/volumes/{name}/sessions", get(sessions::of_volume))
+        .route("/api/v1/sessions", get(sessions::all))
         .route("/api/v1/snapshots", get(list_snapshots))
         .route(
             "/api/v1/snapshots/{name}",
             get(snapshot_info).delete(delete_snapshot),
         )
         .route("/api/v1/snapshots/{name}/clones", post(create_clone))
+        .route(
+            "/api/v1/snapshots/{name}/sessions",
+            get(sessions::of_snapshot),
+        )
         .route("/api/v1/version", get(version))
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/stats/volumes", get(stats::volumes))
@@ -252,6 +264,7 @@ fn volume(state: &ApiState, info: VolumeInfo) -> Volume {
     Volume {
         nbd_uri: nbd_uri(state, &info.name),
         iscsi_uri: iscsi_uri(state, &info.name),
+        sessions: state.sessions.of_export(&info.name),
         info,
     }
 }
@@ -260,6 +273,7 @@ fn snapshot(state: &ApiState, info: SnapshotInfo) -> Snapshot {
     Snapshot {
         nbd_uri: nbd_uri(state, &info.name),
         iscsi_uri: iscsi_uri(state, &info.name),
+        sessions: state.sessions.of_export(&info.name),
         info,
     }
 }
@@ -374,7 +388,8 @@ async fn volume_info(
     Ok(Json(volume(&state, info)))
 }
 
-/// Delete a volume (refused while it is mapped, or has snapshots without `with_snapshots`).
+/// Delete a volume (refused while it is mapped, has snapshots without `with_snapshots`, or
+/// clients have it or a snapshot deleted with it open, without `force`).
 #[utoipa::path(
     delete,
     path = "/api/v1/volumes/{name}",
@@ -386,7 +401,7 @@ async fn volume_info(
         (status = 400, description = "Invalid query", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 404, description = "No such volume", body = ErrorBody),
-        (status = 409, description = "Mapped to a host, or has snapshots", body = ErrorBody),
+        (status = 409, description = "Mapped to a host, has snapshots, or clients have it open", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
     ),
 )]
@@ -395,6 +410,30 @@ async fn delete_volume(
     Path(name): Path<String>,
     QueryArgs(query): QueryArgs<DeleteVolumeQuery>,
 ) -> Result<StatusCode, ApiError> {
+    let engine = state.engine.clone();
+    let lookup = name.clone();
+    // The exports this delete ends: the volume, and with `with_snapshots` its snapshots.
+    let exports = blocking(move || {
+        let volume = engine.volume_info(&lookup)?;
+        let mut exports = vec![volume.name];
+        if query.with_snapshots {
+            exports.extend(
+                engine
+                    .list_snapshots(Some(&lookup))?
+                    .into_iter()
+                    .map(|s| s.name),
+            );
+        }
+        Ok(exports)
+    })
+    .await?;
+    sessions::refuse_if_busy(
+        &state,
+        &exports,
+        &format!("delete volume {name}"),
+        query.force,
+    )
+    .await?;
     let engine = state.engine.clone();
     blocking(move || engine.delete_volume(&name, query.with_snapshots)).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -571,7 +610,7 @@ async fn create_clone(
         (status = 400, description = "Invalid body", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 404, description = "No such volume or snapshot", body = ErrorBody),
-        (status = 409, description = "The snapshot is of another family, or the chain is too deep", body = ErrorBody),
+        (status = 409, description = "The snapshot is of another family, the chain is too deep, or clients have the volume open", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
         (status = 507, description = "Out of space", body = ErrorBody),
     ),
@@ -581,6 +620,7 @@ async fn refresh_volume(
     Path(name): Path<String>,
     JsonBody(body): JsonBody<ToSnapshot>,
 ) -> Result<Json<Volume>, ApiError> {
+    refuse_if_busy(&state, &name, "refresh", body.force).await?;
     let engine = state.engine.clone();
     let info = blocking(move || engine.refresh_volume(&name, &body.snapshot)).await?;
     Ok(Json(volume(&state, info)))
@@ -599,7 +639,7 @@ async fn refresh_volume(
         (status = 400, description = "Invalid body", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 404, description = "No such volume or snapshot", body = ErrorBody),
-        (status = 409, description = "Not a snapshot of this volume", body = ErrorBody),
+        (status = 409, description = "Not a snapshot of this volume, or clients have the volume open", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
         (status = 507, description = "Out of space", body = ErrorBody),
     ),
@@ -609,9 +649,30 @@ async fn rollback_volume(
     Path(name): Path<String>,
     JsonBody(body): JsonBody<ToSnapshot>,
 ) -> Result<Json<Volume>, ApiError> {
+    refuse_if_busy(&state, &name, "roll back", body.force).await?;
     let engine = state.engine.clone();
     let info = blocking(move || engine.rollback_volume(&name, &body.snapshot)).await?;
     Ok(Json(volume(&state, info)))
+}
+
+/// Refresh and rollback: 404 for a volume that does not exist, 409 while clients have it
+/// open and the request does not say `force`.
+async fn refuse_if_busy(
+    state: &ApiState,
+    name: &str,
+    action: &str,
+    force: bool,
+) -> Result<(), ApiError> {
+    let engine = state.engine.clone();
+    let lookup = name.to_string();
+    let volume = blocking(move || engine.volume_info(&lookup)).await?;
+    sessions::refuse_if_busy(
+        state,
+        &[volume.name],
+        &format!("{action} volume {name}"),
+        force,
+    )
+    .await
 }
 
 /// Engine-wide figures: data reduction, space, write amplification, GC, repair.

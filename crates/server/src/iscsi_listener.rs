@@ -59,6 +59,8 @@ pub(crate) struct Portal {
     next_tsih: AtomicU16,
     /// SCSI state of each LU shared by every session on every portal.
     lun_states: Mutex<HashMap<String, Arc<SharedLu>>>,
+    /// Where each session registers the exports it opened.
+    sessions: Arc<crate::sessions::Sessions>,
 }
 
 /// What the sessions of one LU share: the SCSI state (mode pages, the COMPARE AND WRITE
@@ -103,6 +105,8 @@ pub struct IscsiOptions {
     /// Ping a session idle this long with a NOP-In; close it after twice as long without
     /// an answer.
     pub nop_interval: std::time::Duration,
+    /// Where each session registers the exports (LUNs) it opened.
+    pub sessions: Arc<crate::sessions::Sessions>,
 }
 
 /// Serve iSCSI on bound listeners (the portals, all paths to the same targets) until
@@ -126,6 +130,7 @@ pub async fn run(
         limits: TargetLimits::default(),
         next_tsih: AtomicU16::new(1),
         lun_states: Mutex::new(HashMap::new()),
+        sessions: options.sessions,
     });
     let mut tasks = Vec::new();
     for (listener, port) in listeners.into_iter().zip(ports) {

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod nbd_listener;
 pub mod recovering;
 pub mod serve;
+pub mod sessions;
 pub mod sub_block;
 pub mod web_ui;
 mod workers;

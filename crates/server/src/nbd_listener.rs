@@ -47,6 +47,8 @@ pub struct NbdOptions {
     pub open_network: bool,
     /// NBD over TLS (STARTTLS), when configured.
     pub tls: Option<NbdTls>,
+    /// Where each connection registers the export it opened (its session).
+    pub sessions: Arc<crate::sessions::Sessions>,
 }
 
 /// Serve NBD on an already-bound listener until `shutdown` is cancelled, then wait for every

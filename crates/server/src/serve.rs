@@ -211,6 +211,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let iscsi_addr = iscsi_addrs.first().copied();
 
     let io = IoStats::new();
+    let sessions = crate::sessions::Sessions::new();
     let engine_backend: Arc<dyn ExportBackend> = Arc::new(EngineBackend::new(engine.clone()));
     let metered = |protocol| -> Arc<dyn ExportBackend> {
         if config.io_stats {
@@ -249,6 +250,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         crate::nbd_listener::NbdOptions {
             open_network: config.nbd_open_network,
             tls: nbd_tls,
+            sessions: Arc::clone(&sessions),
         },
         shutdown.clone(),
     ));
@@ -256,6 +258,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         array_target: array_target.clone(),
         open_network: config.iscsi_open_network,
         nop_interval: config.iscsi_nop_interval,
+        sessions: Arc::clone(&sessions),
     };
     let iscsi_task = (!iscsi.is_empty()).then(|| {
         tokio::spawn(crate::iscsi_listener::run(
@@ -273,6 +276,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         iscsi_portal: iscsi_addr.map(|a| a.to_string().into()),
         array_target: array_target.clone().into(),
         io: Arc::clone(&io),
+        sessions,
     };
     let _ = metrics_slot.set(crate::metrics::router(crate::metrics::MetricsSource {
         engine: engine.clone(),

@@ -138,6 +138,7 @@ async fn every_documented_operation_reaches_a_handler() {
         iscsi_portal: None,
         array_target: "iqn.2026-11.dev.weft:array".into(),
         io: weft_server::io_stats::IoStats::new(),
+        sessions: weft_server::sessions::Sessions::new(),
     });
     for (method, path) in documented() {
         // Path parameters name nothing that exists: handlers answer 404 with a JSON error.
@@ -179,6 +180,7 @@ async fn the_document_is_served_without_a_token() {
         iscsi_portal: None,
         array_target: "iqn.2026-11.dev.weft:array".into(),
         io: weft_server::io_stats::IoStats::new(),
+        sessions: weft_server::sessions::Sessions::new(),
     });
     let request = Request::get("/api/v1/openapi.json")
         .body(Body::empty())

@@ -54,6 +54,13 @@
     while (b >= 1024 && i < u.length - 1 && b % 1024 === 0) { b /= 1024; i++; }
     return b + " " + u[i];
   }
+  // Sizes as the CLI prints them: 512 B, 8.5 GiB.
+  function fmtSize(b) {
+    if (b === null || b === undefined) return "-";
+    var u = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"], i = 0;
+    while (b >= 1024 && i < u.length - 1) { b /= 1024; i++; }
+    return (i ? b.toFixed(1) : b) + " " + u[i];
+  }
   function uniq(a) { return a.filter(function (v, i) { return a.indexOf(v) === i; }); }
   function num(a, b) { return a - b; }
   function multi() { return runs.length > 1; }
@@ -444,6 +451,24 @@
     });
   }
 
+  // Reads of never-written ranges measure no disk: say so at the top, one line per run.
+  function drawWarnings(root) {
+    runs.forEach(function (run) {
+      var w = run.unwritten && run.unwritten.warning;
+      if (w) html("p", runName(run, "Unwritten ranges: " + w), root, "warning unwritten");
+    });
+  }
+
+  function unwrittenText(u) {
+    if (!u) return "";
+    if (!u.method) return "; unwritten ranges not checked (" + (u.not_checked || "-") + ")";
+    var t = "; unwritten before the run " + fmtSize(u.before_bytes) + " of " + fmtSize(u.region_bytes) +
+      " (" + u.method + ")";
+    if (u.prefilled_bytes) t += ", prefilled " + fmtSize(u.prefilled_bytes) + " in " + u.prefill_s.toFixed(1) + " s";
+    else if (u.prefill_skipped && u.before_bytes) t += ", not prefilled: " + u.prefill_skipped;
+    return t + ", unwritten when measured " + fmtSize(u.measured_bytes);
+  }
+
   function patternText(c) {
     var d = c.data_pattern || { compressible_pct: 0, dedupable_pct: 0 };
     if (!d.compressible_pct && !d.dedupable_pct) return "unique, incompressible data";
@@ -457,7 +482,7 @@
       html("p", tg.kind + " target " + tg.uri + " (" + fmt(tg.size_bytes) + "B), mode " + c.mode +
         ", small " + fmtBytes(c.small_io_bytes) + ", large " + fmtBytes(c.large_io_bytes) +
         ", region " + c.region_spec + ", " + c.duration_s + " s per point after " + c.warmup_s +
-        " s warm-up, written data: " + patternText(c) +
+        " s warm-up, written data: " + patternText(c) + unwrittenText(run.unwritten) +
         (c.server_pid ? ", server CPU from pid " + c.server_pid : "") + "; " + run.tool.name + " " +
         run.tool.version + " on " + m.hostname + " (" + m.cpus + " CPUs, " + m.cpu_model + ", " +
         m.kernel + "), started " + run.started_at, root, "meta pattern");
@@ -479,6 +504,7 @@
   }
 
   function byId(id) { return document.getElementById(id); }
+  drawWarnings(byId("warnings"));
   drawLatencyVsLoad(byId("charts-latency"));
   drawIopsLatency(byId("charts-iops-latency"));
   var qd = byId("charts-qd");

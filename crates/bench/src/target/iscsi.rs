@@ -8,14 +8,15 @@
 //! window, writes with immediate data and R2T-solicited Data-Out. Queues log out when dropped.
 //!
 //! Modules: [`uri`] (the URI and its secret), [`connection`] (TCP and login), [`pipeline`]
-//! (the sans-IO command pipeline), [`queue`] (the [`IoQueue`] over a socket) and [`probe`]
-//! (what the LUN is).
+//! (the sans-IO command pipeline), [`queue`] (the [`IoQueue`] over a socket), [`probe`]
+//! (what the LUN is) and [`allocation`] (which blocks are mapped: GET LBA STATUS).
 //!
 //! Supported: CHAP (one-way, MD5), ImmediateData, InitialR2T=No, any MaxRecvDataSegmentLength,
 //! burst lengths and window the target answers. Not supported: header and data digests,
 //! mutual CHAP, several connections per session, error recovery levels above 0 (a lost
 //! connection ends the run), redirection, discovery (name the target).
 
+mod allocation;
 mod connection;
 mod pipeline;
 mod probe;
@@ -25,12 +26,13 @@ mod uri;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 
+use allocation::IscsiAllocation;
 use connection::open_session;
 use queue::IscsiQueue;
 use uri::{redact_uri, IscsiUri};
 
 use crate::datagen::{DataGen, DataPattern};
-use crate::target::{IoQueue, Target, TargetError, TargetInfo, ISCSI_TARGET};
+use crate::target::{Allocation, IoQueue, Target, TargetError, TargetInfo, ISCSI_TARGET};
 
 /// Largest single I/O when the target's Block Limits page gives no limit: 32 MiB, as for
 /// NBD (each slot of a queue holds a buffer this large).
@@ -145,5 +147,28 @@ impl Target for IscsiTarget {
             io_bytes_max,
             data,
         )))
+    }
+
+    /// A session of its own asking GET LBA STATUS; a LUN that refuses it cannot tell.
+    fn allocation(&self) -> Result<Allocation, TargetError> {
+        let session = open_session(&self.addr, &self.addr_text, &self.uri)?;
+        let queue = IscsiQueue::new(
+            session,
+            self.addr_text.clone(),
+            self.lun_field,
+            self.block_bytes,
+            1,
+            allocation::LBA_STATUS_LEN_BYTES,
+            DataGen::new(PROBE_SEED, DataPattern::default(), PROBE_SEED),
+        );
+        let mut probe = IscsiAllocation {
+            queue,
+            block_bytes: self.block_bytes,
+            addr: self.addr_text.clone(),
+        };
+        Ok(match probe.ask(0)? {
+            Ok(_) => Allocation::Known(Box::new(probe)),
+            Err(why) => Allocation::Unknown(format!("the LUN cannot tell: {why}")),
+        })
     }
 }

@@ -7,7 +7,10 @@
 //! need. No allocation per I/O: the send and receive buffers are reused. The reply parser is
 //! sans-IO ([`ReplyParser`]); the queue only feeds it bytes.
 //!
-//! Not here: TLS, structured replies, Unix sockets, block status.
+//! Block status (`base:allocation`, on a connection of its own with structured replies) is
+//! [`allocation`], for the check of unwritten ranges. Not here: TLS, Unix sockets.
+
+mod allocation;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -17,7 +20,7 @@ use std::time::Duration;
 use crate::datagen::DataGen;
 use crate::sys;
 use crate::target::{
-    IoQueue, IoRequest, Op, Target, TargetError, TargetInfo, NBD_SERVER, NBD_URI_FORM,
+    Allocation, IoQueue, IoRequest, Op, Target, TargetError, TargetInfo, NBD_SERVER, NBD_URI_FORM,
 };
 
 const NBD_MAGIC: u64 = 0x4e42_444d_4147_4943; // "NBDMAGIC"
@@ -125,6 +128,16 @@ impl NbdTarget {
     }
 
     fn connect(&self) -> Result<(TcpStream, ExportFacts), TargetError> {
+        let mut stream = self.connect_tcp()?;
+        let facts = handshake(&mut stream, &self.export).map_err(|e| self.handshake_error(e))?;
+        stream
+            .set_read_timeout(None)
+            .map_err(|e| self.connection_error(e))?;
+        Ok((stream, facts))
+    }
+
+    /// A TCP connection to the server, ready for a handshake (with its read timeout).
+    fn connect_tcp(&self) -> Result<TcpStream, TargetError> {
         let stream = TcpStream::connect_timeout(&self.addr, CONNECT_TIMEOUT).map_err(|source| {
             TargetError::Connect {
                 peer: NBD_SERVER,
@@ -132,22 +145,26 @@ impl NbdTarget {
                 source,
             }
         })?;
-        let conn_err = |source| TargetError::Connection {
+        stream
+            .set_nodelay(true)
+            .map_err(|e| self.connection_error(e))?;
+        stream
+            .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+            .map_err(|e| self.connection_error(e))?;
+        Ok(stream)
+    }
+
+    fn connection_error(&self, source: io::Error) -> TargetError {
+        TargetError::Connection {
             peer: NBD_SERVER,
             addr: self.addr_text.clone(),
             source,
-        };
-        stream.set_nodelay(true).map_err(conn_err)?;
-        stream
-            .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-            .map_err(conn_err)?;
-        let mut stream = stream;
-        let facts = handshake(&mut stream, &self.export).map_err(|e| match e {
-            HandshakeError::Io(source) => TargetError::Connection {
-                peer: NBD_SERVER,
-                addr: self.addr_text.clone(),
-                source,
-            },
+        }
+    }
+
+    fn handshake_error(&self, e: HandshakeError) -> TargetError {
+        match e {
+            HandshakeError::Io(source) => self.connection_error(source),
             HandshakeError::Protocol(reason) => TargetError::Protocol {
                 peer: NBD_SERVER,
                 addr: self.addr_text.clone(),
@@ -158,9 +175,7 @@ impl NbdTarget {
                 export: self.export.clone(),
                 reason,
             },
-        })?;
-        stream.set_read_timeout(None).map_err(conn_err)?;
-        Ok((stream, facts))
+        }
     }
 }
 
@@ -187,6 +202,10 @@ impl Target for NbdTarget {
             io_bytes_max,
             data,
         )))
+    }
+
+    fn allocation(&self) -> Result<Allocation, TargetError> {
+        allocation::open(self)
     }
 }
 
@@ -252,6 +271,13 @@ impl From<io::Error> for HandshakeError {
 
 /// Fixed-newstyle negotiation, ending in transmission mode.
 fn handshake(s: &mut TcpStream, export: &str) -> Result<ExportFacts, HandshakeError> {
+    let no_zeroes = greet(s)?;
+    go(s, export, no_zeroes)
+}
+
+/// The server's greeting and our flags; whether the server leaves out the export name
+/// fallback's zeroes.
+fn greet(s: &mut TcpStream) -> Result<bool, HandshakeError> {
     let mut greet = [0u8; 18];
     s.read_exact(&mut greet)?;
     if be_u64(&greet[0..8]) != NBD_MAGIC {
@@ -273,7 +299,11 @@ fn handshake(s: &mut TcpStream, export: &str) -> Result<ExportFacts, HandshakeEr
     let no_zeroes = server_flags & HANDSHAKE_FLAG_NO_ZEROES != 0;
     let client_flags: u32 = 1 | if no_zeroes { 2 } else { 0 };
     s.write_all(&client_flags.to_be_bytes())?;
+    Ok(no_zeroes)
+}
 
+/// NBD_OPT_GO (NBD_OPT_EXPORT_NAME for old servers): into transmission mode on `export`.
+fn go(s: &mut TcpStream, export: &str, no_zeroes: bool) -> Result<ExportFacts, HandshakeError> {
     // NBD_OPT_GO: name length, name, one info request (block size).
     let name = export.as_bytes();
     let name_len = u32::try_from(name.len()).expect("export name length checked in parse_uri");
@@ -290,20 +320,7 @@ fn handshake(s: &mut TcpStream, export: &str) -> Result<ExportFacts, HandshakeEr
     let mut size_flags: Option<(u64, u16)> = None;
     let mut blocks: Option<(u32, u32, u32)> = None;
     loop {
-        let mut hdr = [0u8; 20];
-        s.read_exact(&mut hdr)?;
-        if be_u64(&hdr[0..8]) != OPTION_REPLY_MAGIC {
-            return Err(HandshakeError::Protocol("bad option reply magic".into()));
-        }
-        let reply_type = be_u32(&hdr[12..16]);
-        let len = be_u32(&hdr[16..20]);
-        if len > OPTION_REPLY_BYTES_MAX {
-            return Err(HandshakeError::Protocol(format!(
-                "option reply of {len} bytes"
-            )));
-        }
-        let mut data = vec![0u8; len as usize];
-        s.read_exact(&mut data)?;
+        let (reply_type, data) = read_option_reply(s)?;
         match reply_type {
             REP_ACK => break,
             REP_INFO if data.len() >= 2 => {
@@ -342,6 +359,25 @@ fn handshake(s: &mut TcpStream, export: &str) -> Result<ExportFacts, HandshakeEr
         block_pref,
         block_max,
     })
+}
+
+/// One option reply: its type and data.
+fn read_option_reply(s: &mut TcpStream) -> Result<(u32, Vec<u8>), HandshakeError> {
+    let mut hdr = [0u8; 20];
+    s.read_exact(&mut hdr)?;
+    if be_u64(&hdr[0..8]) != OPTION_REPLY_MAGIC {
+        return Err(HandshakeError::Protocol("bad option reply magic".into()));
+    }
+    let reply_type = be_u32(&hdr[12..16]);
+    let len = be_u32(&hdr[16..20]);
+    if len > OPTION_REPLY_BYTES_MAX {
+        return Err(HandshakeError::Protocol(format!(
+            "option reply of {len} bytes"
+        )));
+    }
+    let mut data = vec![0u8; len as usize];
+    s.read_exact(&mut data)?;
+    Ok((reply_type, data))
 }
 
 /// Old servers without NBD_OPT_GO: NBD_OPT_EXPORT_NAME has no error path, only a close.

@@ -1083,6 +1083,54 @@ impl NbdClient {
     }
 }
 
+/// Runs `weft ARGS` on a pseudo-terminal (util-linux `script`), typing `answer`.
+pub fn on_terminal(srv: &Server, args: &[&str], answer: &str) -> Option<(Option<i32>, String)> {
+    let script = which("script")?;
+    let mut line = format!(
+        "{} --data-dir {}",
+        weft_bin().display(),
+        srv.data_dir.display()
+    );
+    for a in args {
+        line.push(' ');
+        line.push_str(a);
+    }
+    let mut child = Command::new(script)
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .env_remove("WEFT_API")
+        .env_remove("WEFT_TOKEN")
+        .env_remove("WEFT_DATA_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script");
+    let mut stdin = child.stdin.take().unwrap();
+    // Typed once the question is up (script forwards it to the terminal's input).
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = stdin.write_all(answer.as_bytes());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`weft {}` on a terminal did not finish", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((status.code(), text))
+}
+
 // ------------------------------------------------------------------------------------------
 // fio
 // ------------------------------------------------------------------------------------------

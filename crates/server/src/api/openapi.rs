@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{cluster, hosts, stats};
+use super::{cluster, hosts, sessions, stats};
 
 /// The document (see [`document`]).
 #[derive(OpenApi)]
@@ -37,10 +37,13 @@ use super::{cluster, hosts, stats};
         super::create_snapshot,
         super::refresh_volume,
         super::rollback_volume,
+        sessions::of_volume,
+        sessions::all,
         super::list_snapshots,
         super::snapshot_info,
         super::delete_snapshot,
         super::create_clone,
+        sessions::of_snapshot,
         super::stats,
         stats::volumes,
         stats::stream,

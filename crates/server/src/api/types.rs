@@ -50,6 +50,10 @@ pub struct NewName {
 #[serde(deny_unknown_fields)]
 pub struct ToSnapshot {
     pub snapshot: String,
+    /// Go on while clients have the volume open (they are disconnected); without it a volume
+    /// with sessions is refused with 409.
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// `DELETE /api/v1/volumes/{name}`.
@@ -60,6 +64,10 @@ pub struct DeleteVolumeQuery {
     /// Delete its snapshots too (refused without it when it has some).
     #[serde(default)]
     pub with_snapshots: bool,
+    /// Go on while clients have the volume (or a snapshot deleted with it) open: they are
+    /// disconnected. Without it a volume with sessions is refused with 409.
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// `DELETE /api/v1/snapshots/{name}`.
@@ -90,6 +98,9 @@ pub struct Volume {
     /// LUN 0 of the volume's own iSCSI target, when iSCSI is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iscsi_uri: Option<String>,
+    /// The clients that have the volume open now (NBD connections, iSCSI sessions).
+    #[serde(default)]
+    pub sessions: Vec<ExportSession>,
 }
 
 /// A snapshot with the NBD URI it is exported under, read-only (its name).
@@ -101,6 +112,66 @@ pub struct Snapshot {
     /// LUN 0 of the snapshot's own iSCSI target (`VOLUME:SNAPSHOT`), when iSCSI is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iscsi_uri: Option<String>,
+    /// The clients that have the snapshot open now (NBD connections, iSCSI sessions).
+    #[serde(default)]
+    pub sessions: Vec<ExportSession>,
+}
+
+/// The protocol a client session came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionProtocol {
+    Nbd,
+    Iscsi,
+}
+
+impl SessionProtocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionProtocol::Nbd => "nbd",
+            SessionProtocol::Iscsi => "iscsi",
+        }
+    }
+}
+
+/// One client that has an export open: an NBD connection, or an iSCSI session's LUN.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ExportSession {
+    /// Unique while the server runs.
+    pub id: u64,
+    /// The volume or snapshot (full name) it has open.
+    pub export: String,
+    pub protocol: SessionProtocol,
+    /// NBD: the client's address and port; iSCSI: the initiator name.
+    pub client: String,
+    /// The client's address and port.
+    pub address: String,
+    /// The host the client was recognised as (by address, TLS name or initiator name).
+    pub host: Option<String>,
+    /// When it opened the export, RFC 3339 in UTC.
+    pub since: String,
+    /// The same, in seconds since the Unix epoch.
+    pub since_unix_s: u64,
+    /// Read requests since it opened the export.
+    pub reads: u64,
+    /// Write requests since it opened the export.
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+}
+
+impl ExportSession {
+    /// `nbd 127.0.0.1:53010`, `iscsi iqn.1994-05.com.redhat:db1 from 10.0.0.5:40312 (host db1)`.
+    pub fn describe(&self) -> String {
+        let mut out = format!("{} {}", self.protocol.name(), self.client);
+        if self.protocol == SessionProtocol::Iscsi {
+            out.push_str(&format!(" from {}", self.address));
+        }
+        if let Some(host) = &self.host {
+            out.push_str(&format!(" (host {host})"));
+        }
+        out
+    }
 }
 
 /// `GET /api/v1/version`: the server's version.

@@ -39,6 +39,8 @@ use super::respond::{
 };
 use super::targets::Viewer;
 use super::{Portal, SharedLu};
+use crate::api::types::SessionProtocol;
+use crate::sessions::SessionOrigin;
 
 /// Commands a session may have in flight (received, response not yet sent): twice the
 /// CmdSN window, so an initiator inside its window never meets it.
@@ -163,6 +165,8 @@ struct Reader<'a> {
     discovery: bool,
     target: Option<String>,
     local: std::net::SocketAddr,
+    /// The initiator's address, for its sessions ([`crate::sessions`]).
+    peer: std::net::SocketAddr,
     pending: HashMap<u32, PendingWrite>,
     next_ttt: u32,
     inflight: Arc<Semaphore>,
@@ -180,6 +184,7 @@ pub(super) async fn run(
     shutdown: &CancellationToken,
 ) -> Result<(), ConnError> {
     let local = stream.local_addr()?;
+    let peer = stream.peer_addr()?;
     let (mut read_half, write_half) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
     let params = login.params;
@@ -210,6 +215,7 @@ pub(super) async fn run(
         discovery: login.target.is_none(),
         target: login.target.clone(),
         local,
+        peer,
         pending: HashMap::new(),
         next_ttt: 1,
         inflight: Arc::new(Semaphore::new(INFLIGHT_COMMANDS_MAX)),
@@ -304,9 +310,17 @@ async fn nexus_lost(reader: &Reader<'_>) {
     .await;
 }
 
-/// Open `export` as a LUN of a session logged in to `target` (`None`: it vanished).
-fn open_lun(portal: &Portal, export: &str, target: &str, port: u16) -> Option<Arc<Lun>> {
+/// Open `export` as a LUN of a session logged in to `target` (`None`: it vanished), and
+/// register it as a session of `origin`.
+fn open_lun(
+    portal: &Portal,
+    export: &str,
+    target: &str,
+    port: u16,
+    origin: &SessionOrigin,
+) -> Option<Arc<Lun>> {
     let handle = portal.backend.open(export).ok()?;
+    let handle = portal.sessions.track(handle, origin.clone());
     let shared = portal.shared_lu(export);
     let resets_seen = AtomicU64::new(shared.resets.load(Ordering::Acquire));
     Some(Arc::new(Lun {
@@ -651,11 +665,19 @@ impl Reader<'_> {
         if unchanged {
             return;
         }
+        let origin = SessionOrigin {
+            protocol: SessionProtocol::Iscsi,
+            client: self.initiator.clone(),
+            address: self.peer,
+            host: table
+                .host_of_initiator(&self.initiator)
+                .map(|h| h.name.clone()),
+        };
         let mut luns = BTreeMap::new();
         for (n, export) in wanted {
             let lun = match self.luns.get(&n) {
                 Some(l) if l.export == export => Some(Arc::clone(l)),
-                _ => open_lun(self.portal, &export, target, self.port),
+                _ => open_lun(self.portal, &export, target, self.port, &origin),
             };
             if let Some(lun) = lun {
                 lun.luns_changed.store(!first, Ordering::Release);

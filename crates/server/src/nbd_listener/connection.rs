@@ -8,6 +8,7 @@
 //! NBD_CMD_DISC, EOF, a framing error, an export that is gone, or shutdown; in every case the
 //! in-flight requests finish and their replies are sent before the socket closes.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +28,9 @@ use super::execute::{execute, Disposition, Outcome};
 use super::tls::NbdStream;
 use super::NbdOptions;
 use crate::access::NbdClient;
+use crate::api::types::SessionProtocol;
 use crate::backend::{ExportBackend, ExportHandle};
+use crate::sessions::SessionOrigin;
 use crate::workers::WorkerPool;
 
 /// Requests in flight on one connection (dispatched, reply not yet written). fio runs QD32
@@ -107,7 +110,7 @@ pub(super) async fn serve(
         open: crate::access::connection_is_open(local, options.open_network),
     };
     info!(%peer, "nbd client connected");
-    let handshake = handshake(NbdStream::Plain(stream), &backend, client, &options);
+    let handshake = handshake(NbdStream::Plain(stream), &backend, client, peer, &options);
     let negotiated = tokio::select! {
         _ = shutdown.cancelled() => return,
         r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake) => {
@@ -179,11 +182,12 @@ async fn visible_exports(
 type Negotiated = (NbdStream, Agreement, Arc<dyn ExportHandle>, BytesMut);
 
 /// Run option haggling (and the TLS handshake if the client asks for it). `Ok(None)` when
-/// the client aborted or left.
+/// the client aborted or left. The opened export is registered as the client's session.
 async fn handshake(
     mut stream: NbdStream,
     backend: &Arc<dyn ExportBackend>,
     mut client: NbdClient,
+    peer: SocketAddr,
     options: &NbdOptions,
 ) -> Result<Option<Negotiated>, ConnError> {
     let mut exports = visible_exports(backend, client.clone()).await?;
@@ -215,13 +219,27 @@ async fn handshake(
                     buf.advance(consumed);
                     let opener = Arc::clone(backend);
                     let name = agreement.export.name.clone();
-                    let opened = blocking(move || opener.open(&name)).await?;
-                    let Ok(export) = opened else {
+                    let who = client.clone();
+                    let opened = blocking(move || {
+                        let host = opener.access().nbd_host(&who, &name).map(str::to_string);
+                        opener.open(&name).map(|export| (export, host))
+                    })
+                    .await?;
+                    let Ok((export, host)) = opened else {
                         // Gone between the list and the open: hang up before the final reply.
                         return Err(ConnError::OpenFailed {
                             name: agreement.export.name,
                         });
                     };
+                    let export = options.sessions.track(
+                        export,
+                        SessionOrigin {
+                            protocol: SessionProtocol::Nbd,
+                            client: peer.to_string(),
+                            address: peer,
+                            host,
+                        },
+                    );
                     stream.write_all(&out).await?;
                     return Ok(Some((stream, agreement, export, buf)));
                 }
