@@ -136,7 +136,7 @@ fn clients(sessions: &[Value], what: &str, force: bool) -> anyhow::Result<String
     if sessions.is_empty() {
         return Ok(String::new());
     }
-    let named: Vec<String> = sessions.iter().map(session_text).collect();
+    let named: Vec<String> = sessions.iter().map(crate::print::session_text).collect();
     let count = plural(sessions.len(), "client");
     let (has, them) = if sessions.len() == 1 {
         ("has", "it")
@@ -155,27 +155,6 @@ fn clients(sessions: &[Value], what: &str, force: bool) -> anyhow::Result<String
         " {count} {has} it open and will be disconnected: {}.",
         named.join(", ")
     ))
-}
-
-/// `nbd 127.0.0.1:53010 since 2026-11-24T06:50:54Z`, `iscsi iqn.x:db1 from 10.0.0.5:40312
-/// (host db1) since ...`, with the snapshot it reads when it is one.
-pub fn session_text(s: &Value) -> String {
-    let mut out = format!(
-        "{} {}",
-        s["protocol"].as_str().unwrap_or("?"),
-        s["client"].as_str().unwrap_or("?")
-    );
-    if s["protocol"] == "iscsi" {
-        out.push_str(&format!(" from {}", s["address"].as_str().unwrap_or("?")));
-    }
-    if let Some(host) = s["host"].as_str() {
-        out.push_str(&format!(" (host {host})"));
-    }
-    if let Some(export) = s["export"].as_str().filter(|e| e.contains('@')) {
-        out.push_str(&format!(" on {export}"));
-    }
-    out.push_str(&format!(" since {}", s["since"].as_str().unwrap_or("-")));
-    out
 }
 
 /// `weft snapshot delete`.

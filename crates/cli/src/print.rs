@@ -209,7 +209,7 @@ fn sessions(v: &Value) {
     for s in list {
         println!(
             "  {}: {} reads, {} writes",
-            crate::confirm::session_text(s),
+            session_text(s),
             s["reads"].as_u64().unwrap_or(0),
             s["writes"].as_u64().unwrap_or(0)
         );
@@ -366,4 +366,25 @@ mod tests {
         assert_eq!(human(10 << 30), "10.0 GiB");
         assert_eq!(human(3 << 39), "1.5 TiB");
     }
+}
+
+/// `nbd 127.0.0.1:53010 since 2026-11-24T06:50:54Z`, `iscsi iqn.x:db1 from 10.0.0.5:40312
+/// (host db1) since ...`, with the snapshot it reads when it is one.
+pub fn session_text(s: &Value) -> String {
+    let mut out = format!(
+        "{} {}",
+        s["protocol"].as_str().unwrap_or("?"),
+        s["client"].as_str().unwrap_or("?")
+    );
+    if s["protocol"] == "iscsi" {
+        out.push_str(&format!(" from {}", s["address"].as_str().unwrap_or("?")));
+    }
+    if let Some(host) = s["host"].as_str() {
+        out.push_str(&format!(" (host {host})"));
+    }
+    if let Some(export) = s["export"].as_str().filter(|e| e.contains('@')) {
+        out.push_str(&format!(" on {export}"));
+    }
+    out.push_str(&format!(" since {}", s["since"].as_str().unwrap_or("-")));
+    out
 }
