@@ -61,6 +61,10 @@ pub struct VolumeHandle {
     pub gone: Arc<AtomicBool>,
 }
 
+/// How long a maintenance command (sync, GC, checkpoint) keeps trying before it answers
+/// that it cannot finish now.
+const MAINTENANCE_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Engine {
     /// Open (or create) the datastore in `config.data_dir`, recovering after a crash.
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
@@ -470,18 +474,26 @@ impl Engine {
     /// Hand a maintenance command to the destager and wait for its answer. A failure is
     /// what the command ran into (a stripe write that cannot be made durable while d.nodes
     /// are down, a full store), not corrupt metadata.
+    /// A command that failed is tried again for [`MAINTENANCE_RETRY_FOR`] (the sealer retries
+    /// stripe writes meanwhile): a d.node that has just come back may still be reconnecting.
     fn command<T>(
         &self,
         what: &'static str,
-        make: impl FnOnce(std::sync::mpsc::Sender<Result<T, String>>) -> Command,
+        make: impl Fn(std::sync::mpsc::Sender<Result<T, String>>) -> Command,
     ) -> Result<T, EngineError> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.shared.commands.lock().push(make(tx));
-        self.shared.work.notify_all();
-        match rx.recv() {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(detail)) => Err(EngineError::MaintenanceFailed { what, detail }),
-            Err(_) => Err(EngineError::Gone),
+        let started = std::time::Instant::now();
+        loop {
+            let (tx, rx) = std::sync::mpsc::channel();
+            self.shared.commands.lock().push(make(tx));
+            self.shared.work.notify_all();
+            match rx.recv() {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(detail)) if started.elapsed() >= MAINTENANCE_RETRY_FOR => {
+                    return Err(EngineError::MaintenanceFailed { what, detail })
+                }
+                Ok(Err(_)) => std::thread::sleep(crate::seal::SEAL_RETRY_INTERVAL),
+                Err(_) => return Err(EngineError::Gone),
+            }
         }
     }
 
