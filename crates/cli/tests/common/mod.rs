@@ -37,8 +37,14 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 // Small helpers
 // ------------------------------------------------------------------------------------------
 
+/// The `weft` binary under test: `WEFT_BIN` when set (a long thrash run keeps its own copy so
+/// that rebuilding the workspace meanwhile does not swap the binary under it), else the one
+/// cargo built for this test.
 pub fn weft_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_weft"))
+    match std::env::var_os("WEFT_BIN") {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_weft")),
+    }
 }
 
 /// Debian package that provides each client tool, for the error message.
