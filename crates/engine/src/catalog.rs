@@ -37,14 +37,14 @@ use crate::units::{
 
 mod report;
 
+pub use crate::names::{snapshot_short_name, SNAPSHOT_SEPARATOR};
+use crate::names::{
+    check_free, check_name, check_snapshot_free, find_snapshot, new_snapshot_name, resolve_snapshot,
+};
+
 use report::{children_of, clones_of, snapshot_info, volume_info, Child};
 pub use report::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
 
-/// Volume names and snapshots' short names: what an NBD export name and a URL path segment
-/// can carry without escaping.
-const NAME_MAX_BYTES: usize = 64;
-/// Between a snapshot's volume and its short name: `pgdata@monday`.
-pub const SNAPSHOT_SEPARATOR: char = '@';
 /// Largest volume: 2^52 bytes (4 PiB) keeps every LBA and byte offset far from overflow.
 const VOLUME_SIZE_MAX_BYTES: u64 = 1 << 52;
 
@@ -767,130 +767,6 @@ fn find_volume(state: &ClusterState, name: &str) -> Result<VolumeRecord, EngineE
         .ok_or_else(|| EngineError::UnknownVolume {
             name: name.to_string(),
         })
-}
-
-/// A snapshot's own part of its name: `monday` of `pgdata@monday`; a snapshot made before
-/// `VOLUME@SNAPSHOT` names has no `@`, and its short name is its whole name.
-pub fn snapshot_short_name(name: &str) -> &str {
-    name.split_once(SNAPSHOT_SEPARATOR)
-        .map_or(name, |(_, short)| short)
-}
-
-/// The full name of a new snapshot of `volume` given as `monday` or `volume@monday`.
-fn new_snapshot_name(volume: &str, name: &str) -> Result<String, EngineError> {
-    let invalid = |reason: String| EngineError::InvalidSnapshotName {
-        name: name.to_string(),
-        reason,
-    };
-    let short = match name.split_once(SNAPSHOT_SEPARATOR) {
-        None => name,
-        Some((of, short)) if of == volume => short,
-        Some((of, _)) => {
-            return Err(invalid(format!(
-                "it names volume {of:?}, not {volume:?}: give the snapshot's own name, or {volume}@NAME"
-            )))
-        }
-    };
-    check_name(short).map_err(|_| {
-        invalid(format!(
-            "give NAME or {volume}@NAME, NAME 1-{NAME_MAX_BYTES} characters from [A-Za-z0-9._-], not starting with '.' or '-'"
-        ))
-    })?;
-    Ok(format!("{volume}{SNAPSHOT_SEPARATOR}{short}"))
-}
-
-/// A visible snapshot by name (see [`resolve_snapshot`]).
-fn find_snapshot(state: &ClusterState, name: &str) -> Result<SnapshotRecord, EngineError> {
-    resolve_snapshot(state, name, None)
-}
-
-/// A visible snapshot by the name a user gave:
-/// 1. for a name without `@` and a volume `prefer` (rollback's and refresh's own volume),
-///    `PREFER@name`;
-/// 2. the snapshot with exactly that name: a full name, or a legacy snapshot's name;
-/// 3. for a name without `@`, the one snapshot whose short name it is; several is an error
-///    that lists them.
-pub(crate) fn resolve_snapshot(
-    state: &ClusterState,
-    name: &str,
-    prefer: Option<&str>,
-) -> Result<SnapshotRecord, EngineError> {
-    let visible = || state.snapshots.iter().filter(|s| !s.hidden);
-    let exact = |n: &str| visible().find(|s| s.name == n).cloned();
-    let bare = !name.contains(SNAPSHOT_SEPARATOR);
-    if let Some(volume) = prefer.filter(|_| bare) {
-        if let Some(s) = exact(&format!("{volume}{SNAPSHOT_SEPARATOR}{name}")) {
-            return Ok(s);
-        }
-    }
-    if let Some(s) = exact(name) {
-        return Ok(s);
-    }
-    let unknown = || EngineError::UnknownSnapshot {
-        name: name.to_string(),
-    };
-    if !bare {
-        return Err(unknown());
-    }
-    let candidates: Vec<&SnapshotRecord> = visible()
-        .filter(|s| snapshot_short_name(&s.name) == name)
-        .collect();
-    match candidates.as_slice() {
-        [] => Err(unknown()),
-        [one] => Ok((*one).clone()),
-        many => {
-            let mut candidates: Vec<String> = many.iter().map(|s| s.name.clone()).collect();
-            candidates.sort();
-            Err(EngineError::AmbiguousSnapshot {
-                name: name.to_string(),
-                candidates,
-            })
-        }
-    }
-}
-
-/// A new snapshot's full name must not be a visible snapshot's. (It never is a volume's:
-/// volume names have no `@`.)
-fn check_snapshot_free(state: &ClusterState, name: &str) -> Result<(), EngineError> {
-    if state.snapshots.iter().any(|s| s.name == name && !s.hidden) {
-        return Err(EngineError::SnapshotExists {
-            name: name.to_string(),
-        });
-    }
-    Ok(())
-}
-
-/// A new volume's name must not be a volume's, nor a visible legacy snapshot's (made before
-/// `VOLUME@SNAPSHOT` names): both are NBD export names.
-fn check_free(state: &ClusterState, name: &str) -> Result<(), EngineError> {
-    if state.volumes.iter().any(|v| v.name == name) {
-        return Err(EngineError::VolumeExists {
-            name: name.to_string(),
-        });
-    }
-    if state.snapshots.iter().any(|s| s.name == name && !s.hidden) {
-        return Err(EngineError::NameTaken {
-            name: name.to_string(),
-            by: "snapshot",
-        });
-    }
-    Ok(())
-}
-
-pub(crate) fn check_name(name: &str) -> Result<(), EngineError> {
-    let ok = !name.is_empty()
-        && name.len() <= NAME_MAX_BYTES
-        && !name.starts_with(['.', '-'])
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(EngineError::InvalidName {
-            name: name.to_string(),
-        })
-    }
 }
 
 fn check_size(size_bytes: u64) -> Result<(), EngineError> {

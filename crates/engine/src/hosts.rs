@@ -18,7 +18,8 @@ use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::check_name;
+pub use crate::host_records::{ChapRecord, HostRecord, LunMapping, MutualChap, Secret};
+use crate::names::{check_name, resolve_snapshot};
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::metastore::ClusterState;
@@ -29,72 +30,6 @@ pub use validate::{network_contains, parse_network, SECRET_MIN_BYTES};
 
 /// Largest LUN number (SAM-5 flat space addressing, 14 bits).
 pub const LUN_MAX: u64 = 0x3fff;
-
-/// A CHAP secret: shown to nobody, serialized only into the cluster state.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
-/// The CHAP a host's initiator must answer, and what the target answers with for mutual
-/// CHAP.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChapRecord {
-    pub user: String,
-    pub secret: Secret,
-    #[serde(default)]
-    pub mutual: Option<MutualChap>,
-}
-
-/// The name and secret the target proves itself with (mutual CHAP).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MutualChap {
-    pub user: String,
-    pub secret: Secret,
-}
-
-/// An export a host sees, under a LUN number.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LunMapping {
-    pub lun: u64,
-    pub export: String,
-}
-
-/// One host in the cluster state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostRecord {
-    pub name: String,
-    /// Initiator names, lowercased.
-    #[serde(default)]
-    pub iqns: Vec<String>,
-    /// Networks NBD connections of this host come from, as `address/prefix`.
-    #[serde(default)]
-    pub nbd_addresses: Vec<String>,
-    /// Names its NBD client certificates carry (subject CN or a DNS name), for NBD over TLS.
-    #[serde(default)]
-    pub tls_names: Vec<String>,
-    #[serde(default)]
-    pub chap: Option<ChapRecord>,
-    /// Sorted by LUN.
-    #[serde(default)]
-    pub luns: Vec<LunMapping>,
-    pub created_unix_s: u64,
-}
 
 /// What `host create` takes. Secrets arrive in plain text and are validated here.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -351,12 +286,12 @@ fn export_kind(state: &ClusterState, export: &str) -> Result<ExportKind, EngineE
 }
 
 /// The export a user named, by its full name, with its kind: a volume by its name, else a
-/// snapshot as [`crate::catalog::resolve_snapshot`] finds it.
+/// snapshot as [`resolve_snapshot`] finds it.
 fn resolve_export(state: &ClusterState, export: &str) -> Result<(String, ExportKind), EngineError> {
     if state.volumes.iter().any(|v| v.name == export) {
         return Ok((export.to_string(), ExportKind::Volume));
     }
-    match crate::catalog::resolve_snapshot(state, export, None) {
+    match resolve_snapshot(state, export, None) {
         Ok(s) => Ok((s.name, ExportKind::Snapshot)),
         Err(EngineError::UnknownSnapshot { .. }) => Err(EngineError::UnknownVolume {
             name: export.to_string(),

@@ -97,7 +97,7 @@ pub struct ClusterState {
     pub counters: crate::checkpoint::LifetimeCounters,
     /// Hosts and the exports mapped to them (see `hosts`), sorted by name.
     #[serde(default)]
-    pub hosts: Vec<crate::hosts::HostRecord>,
+    pub hosts: Vec<crate::host_records::HostRecord>,
 }
 
 /// Where the cluster state lives in the metadata store.
