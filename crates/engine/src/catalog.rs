@@ -27,20 +27,21 @@ use std::time::Instant;
 use crate::engine::{Engine, VolumeHandle};
 use crate::error::EngineError;
 use crate::family::Family;
+use crate::images::Image;
 use crate::journal::{RecordHeader, RecordKind};
 use crate::layers::{LayerOp, CHAIN_LAYERS_MAX};
 use crate::metastore::{ClusterState, ClusterStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
-use crate::state::{Image, State};
+use crate::state::State;
 use crate::units::{
     FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64,
 };
 
 mod report;
 
-pub use crate::names::{snapshot_short_name, SNAPSHOT_SEPARATOR};
 use crate::names::{
     check_free, check_name, check_snapshot_free, find_snapshot, new_snapshot_name, resolve_snapshot,
 };
+pub use crate::names::{snapshot_short_name, SNAPSHOT_SEPARATOR};
 
 use report::{children_of, clones_of, snapshot_info, volume_info, Child};
 pub use report::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
@@ -203,8 +204,10 @@ impl Engine {
         meta.commit(next)?;
         {
             let mut st = self.shared.state.lock();
-            let key = *st.image_keys.get(name).ok_or(EngineError::Gone)?;
-            st.images.get_mut(&key).ok_or(EngineError::Gone)?.size_bytes = size_bytes;
+            st.images
+                .by_name_mut(name)
+                .ok_or(EngineError::Gone)?
+                .size_bytes = size_bytes;
         }
         self.volume_info_locked(&meta, name)
     }
@@ -261,7 +264,7 @@ impl Engine {
         let st = self.shared.state.lock();
         let mut out: Vec<ImageSummary> = st
             .images
-            .values()
+            .iter()
             .map(|i| ImageSummary {
                 name: i.name.clone(),
                 size_bytes: i.size_bytes,
@@ -279,8 +282,8 @@ impl Engine {
     /// name it is (an error listing them when several have it).
     pub fn open_volume(&self, name: &str) -> Result<VolumeHandle, EngineError> {
         let st = self.shared.state.lock();
-        let key = match st.image_keys.get(name) {
-            Some(key) => *key,
+        let key = match st.images.key_of(name) {
+            Some(key) => key,
             None => {
                 let unknown = || EngineError::UnknownVolume {
                     name: name.to_string(),
@@ -290,13 +293,13 @@ impl Engine {
                 }
                 let mut candidates: Vec<&str> = st
                     .images
-                    .values()
+                    .iter()
                     .filter(|i| !i.writable && snapshot_short_name(&i.name) == name)
                     .map(|i| i.name.as_str())
                     .collect();
                 match candidates.as_slice() {
                     [] => return Err(unknown()),
-                    [one] => *st.image_keys.get(*one).ok_or_else(unknown)?,
+                    [one] => st.images.key_of(one).ok_or_else(unknown)?,
                     _ => {
                         candidates.sort_unstable();
                         return Err(EngineError::AmbiguousSnapshot {
@@ -611,13 +614,11 @@ impl Engine {
                 .collect();
             let mut st = shared.state.lock();
             for name in &switch.remove_images {
-                st.remove_image(name);
+                st.images.remove(name);
             }
             for (name, layer) in &switch.retarget {
-                if let Some(key) = st.image_keys.get(name).copied() {
-                    if let Some(image) = st.images.get_mut(&key) {
-                        image.layer = *layer;
-                    }
+                if let Some(image) = st.images.by_name_mut(name) {
+                    image.layer = *layer;
                 }
             }
             for (family, layer, parent) in &switch.parents {
@@ -628,13 +629,10 @@ impl Engine {
                     .set_parent(*layer, *parent);
             }
             for image in switch.add_images {
-                st.insert_image(image);
+                st.images.insert(image);
             }
             for (op, seq) in switch.ops.iter().zip(seqs) {
-                if let LayerOp::Merge { into, .. } = op.op {
-                    *st.merging_into.entry(into).or_default() += 1;
-                }
-                st.buffer.push_layer_op(seq, op.family, op.op);
+                st.queue_layer_op(seq, op.family, op.op);
             }
             if let Some(fid) = switch.delete_family {
                 doomed = remove_family(&mut st, fid);
@@ -664,17 +662,9 @@ fn remove_family(st: &mut State, fid: FamilyId) -> Vec<(SegmentId, weft_ec::Redu
             st.buffer.drop_layer(*layer);
         }
     }
-    let doomed: Vec<(SegmentId, weft_ec::Redundancy)> = st
-        .sealed
-        .range((fid, SegmentId(0))..=(fid, SegmentId(u64::MAX)))
-        .map(|(&(_, id), s)| (id, s.redundancy))
-        .collect();
-    for (id, _) in &doomed {
-        st.sealed.remove(&(fid, *id));
-    }
-    st.next_segment.remove(&fid);
-    st.checkpoint_below.remove(&fid);
-    st.out_of_space = false;
+    let doomed = st.segments.forget_family(fid);
+    st.segment_ids.forget(fid);
+    st.segments.space_freed();
     doomed
 }
 

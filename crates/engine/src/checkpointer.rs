@@ -2,15 +2,13 @@
 //! lock, encode and write it on a background thread; collect the writer, after which GC may
 //! delete the segments it covers and the cluster state forgets the layer operations it covers.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::checkpoint::{self, CheckpointRef, RedundancyText, SealedSegment};
+use crate::checkpoint::{self, CheckpointRef, RedundancyText};
 use crate::destage::destage_batch;
 use crate::error::IoFailure;
 use crate::seal::seal_all;
 use crate::state::{CheckpointWritten, Shared};
-use crate::units::SegmentId;
 
 /// Checkpoint and wait until it is durable.
 pub(crate) fn take_checkpoint(shared: &Shared) -> Result<(), IoFailure> {
@@ -60,17 +58,16 @@ pub(crate) fn reap_checkpoint_writer(shared: &Shared, block: bool) -> Result<(),
     }
     let mut st = shared.state.lock();
     for (fid, r) in &written.refs {
-        let below = st.checkpoint_below.entry(*fid).or_insert(0);
-        *below = (*below).max(r.segments_below);
+        st.segments.checkpoint_covers(*fid, r.segments_below);
     }
-    st.covered_layer_ops.extend(written.covered);
+    st.layer_work.covered(written.covered);
     Ok(())
 }
 
 /// Remove layer operations a checkpoint covers from the cluster state's pending list (they
 /// need no replay any more). Called with no lock held.
 pub(crate) fn forget_covered_layer_ops(shared: &Shared) {
-    let covered = std::mem::take(&mut shared.state.lock().covered_layer_ops);
+    let covered = shared.state.lock().layer_work.take_covered();
     if covered.is_empty() {
         return;
     }
@@ -99,7 +96,7 @@ pub(crate) fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), Io
     let started = Instant::now();
     let (images, covered) = {
         let mut st = shared.state.lock();
-        if !st.sealing.is_empty() {
+        if st.segments.sealing_count() > 0 {
             return Err(IoFailure::CorruptMetadata {
                 what: "checkpoint".into(),
                 detail: "stripes still being written".into(),
@@ -107,16 +104,12 @@ pub(crate) fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), Io
         }
         let mut images = Vec::new();
         for f in st.families.values() {
-            let next_segment = st.next_segment.get(&f.id).copied().unwrap_or(1);
-            let sealed: BTreeMap<SegmentId, SealedSegment> = st
-                .sealed
-                .range((f.id, SegmentId(0))..=(f.id, SegmentId(u64::MAX)))
-                .map(|(&(_, s), &v)| (s, v))
-                .collect();
+            let next_segment = st.segment_ids.peek(f.id).unwrap_or(1);
+            let sealed = st.segments.sealed_of(f.id);
             images.push((checkpoint::FamilyImage::of(f), next_segment, sealed));
         }
-        st.sealed_bytes_since_checkpoint = 0;
-        let covered = std::mem::take(&mut st.applied_layer_ops);
+        st.segments.checkpoint_started();
+        let covered = st.layer_work.take_applied();
         (images, covered)
     };
     let generations: Vec<u64> = {

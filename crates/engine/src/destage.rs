@@ -3,12 +3,12 @@
 //! append to the open segment, map, release) under it; trims, zeroings and layer operations
 //! in the same order. Full segments go to the sealer ([`crate::seal`]).
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::block_map::Mapping;
 use crate::error::IoFailure;
 use crate::journal::{RecordHeader, RecordKind};
+use crate::layer_work::Dropping;
 use crate::reduce::{self, Reduced};
 use crate::seal::{finish_sealing, start_sealing, SEALING_SEGMENTS_MAX};
 use crate::segment::{SegmentBuilder, SummaryEntry};
@@ -42,7 +42,7 @@ pub(crate) fn buffer_range(st: &mut State, seq: u64, family: FamilyId, header: R
     };
     // A queued merge into the layer must see the map as it was before this record (live,
     // trims wait for it; in replay they are applied when destaged).
-    let applied = !st.merging_into.contains_key(&layer);
+    let applied = !st.layer_work.is_merging_into(layer);
     let released = match st.families.get_mut(&family) {
         Some(f) if applied => f.set_range(layer, lba, count, mapping),
         Some(_) => Vec::new(),
@@ -59,24 +59,6 @@ pub(crate) fn buffer_range(st: &mut State, seq: u64, family: FamilyId, header: R
         applied,
     };
     st.buffer.push_range(pending);
-}
-
-/// Hands out per-family segment ids from the engine's counters, taken out of the state for
-/// the duration (the caller puts them back). Ids start at 1 and stay below the checkpoint
-/// stripes' range.
-pub(crate) fn segment_ids(
-    next: &mut HashMap<FamilyId, u64>,
-) -> impl FnMut(FamilyId) -> SegmentId + '_ {
-    move |family| {
-        let n = next.entry(family).or_insert(1);
-        let id = SegmentId(*n);
-        *n += 1;
-        assert!(
-            id.0 < crate::checkpoint::CHECKPOINT_SEGMENT_BASE,
-            "segment ids exhausted"
-        );
-        id
-    }
 }
 
 /// While writers wait for write-through, segments are sealed at this size.
@@ -123,19 +105,19 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         let mut st = shared.state.lock();
         let batch = st.buffer.pop_front(DESTAGE_BATCH_RECORDS_MAX);
         if batch.is_empty() {
-            if st.dropping.is_empty() {
+            if !st.layer_work.is_dropping() {
                 return Ok(0);
             }
-            let mut next_segment = std::mem::take(&mut st.next_segment);
+            let mut ids = std::mem::take(&mut st.segment_ids);
             let mut to_seal = Vec::new();
-            let mut alloc = segment_ids(&mut next_segment);
+            let mut alloc = ids.allocator();
             let (span, cap) = (
                 shared.config.drop_slice_blocks,
                 shared.config.segment_size_bytes,
             );
             advance_drop(&mut st, span, cap, &mut alloc, &mut to_seal);
             drop(alloc);
-            st.next_segment = next_segment;
+            st.segment_ids = ids;
             for (b, since, hwm) in to_seal {
                 start_sealing(&shared.stripes, &mut st, b, since, hwm);
             }
@@ -225,8 +207,8 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         };
         let span = shared.config.drop_slice_blocks;
         let mut ranges = ranges.into_iter().peekable();
-        let mut next_segment = std::mem::take(&mut st.next_segment);
-        let mut alloc = segment_ids(&mut next_segment);
+        let mut ids = std::mem::take(&mut st.segment_ids);
+        let mut alloc = ids.allocator();
         let mut last_seq = st.processed_seq;
         let apply_range = |st: &mut State,
                            p: Pending,
@@ -262,12 +244,7 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                 }
                 Pending::Layer { family, op, .. } => {
                     if let crate::layers::LayerOp::Merge { into, .. } = op {
-                        if let Some(n) = st.merging_into.get_mut(&into) {
-                            *n -= 1;
-                            if *n == 0 {
-                                st.merging_into.remove(&into);
-                            }
-                        }
+                        st.layer_work.merge_dequeued(into);
                     }
                     let big_drop = match (op, st.families.get(&family)) {
                         (crate::layers::LayerOp::Drop { layer }, Some(f)) => f
@@ -279,16 +256,14 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                     if big_drop {
                         // Released a slice per destage step (see `advance_drop`).
                         let layer = op.removed();
-                        if !st.dropping.iter().any(|d| d.1 == layer) {
-                            st.dropping.push_back((family, layer, 0));
-                        }
+                        st.layer_work.drop_queued(family, layer);
                     } else if let Some(f) = st.families.get_mut(&family) {
                         f.destage_layer_op(op, seq, alloc, cap);
                         if let Some((b, since)) = f.take_open_if_full(cap) {
                             to_seal.push((b, since, seq));
                         }
-                        st.applied_layer_ops
-                            .push(crate::metastore::PendingLayerOp { family, op });
+                        st.layer_work
+                            .applied(crate::metastore::PendingLayerOp { family, op });
                     }
                 }
                 Pending::Write { .. } => unreachable!("writes are destaged block by block"),
@@ -323,7 +298,7 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
         }
         advance_drop(st, span, cap, &mut alloc, &mut to_seal);
         drop(alloc);
-        st.next_segment = next_segment;
+        st.segment_ids = ids;
         st.processed_seq = st.processed_seq.max(last_seq).max(batch_last_seq);
         for (b, since, hwm) in to_seal {
             start_sealing(&shared.stripes, st, b, since, hwm);
@@ -342,13 +317,18 @@ pub(crate) fn advance_drop(
     alloc: &mut dyn FnMut(FamilyId) -> SegmentId,
     to_seal: &mut Vec<(SegmentBuilder, Option<u64>, u64)>,
 ) {
-    let Some(&(family, layer, from_lba)) = st.dropping.front() else {
+    let Some(Dropping {
+        family,
+        layer,
+        next_lba: from_lba,
+    }) = st.layer_work.next_drop()
+    else {
         return;
     };
     // A slice reflects no journal record; the open segment keeps the journal from here on.
     let seq = st.processed_seq.max(1);
     let Some(f) = st.families.get_mut(&family) else {
-        st.dropping.pop_front();
+        st.layer_work.drop_ended();
         return;
     };
     let next = f.destage_drop_slice(layer, from_lba, span, seq, alloc, cap);
@@ -356,10 +336,10 @@ pub(crate) fn advance_drop(
         to_seal.push((b, since, seq));
     }
     match next {
-        Some(lba) => st.dropping[0].2 = lba,
+        Some(lba) => st.layer_work.drop_advanced(lba),
         None => {
-            st.dropping.pop_front();
-            st.applied_layer_ops.push(crate::metastore::PendingLayerOp {
+            st.layer_work.drop_ended();
+            st.layer_work.applied(crate::metastore::PendingLayerOp {
                 family,
                 op: crate::layers::LayerOp::Drop { layer },
             });

@@ -83,7 +83,7 @@ pub(crate) fn run(shared: &Shared) {
             let live: u64 = st.families.values().map(|f| f.table.stored_bytes()).sum();
             let amplification = used as f64 / live.max(1) as f64;
             (
-                st.sealed_bytes_since_checkpoint >= shared.config.checkpoint_every_bytes,
+                st.segments.bytes_since_checkpoint() >= shared.config.checkpoint_every_bytes,
                 did > 0 || !st.buffer.is_empty(),
                 amplification,
             )

@@ -142,7 +142,7 @@ impl Engine {
         // d.nodes down a sync may fail to seal (the records stay in the journal), and the
         // engine starts once the merges are applied, waiting for destage meanwhile.
         let mut logged = false;
-        while !engine.shared.state.lock().merging_into.is_empty() {
+        while engine.shared.state.lock().layer_work.any_merge_queued() {
             match engine.sync() {
                 Ok(()) => break,
                 Err(EngineError::MaintenanceFailed { detail, .. }) => {
@@ -285,7 +285,7 @@ impl Engine {
         // Not while stripe writes fail (a store down, a full disk): the journal can still
         // take the write, a stripe cannot.
         let through =
-            min > 0 && data.len() as u64 >= min && shared.state.lock().seal_failure.is_none();
+            min > 0 && data.len() as u64 >= min && shared.state.lock().segments.failure().is_none();
         let kind = if through {
             RecordKind::WriteThrough
         } else {
@@ -538,7 +538,7 @@ impl Engine {
             if shared.shutdown.load(Ordering::Acquire) {
                 return Err(EngineError::Gone);
             }
-            if st.out_of_space {
+            if st.segments.out_of_space() {
                 return Err(EngineError::NoSpace);
             }
             let (capacity, used) = shared.stripes.space();
@@ -555,7 +555,7 @@ impl Engine {
                     .filter_map(|f| f.open.as_ref())
                     .map(|o| o.data_bytes() as u64)
                     .sum();
-                let sealing: u64 = st.sealing.values().map(|s| s.bytes.len() as u64).sum();
+                let sealing = st.segments.sealing_bytes();
                 let pending = st.buffer.data_bytes() + open + sealing + bytes + reserve;
                 if used + pending > cap {
                     // Garbage GC could free: wait for it (it runs more often meanwhile).
@@ -607,7 +607,7 @@ impl Engine {
                 || {
                     let st = shared.state.lock();
                     let (fid, layer) = writable_layer(&st, id)?;
-                    if st.merging_into.contains_key(&layer) {
+                    if st.layer_work.is_merging_into(layer) {
                         return Err(EngineError::LayerBusy);
                     }
                     family.set(fid);
@@ -678,17 +678,17 @@ fn wait_written_through(shared: &Shared, family: FamilyId, seq: u64) -> Result<(
             // A clean stop drains and seals everything first: wait for it, unless nothing is
             // left that could still write this record.
             if shared.stop_sealer.load(Ordering::Acquire)
-                && (st.sealing.is_empty() || st.seal_failure.is_some())
+                && (st.segments.sealing_count() == 0 || st.segments.failure().is_some())
             {
                 return Err(EngineError::Gone);
             }
-            if st.seal_failure.is_some() {
-                return Err(if st.out_of_space {
+            if let Some(failure) = st.segments.failure() {
+                return Err(if st.segments.out_of_space() {
                     EngineError::NoSpace
                 } else {
                     EngineError::Io(IoFailure::disk(
                         "stripe write",
-                        std::io::Error::other(st.seal_failure.clone().unwrap_or_default()),
+                        std::io::Error::other(failure.to_string()),
                     ))
                 });
             }
@@ -753,7 +753,7 @@ fn stats(shared: &Shared) -> EngineStats {
         buffer_records: st.buffer.len() as u64,
         capacity_bytes: shared.stripes.space().0,
         used_bytes: shared.stripes.space().1,
-        sealed_segments: st.sealed.len() as u64,
+        sealed_segments: st.segments.sealed_count() as u64,
         journal_files,
         corrupt_reads: c.corrupt_reads.load(Ordering::Relaxed)
             + shared
@@ -761,9 +761,9 @@ fn stats(shared: &Shared) -> EngineStats {
                 .counters
                 .corrupt_chunks
                 .load(Ordering::Relaxed),
-        out_of_space: st.out_of_space,
-        volumes: st.images.values().filter(|i| i.writable).count() as u64,
-        snapshots: st.images.values().filter(|i| !i.writable).count() as u64,
+        out_of_space: st.segments.out_of_space(),
+        volumes: st.images.iter().filter(|i| i.writable).count() as u64,
+        snapshots: st.images.iter().filter(|i| !i.writable).count() as u64,
         metadata_memory_bytes: map_entries * 8 + table_bytes,
         reduction: r,
     }

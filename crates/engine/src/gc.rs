@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::checkpointer::take_checkpoint_with;
-use crate::destage::segment_ids;
 use crate::error::IoFailure;
 use crate::seal::{seal_all, start_sealing};
 use crate::state::Shared;
@@ -55,7 +54,7 @@ pub(crate) fn collect_garbage(
         let st = shared.state.lock();
         let mut victims = Vec::new();
         let mut uncovered = false;
-        for (&(fid, id), s) in &st.sealed {
+        for ((fid, id), s) in st.segments.sealed_iter() {
             let Some(f) = st.families.get(&fid) else {
                 continue;
             };
@@ -70,8 +69,8 @@ pub(crate) fn collect_garbage(
             if !garbage {
                 continue;
             }
-            if id.0 < st.checkpoint_below.get(&fid).copied().unwrap_or(0) {
-                let newest = st.next_segment.get(&fid).copied().unwrap_or(id.0 + 1);
+            if id.0 < st.segments.checkpoint_below(fid) {
+                let newest = st.segment_ids.peek(fid).unwrap_or(id.0 + 1);
                 let age = newest.saturating_sub(id.0 + 1);
                 victims.push((victim_score(fraction, age), id, s.family, usage.live_bytes));
             } else {
@@ -82,7 +81,7 @@ pub(crate) fn collect_garbage(
         (victims, uncovered)
     };
     if victims.is_empty() {
-        let since = shared.state.lock().sealed_bytes_since_checkpoint;
+        let since = shared.state.lock().segments.bytes_since_checkpoint();
         let due = if pressed {
             GC_PRESSED_CHECKPOINT_BYTES.min(shared.config.checkpoint_every_bytes / 4)
         } else {
@@ -127,7 +126,7 @@ pub(crate) fn collect_garbage(
     }
     let mut done = Vec::new();
     for (_, id, fid, live_bytes) in victims {
-        let (stored_bytes, redundancy) = match shared.state.lock().sealed.get(&(fid, id)) {
+        let (stored_bytes, redundancy) = match shared.state.lock().segments.sealed((fid, id)) {
             Some(s) => (s.stored_bytes, s.redundancy),
             None => continue,
         };
@@ -139,10 +138,10 @@ pub(crate) fn collect_garbage(
         }
         let mut st = shared.state.lock();
         let cap = shared.config.segment_size_bytes;
-        let mut next_segment = std::mem::take(&mut st.next_segment);
+        let mut ids = std::mem::take(&mut st.segment_ids);
         let mut to_seal = Vec::new();
         if let Some(f) = st.families.get_mut(&fid) {
-            let mut alloc = segment_ids(&mut next_segment);
+            let mut alloc = ids.allocator();
             for &block in live_by_segment.get(&(fid, id)).into_iter().flatten() {
                 // Blocks freed or moved since the scan are skipped.
                 let Some(entry) = f.table.get(block) else {
@@ -172,7 +171,7 @@ pub(crate) fn collect_garbage(
                 }
             }
         }
-        st.next_segment = next_segment;
+        st.segment_ids = ids;
         let hwm = st.processed_seq;
         for (b, since) in to_seal {
             start_sealing(&shared.stripes, &mut st, b, since, hwm);
@@ -186,7 +185,7 @@ pub(crate) fn collect_garbage(
     seal_all(shared)?;
     shared.journal.sync(shared.journal.written_seq())?;
     for (fid, id, redundancy, stored_bytes) in done {
-        shared.state.lock().sealed.remove(&(fid, id));
+        shared.state.lock().segments.reclaimed((fid, id));
         shared.stripes.delete(fid.0, id.0, redundancy)?;
         report.segments_reclaimed += 1;
         report.bytes_reclaimed += stored_bytes;
@@ -198,6 +197,6 @@ pub(crate) fn collect_garbage(
         .fetch_add(report.bytes_moved, Ordering::Relaxed);
     c.gc_bytes_reclaimed
         .fetch_add(report.bytes_reclaimed, Ordering::Relaxed);
-    shared.state.lock().out_of_space = false;
+    shared.state.lock().segments.space_freed();
     Ok(report)
 }

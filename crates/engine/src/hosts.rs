@@ -18,11 +18,11 @@ use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::host_records::{ChapRecord, HostRecord, LunMapping, MutualChap, Secret};
-use crate::names::{check_name, resolve_snapshot};
 use crate::engine::Engine;
 use crate::error::EngineError;
+pub use crate::host_records::{ChapRecord, HostRecord, LunMapping, MutualChap, Secret};
 use crate::metastore::ClusterState;
+use crate::names::{check_name, resolve_snapshot};
 
 mod validate;
 

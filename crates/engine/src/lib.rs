@@ -37,12 +37,15 @@ mod checkpointer;
 mod destage;
 mod destager;
 mod gc;
+mod images;
+mod layer_work;
 mod read;
 mod recovery;
 pub mod recovery_status;
 pub mod repair;
 mod repair_status;
 mod seal;
+mod segments;
 mod state;
 mod stats;
 

@@ -42,7 +42,10 @@ pub(crate) fn new_snapshot_name(volume: &str, name: &str) -> Result<String, Engi
 }
 
 /// A visible snapshot by name (see [`resolve_snapshot`]).
-pub(crate) fn find_snapshot(state: &ClusterState, name: &str) -> Result<SnapshotRecord, EngineError> {
+pub(crate) fn find_snapshot(
+    state: &ClusterState,
+    name: &str,
+) -> Result<SnapshotRecord, EngineError> {
     resolve_snapshot(state, name, None)
 }
 

@@ -85,7 +85,7 @@ pub(crate) fn read_blocks(
                         let location = family.location(b).expect("mapped blocks are live");
                         let in_memory = match (
                             &family.open,
-                            st.sealing.get(&(image.family, location.segment)),
+                            st.segments.sealing((image.family, location.segment)),
                         ) {
                             (Some(open), _) if open.id == location.segment => {
                                 Some(open.bytes(location.offset_bytes, location.stored_len_bytes))
@@ -104,7 +104,8 @@ pub(crate) fn read_blocks(
                                 Source::Ready
                             }
                             None => {
-                                let Some(sealed) = st.sealed.get(&(image.family, location.segment))
+                                let Some(sealed) =
+                                    st.segments.sealed((image.family, location.segment))
                                 else {
                                     // GC moved it between the map lookup and here.
                                     return Err(EngineError::Io(IoFailure::Moved {

@@ -55,9 +55,9 @@ fn stripes_of(shared: &Shared) -> Vec<StripeRef> {
     let mut out: Vec<StripeRef> = shared
         .state
         .lock()
-        .sealed
-        .iter()
-        .map(|(&(f, s), v)| (f.0, s.0, v.redundancy, v.stored_bytes))
+        .segments
+        .sealed_iter()
+        .map(|((f, s), v)| (f.0, s.0, v.redundancy, v.stored_bytes))
         .collect();
     let checkpoints: Vec<(u64, CheckpointRef)> = shared
         .meta
@@ -150,7 +150,7 @@ fn scan(shared: &Shared) -> Result<(), String> {
         }
         // A stripe GC deleted meanwhile needs no repair.
         let still_there = segment >= crate::checkpoint::CHECKPOINT_SEGMENT_BASE
-            || shared.state.lock().sealed.contains_key(&(
+            || shared.state.lock().segments.is_sealed((
                 crate::units::FamilyId(family),
                 crate::units::SegmentId(segment),
             ));

@@ -12,7 +12,8 @@ use weft_ec::Redundancy;
 use crate::checkpoint::SealedSegment;
 use crate::error::IoFailure;
 use crate::segment::{SegmentBuilder, StripeLayout};
-use crate::state::{release_journal, SealingSegment, Shared, State};
+use crate::segments::SealingSegment;
+use crate::state::{release_journal, Shared, State};
 use crate::stripe::StripeStore;
 use crate::units::{FamilyId, SegmentId};
 
@@ -42,7 +43,7 @@ pub(crate) fn start_sealing(
         parity_chunks: redundancy.parity_chunks(),
     };
     let bytes = Arc::new(builder.seal(hwm, layout));
-    st.sealing.insert(
+    st.segments.start_sealing(
         (family, id),
         SealingSegment {
             bytes,
@@ -65,12 +66,12 @@ pub(crate) fn finish_sealing(shared: &Shared, in_flight_max: usize) -> Result<()
     shared.seal_work.notify_one();
     let mut st = shared.state.lock();
     loop {
-        if st.sealing.len() <= in_flight_max {
+        if st.segments.sealing_count() <= in_flight_max {
             return Ok(());
         }
-        if let Some(detail) = &st.seal_failure {
-            let detail = detail.clone();
-            let no_space = st.out_of_space;
+        if let Some(detail) = st.segments.failure() {
+            let detail = detail.to_string();
+            let no_space = st.segments.out_of_space();
             drop(st);
             return Err(if no_space {
                 IoFailure::disk(
@@ -100,17 +101,15 @@ pub(crate) fn run_sealer(shared: &Shared) {
         }
         let next = {
             let mut st = shared.state.lock();
-            if st.sealing.is_empty() {
+            let next = st.segments.next_to_write();
+            if next.is_none() {
                 if shared.stop_sealer.load(Ordering::Acquire) {
                     return;
                 }
                 shared.seal_work.wait_for(&mut st, IDLE_WAIT);
                 continue;
             }
-            st.sealing
-                .iter()
-                .next()
-                .map(|(&id, s)| (id, s.bytes.clone(), s.redundancy))
+            next
         };
         let Some((id, bytes, redundancy)) = next else {
             continue;
@@ -123,9 +122,7 @@ pub(crate) fn run_sealer(shared: &Shared) {
             Err(e) => {
                 tracing::error!(family = id.0 .0, segment = id.1 .0, error = %e, "stripe write failed; retrying; writes get ENOSPC/EIO meanwhile");
                 {
-                    let mut st = shared.state.lock();
-                    st.out_of_space |= e.is_no_space();
-                    st.seal_failure = Some(e.to_string());
+                    shared.state.lock().segments.write_failed(&e);
                 }
                 shared.sealed.notify_all();
                 shared.space.notify_all();
@@ -155,12 +152,7 @@ pub(crate) fn write_stripe(
         .fetch_add(bytes.len() as u64, Ordering::Relaxed);
     let orphan = {
         let mut st = shared.state.lock();
-        let s = st
-            .sealing
-            .remove(&id)
-            .expect("only the sealer removes sealing segments");
-        st.out_of_space = false;
-        st.seal_failure = None;
+        let s = st.segments.written(id);
         match st.families.get_mut(&s.family) {
             Some(f) => {
                 f.journal_hwm = f.journal_hwm.max(s.journal_hwm);
@@ -170,8 +162,7 @@ pub(crate) fn write_stripe(
                     data_bytes: s.data_bytes,
                     stored_bytes: bytes.len() as u64,
                 };
-                st.sealed.insert(id, sealed);
-                st.sealed_bytes_since_checkpoint += bytes.len() as u64;
+                st.segments.sealed_now(id, sealed);
                 false
             }
             None => true,

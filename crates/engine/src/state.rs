@@ -1,116 +1,46 @@
 //! What the engine's threads share ([`Shared`]) and the state behind its lock ([`State`]):
-//! open-able images, families, the write buffer, segments being sealed and sealed, counters.
+//! open-able images ([`crate::images`]), families, layer work ([`crate::layer_work`]), the
+//! write buffer, segments being sealed and sealed ([`crate::segments`]), counters.
 //! No I/O here beyond releasing journal files.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::checkpoint::SealedSegment;
 use crate::config::EngineConfig;
 use crate::error::{EngineError, IoFailure};
 use crate::family::Family;
-use crate::metastore::{ClusterState, ClusterStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
+use crate::images::{Image, Images};
+use crate::layer_work::LayerWork;
+use crate::layers::LayerOp;
+use crate::metastore::{ClusterStore, PendingLayerOp};
+use crate::segments::{SegmentIds, Segments};
 use crate::stats::GcReport;
 use crate::stripe::StripeStore;
-use crate::units::{
-    FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64,
-};
+use crate::units::{FamilyId, LayerId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64};
 use crate::write_buffer::WriteBuffer;
 use crate::write_log::WriteLog;
 
-/// An open-able image (a volume, or a snapshot exported read-only) as the engine state holds
-/// it, under a key that lives as long as the image keeps its contents: refresh and rollback
-/// give the volume a new key, so requests of clients that still hold the old one fail.
-#[derive(Debug)]
-pub(crate) struct Image {
-    pub name: String,
-    pub family: FamilyId,
-    pub size_bytes: u64,
-    /// The layer reads start from: a volume's top, a snapshot's own layer.
-    pub layer: LayerId,
-    /// Writes go to `layer`; false for snapshots.
-    pub writable: bool,
-    /// Set when the image is deleted, refreshed or rolled back: front ends disconnect.
-    pub gone: Arc<AtomicBool>,
-    /// The sector size front ends present (metadata: the engine works in 4 KiB blocks).
-    pub logical_block_size: LogicalBlockSize,
-}
-
-/// A segment whose stripe is being written (or failed to be): still readable from memory.
-#[derive(Debug)]
-pub(crate) struct SealingSegment {
-    pub bytes: Arc<Vec<u8>>,
-    pub redundancy: weft_ec::Redundancy,
-    pub family: FamilyId,
-    pub since_seq: Option<u64>,
-    pub journal_hwm: u64,
-    pub data_bytes: u64,
-}
-
-/// Everything behind the state lock.
+/// Everything behind the state lock: each part owns its fields (see its module).
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    /// Open-able images by key (see [`Image`]).
-    pub images: HashMap<VolumeId, Image>,
-    /// Image keys by name.
-    pub image_keys: HashMap<String, VolumeId>,
-    pub next_image_key: u64,
+    pub images: Images,
     pub families: HashMap<FamilyId, Family>,
-    /// Merges queued into each layer: trims of that layer wait until they are applied (a trim
-    /// changes the map when it is buffered; the merge must see the map as of its turn).
-    pub merging_into: HashMap<LayerId, usize>,
-    /// Big layers being dropped a slice at a time: (family, layer, next LBA).
-    pub dropping: std::collections::VecDeque<(FamilyId, LayerId, u64)>,
-    /// Layer operations the destager applied; once a checkpoint covers them they leave the
-    /// cluster state's pending list.
-    pub applied_layer_ops: Vec<PendingLayerOp>,
-    /// Applied layer operations a durable checkpoint covers: the destager removes them from
-    /// the cluster state's pending list.
-    pub covered_layer_ops: Vec<PendingLayerOp>,
+    pub layer_work: LayerWork,
     pub buffer: WriteBuffer,
-    /// Keyed by family and segment: segment ids are per family, and the sealer writes each
-    /// family's segments in id order.
-    pub sealing: BTreeMap<(FamilyId, SegmentId), SealingSegment>,
-    pub sealed: BTreeMap<(FamilyId, SegmentId), SealedSegment>,
-    /// The next segment id of each family.
-    pub next_segment: HashMap<FamilyId, u64>,
     /// Seq of the last record the destager took from the FIFO.
     pub processed_seq: u64,
-    /// Per family: segments with id below this are reflected in its durable checkpoint (GC
-    /// may delete them).
-    pub checkpoint_below: HashMap<FamilyId, u64>,
-    pub sealed_bytes_since_checkpoint: u64,
-    /// A stripe write failed for lack of space: writers get ENOSPC until one succeeds.
-    pub out_of_space: bool,
-    /// The last stripe write failed with this; cleared by the next success.
-    pub seal_failure: Option<String>,
+    pub segments: Segments,
+    /// Taken out while a destage step allocates (see [`SegmentIds::allocator`]).
+    pub segment_ids: SegmentIds,
 }
 
 impl State {
     pub fn image(&self, key: VolumeId) -> Result<&Image, EngineError> {
-        self.images.get(&key).ok_or(EngineError::Gone)
-    }
-
-    /// Make an image open-able under a new key; returns the key.
-    pub fn insert_image(&mut self, image: Image) -> VolumeId {
-        self.next_image_key += 1;
-        let key = VolumeId(self.next_image_key);
-        self.image_keys.insert(image.name.clone(), key);
-        self.images.insert(key, image);
-        key
-    }
-
-    /// Remove an image by name; its clients are told it is gone.
-    pub fn remove_image(&mut self, name: &str) {
-        if let Some(key) = self.image_keys.remove(name) {
-            if let Some(image) = self.images.remove(&key) {
-                image.gone.store(true, Ordering::Release);
-            }
-        }
+        self.images.get(key)
     }
 
     /// The layers an image reads through, top first.
@@ -121,6 +51,14 @@ impl State {
         }
     }
 
+    /// Queue a journaled layer operation for the destager.
+    pub fn queue_layer_op(&mut self, seq: u64, family: FamilyId, op: LayerOp) {
+        if let LayerOp::Merge { into, .. } = op {
+            self.layer_work.merge_queued(into);
+        }
+        self.buffer.push_layer_op(seq, family, op);
+    }
+
     /// Journal records with seq <= this are reflected in sealed segments.
     pub fn durable_journal_hwm(&self) -> u64 {
         let mut hwm = self.processed_seq;
@@ -129,52 +67,11 @@ impl State {
                 hwm = hwm.min(since - 1);
             }
         }
-        for s in self.sealing.values() {
-            if let Some(since) = s.since_seq {
-                hwm = hwm.min(since - 1);
-            }
+        for since in self.segments.sealing_since_seqs() {
+            hwm = hwm.min(since - 1);
         }
         hwm
     }
-}
-
-impl Image {
-    /// A volume as an open-able image.
-    pub fn of_volume(r: &VolumeRecord) -> Image {
-        Image {
-            name: r.name.clone(),
-            family: r.family,
-            size_bytes: r.size_bytes,
-            layer: r.layer,
-            writable: true,
-            gone: Arc::new(AtomicBool::new(false)),
-            logical_block_size: r.logical_block_size,
-        }
-    }
-
-    /// A snapshot as a read-only image.
-    pub fn of_snapshot(s: &SnapshotRecord) -> Image {
-        Image {
-            name: s.name.clone(),
-            family: s.family,
-            size_bytes: s.size_bytes,
-            layer: s.layer,
-            writable: false,
-            gone: Arc::new(AtomicBool::new(false)),
-            logical_block_size: s.logical_block_size,
-        }
-    }
-}
-
-/// The images of a cluster state (volumes and visible snapshots), for recovery.
-pub(crate) fn images_of(state: &ClusterState) -> Vec<Image> {
-    let volumes = state.volumes.iter().map(Image::of_volume);
-    let snapshots = state
-        .snapshots
-        .iter()
-        .filter(|s| !s.hidden)
-        .map(Image::of_snapshot);
-    volumes.chain(snapshots).collect()
 }
 
 /// A checkpoint whose stripes are durable, not yet referenced by the cluster state.

@@ -84,8 +84,8 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
             }
         }
     }
-    for image in crate::state::images_of(&meta.state) {
-        st.insert_image(image);
+    for image in crate::images::images_of(&meta.state) {
+        st.images.insert(image);
     }
 
     build_graphs(&meta.state, &mut st);
@@ -140,13 +140,12 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
                 crate::destage::buffer_range(&mut st, r.seq, fid, h);
             }
             RecordKind::DropLayer => {
-                queue_layer_op(&mut st, r.seq, fid, LayerOp::Drop { layer: h.layer })
+                st.queue_layer_op(r.seq, fid, LayerOp::Drop { layer: h.layer })
             }
             RecordKind::WriteThrough | RecordKind::SegmentDurable => {
                 unreachable!("skipped above")
             }
-            RecordKind::MergeLayer => queue_layer_op(
-                &mut st,
+            RecordKind::MergeLayer => st.queue_layer_op(
                 r.seq,
                 fid,
                 LayerOp::Merge {
@@ -163,7 +162,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
     // Operations the cluster state holds but the journal may not: again, after everything
     // (an operation already applied or queued above is a no-op the second time).
     for op in &meta.state.pending_layer_ops {
-        queue_layer_op(&mut st, journal.written_seq(), op.family, op.op);
+        st.queue_layer_op(journal.written_seq(), op.family, op.op);
     }
     tracing::info!(
         images = st.images.len(),
@@ -449,10 +448,10 @@ fn recover_family(
     }
     family.table.rebuild_free_ids();
     for (id, s) in sealed {
-        st.sealed.insert((fid, id), s);
+        st.segments.recovered((fid, id), s);
     }
-    st.next_segment.insert(fid, next_segment);
-    st.checkpoint_below.insert(fid, below);
+    st.segment_ids.set(fid, next_segment);
+    st.segments.checkpoint_covers(fid, below);
     st.families.insert(fid, family);
     Ok(FamilyOutcome::Recovered(replayed))
 }
@@ -576,13 +575,6 @@ fn build_graphs(state: &ClusterState, st: &mut State) {
             f.graph.set_parent(into, Some(from));
         }
     }
-}
-
-fn queue_layer_op(st: &mut State, seq: u64, family: FamilyId, op: LayerOp) {
-    if let LayerOp::Merge { into, .. } = op {
-        *st.merging_into.entry(into).or_default() += 1;
-    }
-    st.buffer.push_layer_op(seq, family, op);
 }
 
 /// Read a sealed segment's header and summary; `None` when they fail their checks (torn),
