@@ -47,6 +47,18 @@ pub struct CnodeClusterArgs {
     /// Rebuild at most this many bytes per second.
     #[arg(long, default_value = "256M", value_parser = parse_size)]
     pub rebuild_rate: u64,
+    /// The partner c.node's mirror address (its --mirror-listen): writes are acknowledged
+    /// once they are in its memory too, and FLUSH once both journals synced them.
+    #[arg(long)]
+    pub partner: Option<String>,
+    /// Listen here for an owner's write-buffer mirror: when another c.node owns the cluster,
+    /// this one waits as its standby and takes over when the owner's lease expires.
+    #[arg(long)]
+    pub mirror_listen: Option<SocketAddr>,
+    /// The ownership lease: a dead owner's standby takes over this long after its last
+    /// renewal (etcd rounds it up to whole seconds, 2 s at least).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub lease_ttl: Duration,
 }
 
 /// `weft dnode`: run a d.node, or manage d.nodes through the API.

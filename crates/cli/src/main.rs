@@ -615,6 +615,11 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
                 refresh_interval: std::time::Duration::from_millis(500),
             },
             wait_for_dnodes: c.wait_for_dnodes,
+            ha: weft_server::serve::HaConfig {
+                partner: c.partner,
+                mirror_listen: c.mirror_listen,
+                lease_ttl: c.lease_ttl,
+            },
         }),
         nbd_listen: args.engine.nbd_listen,
         iscsi_listen: args.engine.iscsi_listen.0.clone(),

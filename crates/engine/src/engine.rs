@@ -311,6 +311,7 @@ impl Engine {
         } else {
             seq
         };
+        shared.journal.replicated(seq).map_err(map_io)?;
         if fua {
             shared.journal.sync(seq).map_err(map_io)?;
         }
@@ -646,6 +647,7 @@ impl Engine {
             }
         };
         shared.work.notify_one();
+        shared.journal.replicated(seq).map_err(map_io)?;
         if fua {
             shared.journal.sync(seq).map_err(map_io)?;
         }

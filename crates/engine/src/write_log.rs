@@ -35,7 +35,7 @@ pub enum RecordKind {
 }
 
 impl RecordKind {
-    pub(crate) fn code(self) -> u8 {
+    pub fn code(self) -> u8 {
         match self {
             RecordKind::Write => 1,
             RecordKind::Trim => 2,
@@ -47,7 +47,7 @@ impl RecordKind {
         }
     }
 
-    pub(crate) fn from_code(code: u8) -> Option<RecordKind> {
+    pub fn from_code(code: u8) -> Option<RecordKind> {
         match code {
             1 => Some(RecordKind::Write),
             2 => Some(RecordKind::Trim),
@@ -97,6 +97,14 @@ pub trait WriteLog: Send + Sync + std::fmt::Debug {
     fn release_upto(&self, hwm: u64) -> Result<(), IoFailure>;
     /// Units of storage in use (journal files), for stats.
     fn pieces_in_use(&self) -> usize;
+    /// Wait until the record `seq` may be acknowledged to a client: a log that keeps a second
+    /// copy elsewhere (a partner c.node's RAM) returns once that copy exists, and fails when
+    /// this process may no longer acknowledge writes (it lost its ownership lease). A local
+    /// log has nothing to wait for.
+    fn replicated(&self, seq: u64) -> Result<(), IoFailure> {
+        let _ = seq;
+        Ok(())
+    }
 }
 
 impl dyn WriteLog {

@@ -28,7 +28,10 @@ use crate::cluster::{ClusterOptions, ClusterPlacement};
 
 use crate::api::{self, ApiState};
 use crate::backend::ExportBackend;
+use crate::data_files::{load_or_create_id, write_atomically};
 use crate::engine_backend::EngineBackend;
+pub use crate::ha::takeover::HaConfig;
+use crate::ha::takeover::{exit_when_ownership_lost, own_the_cluster, Who};
 use crate::io_stats::{IoStats, MeteredBackend, Protocol};
 
 /// The token file, mode 0600, created at first start.
@@ -57,6 +60,7 @@ pub struct ClusterConfig {
     pub options: ClusterOptions,
     /// At start, wait this long for enough d.nodes (k+m) to register.
     pub wait_for_dnodes: Duration,
+    pub ha: HaConfig,
 }
 
 /// The key of the c.node epoch counter.
@@ -179,9 +183,26 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     )?;
     let backend = config.backend.clone();
     let placement_slot = Arc::clone(&recovering.placement);
-    let (engine, cluster) =
-        tokio::task::spawn_blocking(move || open_engine(engine_config, backend, &placement_slot))
-            .await??;
+    let who = Who {
+        api: format!("http://{api_addr}"),
+        nbd: config.nbd_listen.to_string(),
+        iscsi: config
+            .iscsi_listen
+            .first()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    };
+    let Opened {
+        engine,
+        cluster,
+        ownership,
+    } = tokio::task::spawn_blocking(move || {
+        open_engine(engine_config, backend, &placement_slot, who)
+    })
+    .await??;
+    if let Some(o) = &ownership {
+        exit_when_ownership_lost(Arc::clone(o));
+    }
     if let Some(c) = &cluster {
         c.arm_out_grace();
     }
@@ -387,6 +408,10 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(c) = cluster {
         c.stop();
     }
+    if let Some(o) = ownership {
+        // Everything is destaged: a standby may take over at once.
+        o.release();
+    }
     Ok(())
 }
 
@@ -430,17 +455,7 @@ fn say_who_sees_what(config: &ServeConfig) {
 
 /// The id in the array target's name of a single-process server, made at first start.
 fn load_or_create_array_id(data_dir: &Path) -> anyhow::Result<String> {
-    let path = data_dir.join(ARRAY_ID_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    }
-    let bytes: [u8; 6] = rand::random();
-    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    write_atomically(data_dir, ARRAY_ID_FILE, id.as_bytes())?;
-    Ok(id)
+    load_or_create_id(data_dir, ARRAY_ID_FILE)
 }
 
 /// Open the engine on its backend; in cluster mode also the placement.
@@ -448,17 +463,23 @@ fn open_engine(
     config: EngineConfig,
     backend: Backend,
     placement_slot: &crate::recovering::PlacementSlot,
-) -> anyhow::Result<(Engine, Option<Arc<ClusterPlacement>>)> {
+    who: Who,
+) -> anyhow::Result<Opened> {
     let data_dir = config.data_dir.clone();
     let c = match backend {
         Backend::Local(store) => {
             let engine = Engine::open_local(config, store)
                 .with_context(|| format!("opening the datastore in {}", data_dir.display()))?;
-            return Ok((engine, None));
+            return Ok(Opened {
+                engine,
+                cluster: None,
+                ownership: None,
+            });
         }
         Backend::Cluster(c) => c,
     };
     let kv = weft_meta::connect_etcd(&c.url).with_context(|| format!("connecting to {}", c.url))?;
+    let (ownership, write_log) = own_the_cluster(&kv, &c.ha, &config, who)?;
     let (epoch, _) = weft_meta::update_json(&*kv, EPOCH_KEY, |old: Option<u64>| {
         Ok::<_, weft_meta::MetaError>(old.unwrap_or(0) + 1)
     })
@@ -500,7 +521,7 @@ fn open_engine(
     let backends = Backends {
         placement: placement.clone(),
         metastore: kv,
-        write_log: None,
+        write_log: Some(write_log),
         epoch,
     };
     let engine = Engine::open_with(config, backends).with_context(|| {
@@ -509,7 +530,18 @@ fn open_engine(
             data_dir.display()
         )
     })?;
-    Ok((engine, Some(placement)))
+    Ok(Opened {
+        engine,
+        cluster: Some(placement),
+        ownership: Some(ownership),
+    })
+}
+
+/// What `open_engine` opened.
+struct Opened {
+    engine: Engine,
+    cluster: Option<Arc<ClusterPlacement>>,
+    ownership: Option<Arc<crate::ha::ownership::Ownership>>,
 }
 
 async fn wait_for_signal() {
@@ -551,23 +583,4 @@ pub fn load_or_create_token(data_dir: &Path) -> anyhow::Result<String> {
     f.write_all(token.as_bytes())?;
     f.sync_all()?;
     Ok(token)
-}
-
-/// Write `name` in `dir` so that a crash leaves either the old or the new contents.
-pub(crate) fn write_atomically(
-    dir: &std::path::Path,
-    name: &str,
-    bytes: &[u8],
-) -> anyhow::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let path = dir.join(name);
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("syncing {}", dir.display()))
 }

@@ -94,6 +94,8 @@ pub struct ClusterOpts {
     pub lease_ttl: String,
     /// `--default-volume-size` (vol0).
     pub volume_size: String,
+    /// More `weft cnode` arguments, per c.node name (`--partner`, `--mirror-listen`...).
+    pub cnode_args: std::collections::HashMap<String, Vec<String>>,
 }
 
 impl ClusterOpts {
@@ -107,6 +109,7 @@ impl ClusterOpts {
             out_grace: "5m".into(),
             lease_ttl: "2s".into(),
             volume_size: "1G".into(),
+            cnode_args: std::collections::HashMap::new(),
         }
     }
     pub fn out_grace(mut self, g: &str) -> Self {
@@ -231,7 +234,7 @@ impl Dnode {
         let _ = fs::write(p, out.all());
     }
 
-    fn output(&self) -> String {
+    pub fn output(&self) -> String {
         match &self.child {
             Some(c) => c.all_so_far(),
             None => "(not running)".into(),
@@ -316,6 +319,7 @@ impl Cnode {
             .args(["--wait-for-dnodes", "20s"])
             .args(["--redundancy", &opts.redundancy])
             .args(["--pg-count", &opts.pg_count.to_string()])
+            .args(opts.cnode_args.get(name).into_iter().flatten())
             .env("NO_COLOR", "1")
             .env_remove("WEFT_CLUSTER")
             .env_remove("WEFT_LOG")
@@ -424,7 +428,7 @@ impl Cnode {
         );
     }
 
-    fn output(&self) -> String {
+    pub fn output(&self) -> String {
         match &self.child {
             Some(c) => c.all_so_far(),
             None => "(not running)".into(),
@@ -577,6 +581,27 @@ impl Cluster {
         self.cnode = Some(c);
         self.step(&format!("c.node {name} ready"));
         Ok(())
+    }
+
+    /// Starts another c.node on the data dir of `name` without waiting for it and without
+    /// making it the one the CLI talks to (a standby); see [`Cluster::make_current`].
+    pub fn spawn_other_cnode(&mut self, name: &str) -> Cnode {
+        self.cnodes_started += 1;
+        let data_dir = self.scratch.join(format!("cnode-{name}"));
+        let c = Cnode::spawn(
+            name,
+            data_dir,
+            &self.etcd.url(),
+            &self.opts,
+            &self.scratch.join("logs"),
+        );
+        self.step(&format!("c.node {name} started (not current)"));
+        c
+    }
+
+    /// The CLI talks to `cnode` from now on; returns the previous one.
+    pub fn make_current(&mut self, cnode: Cnode) -> Option<Cnode> {
+        self.cnode.replace(cnode)
     }
 
     pub fn cnode(&mut self) -> &mut Cnode {

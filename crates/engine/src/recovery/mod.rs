@@ -250,7 +250,7 @@ fn recover_families(
             since_unix_s,
             attempts,
         };
-        if attempts == 1 || attempts % 15 == 0 {
+        if attempts == 1 || attempts.is_multiple_of(15) {
             tracing::error!(
                 waited_s = started.elapsed().as_secs(),
                 "recovery waits: {wait}; nothing is discarded or served until they answer"

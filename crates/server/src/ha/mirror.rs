@@ -1,0 +1,416 @@
+//! The owner's write log: its local journal, plus (with a partner) a mirror of every record
+//! on the partner c.node, plus the ownership check. [`OwnedLogSource`] opens it for the
+//! engine.
+//!
+//! - A record is acknowledged ([`WriteLog::replicated`]) once the partner said it holds it
+//!   (in its own journal, so in its RAM and surviving a kill -9 of both processes), and only
+//!   while this c.node's ownership lease is surely alive.
+//! - FLUSH ([`WriteLog::sync`]) waits for the local fdatasync and for the partner's.
+//! - Each connection to the partner starts a new mirror: every record on the local journal
+//!   is sent again (read from disk), then `CAUGHT_UP`, then new records as they come.
+//!   Records appended meanwhile are collected in memory from the moment the connection
+//!   starts, so none falls between the disk read and the live stream.
+//! - When the partner cannot be reached, or does not answer within the acknowledgement
+//!   time-out, the mirror is *degraded*: writes are acknowledged from the local journal alone
+//!   (as without a partner) and the log, `/metrics` and `weft cluster status` say so, until a
+//!   new connection has caught up.
+
+use std::collections::VecDeque;
+use std::io::{BufReader, BufWriter, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use weft_engine::journal::{Journal, JournalOptions, JournalRecord};
+use weft_engine::write_log::{LogAppender, RecordHeader, WriteLog, WriteLogSource};
+use weft_engine::IoFailure;
+
+use super::ownership::Ownership;
+use super::wire;
+
+/// How long the owner waits for its partner's answer before it declares the mirror degraded.
+pub const MIRROR_ACK_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+
+/// Opens the owner's write log for the engine.
+#[derive(Debug, Clone)]
+pub struct OwnedLogSource {
+    pub dir: PathBuf,
+    pub options: JournalOptions,
+    /// The partner's mirror address (`None`: no partner; one copy).
+    pub partner: Option<String>,
+    pub owner_id: String,
+    pub ownership: Arc<Ownership>,
+    pub status: Arc<MirrorStatus>,
+}
+
+impl WriteLogSource for OwnedLogSource {
+    fn open(
+        &self,
+        min_next_seq: u64,
+    ) -> Result<(Box<dyn WriteLog>, Vec<JournalRecord>), IoFailure> {
+        let (journal, records) = Journal::open(&self.dir, min_next_seq, self.options)?;
+        let link = self.partner.as_ref().map(|partner| {
+            Link::start(
+                partner.clone(),
+                self.owner_id.clone(),
+                self.dir.clone(),
+                Arc::clone(&self.status),
+            )
+        });
+        let log = OwnedLog {
+            local: journal,
+            link,
+            ownership: Arc::clone(&self.ownership),
+        };
+        Ok((Box::new(log), records))
+    }
+
+    fn scan(&self) -> Result<Vec<JournalRecord>, IoFailure> {
+        Journal::scan(&self.dir)
+    }
+}
+
+/// What the mirror is doing, for status and metrics.
+#[derive(Debug, Default)]
+pub struct MirrorStatus {
+    pub partner: Mutex<Option<String>>,
+    /// Acknowledgements wait for the partner.
+    pub mirrored: AtomicBool,
+    /// Why it is not, when it is not.
+    pub degraded_why: Mutex<Option<String>>,
+}
+
+impl MirrorStatus {
+    /// One line for status output: how acknowledged writes are protected.
+    pub fn describe(&self) -> String {
+        match self.partner.lock().clone() {
+            None => "one copy: acknowledged writes not yet in stripes live only in this c.node's journal (no partner; start a standby with --standby and give this c.node --mirror)".into(),
+            Some(p) if self.mirrored.load(Ordering::Acquire) => format!("mirrored to partner {p}"),
+            Some(p) => format!(
+                "DEGRADED: partner {p} unreachable ({}); acknowledged writes not yet in stripes live only in this c.node's journal",
+                self.degraded_why.lock().clone().unwrap_or_default()
+            ),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct OwnedLog {
+    local: Journal,
+    link: Option<Arc<Link>>,
+    ownership: Arc<Ownership>,
+}
+
+struct Tee<'a> {
+    inner: &'a mut dyn LogAppender,
+    link: Option<&'a Link>,
+}
+
+impl LogAppender for Tee<'_> {
+    fn append(&mut self, header: RecordHeader, payload: &[u8]) -> Result<u64, IoFailure> {
+        let seq = self.inner.append(header, payload)?;
+        if let Some(link) = self.link {
+            link.collect(JournalRecord {
+                seq,
+                header,
+                payload: payload.to_vec(),
+            });
+        }
+        Ok(seq)
+    }
+}
+
+impl WriteLog for OwnedLog {
+    fn with_lock(&self, f: &mut dyn FnMut(&mut dyn LogAppender)) {
+        let link = self.link.as_deref();
+        WriteLog::with_lock(&self.local, &mut |inner| {
+            let mut tee = Tee { inner, link };
+            f(&mut tee);
+        });
+    }
+
+    fn sync(&self, upto: u64) -> Result<(), IoFailure> {
+        self.local.sync(upto)?;
+        if let Some(link) = &self.link {
+            link.wait(upto, Wait::Synced);
+        }
+        self.may_acknowledge()
+    }
+
+    fn written_seq(&self) -> u64 {
+        self.local.written_seq()
+    }
+
+    fn release_upto(&self, hwm: u64) -> Result<(), IoFailure> {
+        self.local.release_upto(hwm)?;
+        if let Some(link) = &self.link {
+            link.push(Out::Release(hwm));
+        }
+        Ok(())
+    }
+
+    fn pieces_in_use(&self) -> usize {
+        self.local.file_count()
+    }
+
+    fn replicated(&self, seq: u64) -> Result<(), IoFailure> {
+        if let Some(link) = &self.link {
+            link.wait(seq, Wait::Received);
+        }
+        self.may_acknowledge()
+    }
+}
+
+impl OwnedLog {
+    fn may_acknowledge(&self) -> Result<(), IoFailure> {
+        self.ownership
+            .may_acknowledge()
+            .map_err(|why| IoFailure::disk("c.node ownership", std::io::Error::other(why)))
+    }
+}
+
+#[derive(Debug)]
+enum Out {
+    Record(JournalRecord),
+    Sync(u64),
+    Release(u64),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    Received,
+    Synced,
+}
+
+#[derive(Debug, Default)]
+struct LinkState {
+    /// Records appended from now on go to `outbox` (a connection is starting or up).
+    collecting: bool,
+    /// Caught up: acknowledgements wait for the partner.
+    mirrored: bool,
+    /// Bumped when a connection ends, so waiters stop waiting for it.
+    connection: u64,
+    outbox: VecDeque<Out>,
+    received: u64,
+    synced: u64,
+}
+
+#[derive(Debug)]
+struct Link {
+    partner: String,
+    owner_id: String,
+    dir: PathBuf,
+    status: Arc<MirrorStatus>,
+    st: Mutex<LinkState>,
+    changed: Condvar,
+}
+
+impl Link {
+    fn start(
+        partner: String,
+        owner_id: String,
+        dir: PathBuf,
+        status: Arc<MirrorStatus>,
+    ) -> Arc<Link> {
+        *status.partner.lock() = Some(partner.clone());
+        *status.degraded_why.lock() = Some("not connected yet".into());
+        let link = Arc::new(Link {
+            partner,
+            owner_id,
+            dir,
+            status,
+            st: Mutex::new(LinkState::default()),
+            changed: Condvar::new(),
+        });
+        let runner = Arc::clone(&link);
+        std::thread::Builder::new()
+            .name("weft-mirror".into())
+            .spawn(move || runner.run())
+            .expect("spawning the mirror thread");
+        link
+    }
+
+    /// Called with the journal locked, so records enter the outbox in seq order.
+    fn collect(&self, record: JournalRecord) {
+        let mut st = self.st.lock();
+        if st.collecting {
+            st.outbox.push_back(Out::Record(record));
+            self.changed.notify_all();
+        }
+    }
+
+    fn push(&self, out: Out) {
+        let mut st = self.st.lock();
+        if st.mirrored {
+            st.outbox.push_back(out);
+            self.changed.notify_all();
+        }
+    }
+
+    /// Wait until the partner holds (or synced) `seq`; returns at once when the mirror is
+    /// degraded, and degrades it when the partner does not answer in time.
+    fn wait(&self, seq: u64, what: Wait) {
+        let mut st = self.st.lock();
+        if !st.mirrored {
+            return;
+        }
+        if matches!(what, Wait::Synced) {
+            st.outbox.push_back(Out::Sync(seq));
+            self.changed.notify_all();
+        }
+        let connection = st.connection;
+        let deadline = std::time::Instant::now() + MIRROR_ACK_TIMEOUT;
+        loop {
+            let done = match what {
+                Wait::Received => st.received >= seq,
+                Wait::Synced => st.synced >= seq,
+            };
+            if done || !st.mirrored || st.connection != connection {
+                return;
+            }
+            if self.changed.wait_until(&mut st, deadline).timed_out() {
+                self.end_connection(&mut st, "no answer within the acknowledgement time-out");
+                return;
+            }
+        }
+    }
+
+    fn end_connection(&self, st: &mut LinkState, why: &str) {
+        if st.mirrored {
+            tracing::error!(partner = %self.partner, why, "write-buffer mirror DEGRADED: writes are acknowledged from this c.node's journal alone until the partner is back");
+        }
+        st.collecting = false;
+        st.mirrored = false;
+        st.outbox.clear();
+        st.connection += 1;
+        self.status.mirrored.store(false, Ordering::Release);
+        *self.status.degraded_why.lock() = Some(why.to_string());
+        self.changed.notify_all();
+    }
+
+    fn run(self: Arc<Self>) {
+        loop {
+            let why = match self.connect() {
+                Ok(stream) => match self.serve(stream) {
+                    Ok(()) => "connection closed".to_string(),
+                    Err(e) => e.to_string(),
+                },
+                Err(e) => format!("cannot connect: {e}"),
+            };
+            self.end_connection(&mut self.st.lock(), &why);
+            std::thread::sleep(RECONNECT_EVERY);
+        }
+    }
+
+    fn connect(&self) -> std::io::Result<TcpStream> {
+        let addr = self
+            .partner
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::other("the partner address resolves to nothing"))?;
+        let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+
+    /// One connection: resend the journal, then stream.
+    fn serve(self: &Arc<Self>, stream: TcpStream) -> std::io::Result<()> {
+        let connection = {
+            let mut st = self.st.lock();
+            st.collecting = true;
+            st.outbox.clear();
+            st.received = 0;
+            st.synced = 0;
+            st.connection
+        };
+        let reader = stream.try_clone()?;
+        let acks = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("weft-mirror-acks".into())
+            .spawn(move || acks.read_acks(reader, connection))?;
+        let mut out = BufWriter::with_capacity(1 << 20, stream);
+        wire::write_frame(&mut out, wire::HELLO, self.owner_id.as_bytes())?;
+        // Everything on disk now; what is appended from here on is also in the outbox.
+        let on_disk = Journal::scan(&self.dir).map_err(std::io::Error::other)?;
+        let mut last_sent = 0;
+        for r in &on_disk {
+            wire::write_record(&mut out, r)?;
+            last_sent = r.seq;
+        }
+        wire::write_seq(&mut out, wire::CAUGHT_UP, last_sent)?;
+        out.flush()?;
+        tracing::info!(partner = %self.partner, records = on_disk.len(), "write-buffer mirror connected; resent the journal");
+        loop {
+            let batch: Vec<Out> = {
+                let mut st = self.st.lock();
+                if st.connection != connection {
+                    return Err(std::io::Error::other("the connection was declared dead"));
+                }
+                if st.outbox.is_empty() {
+                    self.changed.wait_for(&mut st, Duration::from_millis(100));
+                }
+                st.outbox.drain(..).collect()
+            };
+            for o in &batch {
+                match o {
+                    Out::Record(r) if r.seq > last_sent => {
+                        wire::write_record(&mut out, r)?;
+                        last_sent = r.seq;
+                    }
+                    Out::Record(_) => {}
+                    Out::Sync(s) => wire::write_seq(&mut out, wire::SYNC, *s)?,
+                    Out::Release(s) => wire::write_seq(&mut out, wire::RELEASE, *s)?,
+                }
+            }
+            out.flush()?;
+        }
+    }
+
+    fn read_acks(&self, stream: TcpStream, connection: u64) {
+        let mut r = BufReader::new(stream);
+        let why = loop {
+            let (kind, body) = match wire::read_frame(&mut r) {
+                Ok(f) => f,
+                Err(e) => break format!("reading the partner's answers: {e}"),
+            };
+            let mut st = self.st.lock();
+            if st.connection != connection {
+                return;
+            }
+            match kind {
+                wire::RECEIVED | wire::SYNCED => {
+                    let Ok(seq) = wire::seq_of(&body) else {
+                        break "a malformed answer".to_string();
+                    };
+                    if kind == wire::RECEIVED {
+                        st.received = st.received.max(seq);
+                    } else {
+                        st.synced = st.synced.max(seq);
+                        // The first SYNCED answers CAUGHT_UP: the partner holds the whole
+                        // journal; from now on acknowledgements wait for it.
+                        if !st.mirrored {
+                            st.mirrored = true;
+                            self.status.mirrored.store(true, Ordering::Release);
+                            *self.status.degraded_why.lock() = None;
+                            tracing::info!(partner = %self.partner, "write-buffer mirror caught up: writes are acknowledged in two c.nodes");
+                        }
+                    }
+                    self.changed.notify_all();
+                }
+                wire::REFUSED => {
+                    break format!("the partner refused: {}", String::from_utf8_lossy(&body));
+                }
+                other => break format!("unexpected frame {other} from the partner"),
+            }
+        };
+        let mut st = self.st.lock();
+        if st.connection == connection {
+            self.end_connection(&mut st, &why);
+        }
+    }
+}

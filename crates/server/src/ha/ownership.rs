@@ -1,0 +1,270 @@
+//! The cluster's ownership lease: one c.node at a time serves the volumes (the owner). It
+//! holds `weft/cnode-owner` in etcd under a lease it keeps alive; a standby partner takes the
+//! key once the lease has expired. The owner acknowledges writes only while its lease is
+//! surely alive: until the start of its last successful keep-alive plus the TTL minus a
+//! margin ([`LeaseTerm`]). etcd counts the TTL from when it received that keep-alive, which
+//! is later, so the owner stops acknowledging before a standby can take over. Proof of the
+//! previous owner's death is the lease's expiry in etcd, never a lost connection.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use weft_meta::{LeaseId, MetaError, MetaStore};
+
+use super::clock::Clock;
+
+pub const OWNER_KEY: &str = "weft/cnode-owner";
+
+/// Who owns the cluster, as `weft/cnode-owner` holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerRecord {
+    /// The c.node's id (kept in its data dir).
+    pub id: String,
+    /// Where hosts and operators reach it.
+    #[serde(default)]
+    pub api: String,
+    #[serde(default)]
+    pub nbd: String,
+    #[serde(default)]
+    pub iscsi: String,
+    /// The partner holding its write-buffer mirror (empty: none).
+    #[serde(default)]
+    pub partner: String,
+    pub since_unix_s: u64,
+}
+
+/// When a lease held by this process surely is alive, from the keep-alives it sent.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseTerm {
+    ttl: Duration,
+    valid_until: Duration,
+}
+
+impl LeaseTerm {
+    /// A lease granted (or kept alive) by a request started at `started`.
+    pub fn new(ttl: Duration, started: Duration) -> LeaseTerm {
+        let mut t = LeaseTerm {
+            ttl,
+            valid_until: Duration::ZERO,
+        };
+        t.renewed(started);
+        t
+    }
+
+    /// A keep-alive started at `started` succeeded.
+    pub fn renewed(&mut self, started: Duration) {
+        // A tenth of the TTL and 200 ms for the two clocks' rates and the request's trip.
+        let margin = self.ttl / 10 + Duration::from_millis(200);
+        self.valid_until = self
+            .valid_until
+            .max(started + self.ttl.saturating_sub(margin));
+    }
+
+    pub fn alive_at(&self, now: Duration) -> bool {
+        now < self.valid_until
+    }
+
+    pub fn valid_until(&self) -> Duration {
+        self.valid_until
+    }
+
+    /// How often to keep the lease alive.
+    pub fn renew_every(&self) -> Duration {
+        (self.ttl / 4).max(Duration::from_millis(100))
+    }
+}
+
+/// This c.node's ownership of the cluster, kept alive by a thread until dropped.
+#[derive(Debug)]
+pub struct Ownership {
+    kv: Arc<dyn MetaStore>,
+    lease: LeaseId,
+    clock: Arc<dyn Clock>,
+    term: Mutex<LeaseTerm>,
+    /// etcd said the lease expired: this process may never acknowledge again.
+    lost: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl Ownership {
+    /// Take `weft/cnode-owner` for `record`. A record with this c.node's own id is a previous
+    /// run of this c.node (its data dir's lock proves that process is gone) and is replaced at
+    /// once; another c.node's record is waited for until its lease expires, for at most
+    /// `wait` (`None`: for ever, a standby), and taken only when `may_take` says so (a
+    /// standby: once it holds a complete mirror of that owner).
+    pub fn acquire(
+        kv: Arc<dyn MetaStore>,
+        record: &OwnerRecord,
+        ttl: Duration,
+        clock: Arc<dyn Clock>,
+        wait: Option<Duration>,
+        may_take: &dyn Fn() -> bool,
+    ) -> anyhow::Result<Arc<Ownership>> {
+        let value = serde_json::to_vec(record)?;
+        let deadline = wait.map(|w| clock.now() + w);
+        let mut told = false;
+        loop {
+            let current = kv.get(OWNER_KEY).context("reading the c.node owner")?;
+            let holder = current
+                .as_ref()
+                .and_then(|v| serde_json::from_slice::<OwnerRecord>(&v.value).ok());
+            let expected = match (&current, &holder) {
+                (None, _) => Some(0),
+                (Some(v), Some(r)) if r.id == record.id => Some(v.mod_revision),
+                (Some(v), None) => Some(v.mod_revision),
+                (Some(_), Some(r)) => {
+                    if !told {
+                        tracing::warn!(owner = %r.id, api = %r.api, "another c.node owns the cluster; waiting for its lease to expire");
+                        told = true;
+                    }
+                    None
+                }
+            };
+            if let Some(expected) = expected.filter(|_| may_take()) {
+                let started = clock.now();
+                let lease = kv
+                    .grant_lease(ttl)
+                    .context("granting the ownership lease")?;
+                match kv.compare_and_put(OWNER_KEY, expected, &value, Some(lease)) {
+                    Ok(_) => {
+                        let owner = Arc::new(Ownership {
+                            kv,
+                            lease,
+                            term: Mutex::new(LeaseTerm::new(ttl, started)),
+                            clock,
+                            lost: AtomicBool::new(false),
+                            stop: AtomicBool::new(false),
+                        });
+                        let keeper = owner.clone();
+                        std::thread::Builder::new()
+                            .name("weft-ownership".into())
+                            .spawn(move || keeper.keep_alive())?;
+                        return Ok(owner);
+                    }
+                    Err(MetaError::Conflict { .. }) => {
+                        let _ = kv.revoke_lease(lease);
+                    }
+                    Err(e) => {
+                        let _ = kv.revoke_lease(lease);
+                        return Err(e).context("taking the c.node ownership");
+                    }
+                }
+            }
+            if deadline.is_some_and(|d| clock.now() >= d) {
+                let who = holder.map_or_else(
+                    || "another c.node".to_string(),
+                    |r| format!("c.node {} (API {})", r.id, r.api),
+                );
+                bail!("{who} owns this cluster and its lease is alive; stop it first, or give this c.node --mirror-listen to be its standby partner");
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// The owner now, if any.
+    pub fn owner(kv: &dyn MetaStore) -> anyhow::Result<Option<OwnerRecord>> {
+        Ok(kv
+            .get(OWNER_KEY)?
+            .and_then(|v| serde_json::from_slice(&v.value).ok()))
+    }
+
+    /// Whether this process may acknowledge a write now.
+    pub fn may_acknowledge(&self) -> Result<(), String> {
+        if self.lost.load(Ordering::Acquire) {
+            return Err("this c.node lost its ownership lease".into());
+        }
+        let now = self.clock.now();
+        let term = *self.term.lock();
+        if term.alive_at(now) {
+            Ok(())
+        } else {
+            Err(format!(
+                "this c.node could not renew its ownership lease for {:.1} s",
+                (now - term.valid_until()).as_secs_f64()
+            ))
+        }
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Give the lease up (a clean stop): the standby may take over at once.
+    pub fn release(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Err(e) = self.kv.revoke_lease(self.lease) {
+            tracing::warn!(error = %e, "could not revoke the ownership lease; it expires by itself");
+        }
+    }
+
+    fn keep_alive(&self) {
+        while !self.stop.load(Ordering::Acquire) {
+            let every = self.term.lock().renew_every();
+            std::thread::sleep(every);
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let started = self.clock.now();
+            match self.kv.keep_alive(self.lease) {
+                Ok(true) => self.term.lock().renewed(started),
+                Ok(false) => {
+                    self.lost.store(true, Ordering::Release);
+                    tracing::error!("the ownership lease expired: another c.node may own the cluster now; this one stops acknowledging writes");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not renew the ownership lease; writes stop being acknowledged if this lasts");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ha::clock::SimClock;
+
+    const TTL: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn a_term_ends_before_etcd_can_expire_the_lease() {
+        let clock = SimClock::default();
+        clock.advance(Duration::from_secs(100));
+        let mut term = LeaseTerm::new(TTL, clock.now());
+        assert!(term.alive_at(clock.now()));
+        // etcd expires the lease TTL after it received the request, which is after it was
+        // sent: the term must end strictly before sent + TTL.
+        clock.advance(TTL - Duration::from_millis(1));
+        assert!(!term.alive_at(clock.now()));
+        // A keep-alive that started earlier but finished late does not move the end back.
+        term.renewed(Duration::from_secs(99));
+        assert!(!term.alive_at(clock.now()));
+        // One that started now extends it.
+        term.renewed(clock.now());
+        assert!(term.alive_at(clock.now()));
+        assert!(term.renew_every() * 3 < TTL - TTL / 10 - Duration::from_millis(200));
+    }
+
+    #[test]
+    fn failed_keep_alives_let_the_term_run_out() {
+        let clock = SimClock::default();
+        let mut term = LeaseTerm::new(TTL, clock.now());
+        // Renewals every quarter TTL keep it alive for as long as they succeed.
+        for _ in 0..40 {
+            clock.advance(term.renew_every());
+            assert!(term.alive_at(clock.now()));
+            term.renewed(clock.now());
+        }
+        // Then etcd is unreachable: no renewal succeeds; the term ends within the TTL.
+        let cut = clock.now();
+        while term.alive_at(clock.now()) {
+            clock.advance(Duration::from_millis(50));
+        }
+        assert!(clock.now() - cut < TTL);
+    }
+}
