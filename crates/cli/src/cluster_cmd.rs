@@ -59,6 +59,10 @@ pub struct CnodeClusterArgs {
     /// renewal (etcd rounds it up to whole seconds, 2 s at least).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub lease_ttl: Duration,
+    /// Take the cluster over even when the last owner stopped with acknowledged writes that
+    /// only its own journal holds (they are given up; say so to whoever wrote them).
+    #[arg(long)]
+    pub force_takeover: bool,
 }
 
 /// `weft dnode`: run a d.node, or manage d.nodes through the API.

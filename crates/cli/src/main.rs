@@ -619,6 +619,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
                 partner: c.partner,
                 mirror_listen: c.mirror_listen,
                 lease_ttl: c.lease_ttl,
+                force_takeover: c.force_takeover,
             },
         }),
         nbd_listen: args.engine.nbd_listen,

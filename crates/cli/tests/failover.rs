@@ -7,7 +7,7 @@ mod cluster_support;
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster_support::*;
@@ -16,79 +16,132 @@ use common::*;
 /// 64 KiB writes: a record each, most still in the write buffer when the owner dies.
 const WRITE_BYTES: u64 = 64 << 10;
 
-#[test]
-fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
-    let _serial = serial();
-    let test = "owner_machine_lost_mid_write_standby_serves_every_acknowledged_write";
+/// etcd, 6 d.nodes, owner `c1` and standby `c2`, each the other's partner (`--partner`,
+/// `--mirror-listen`), lease 3 s; returns once the standby holds a complete mirror.
+fn pair(test: &str) -> (Cluster, Cnode, u64) {
     let (mut rng, seed) = test_rng(test);
     let mirror_c1 = format!("127.0.0.1:{}", free_port(&mut rng));
     let mirror_c2 = format!("127.0.0.1:{}", free_port(&mut rng));
     let mut opts = ClusterOpts::new(6).volume_size("256M");
     let args = |partner: &str, listen: &str| -> Vec<String> {
-        [
-            "--partner",
-            partner,
-            "--mirror-listen",
-            listen,
-            "--lease-ttl",
-            "3s",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+        let args = ["--partner", partner, "--mirror-listen", listen];
+        args.iter()
+            .chain(&["--lease-ttl", "3s"])
+            .map(|s| s.to_string())
+            .collect()
     };
     opts.cnode_args
         .insert("c1".into(), args(&mirror_c2, &mirror_c1));
     opts.cnode_args
         .insert("c2".into(), args(&mirror_c1, &mirror_c2));
-    let mut c = Cluster::start(test, seed, opts);
-    let mut standby = c.spawn_other_cnode("c2");
-    let c1_id = std::fs::read_to_string(c.cnode().data_dir.join("cnode-id")).unwrap();
-    let mirror_of_c1 = standby.data_dir.join("mirror").join(c1_id.trim());
+    let c = Cluster::start(test, seed, opts);
+    let mut c = c;
+    let standby = c.spawn_other_cnode("c2");
+    wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &standby);
+    (c, standby, seed)
+}
+
+/// Until `partner` holds a complete mirror of `owner`'s write buffer.
+fn wait_for_mirror(c: &Cluster, owner: &Cnode, partner: &Cnode) {
+    let id = std::fs::read_to_string(owner.data_dir.join("cnode-id")).unwrap();
+    let dir = partner.data_dir.join("mirror").join(id.trim());
     poll_until(
         Duration::from_secs(30),
-        "the standby to hold a complete mirror",
+        "the partner to hold a complete mirror",
         || {
-            std::fs::read_dir(&mirror_of_c1)
+            std::fs::read_dir(&dir)
                 .ok()?
                 .flatten()
                 .any(|g| g.path().join("complete").exists())
                 .then_some(())
         },
     );
-    c.step("the standby holds the owner's mirror");
+    c.step(&format!("{} holds {}'s mirror", partner.name, owner.name));
+}
 
+const SLOTS: u64 = 256 * MIB / WRITE_BYTES;
+
+fn slot_of(i: u64) -> u64 {
+    (i * 7919) % SLOTS
+}
+
+/// Writes 64 KiB records at pseudo-random slots through the current c.node, never flushing,
+/// until told to stop; the thread returns the numbers of the writes acknowledged.
+fn start_writer(
+    c: &Cluster,
+    seed: u64,
+    first: u64,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<Vec<u64>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut nbd = c.nbd_client("vol0");
+    let flag = Arc::clone(&stop);
+    let writer = std::thread::spawn(move || {
+        let mut acked = Vec::new();
+        for i in first.. {
+            if flag.load(Ordering::Acquire) {
+                break;
+            }
+            let slot = slot_of(i);
+            let data = blocks_data(seed, i, slot * WRITE_BYTES / 4096, WRITE_BYTES / 4096);
+            if nbd.write(slot * WRITE_BYTES, &data).is_err() {
+                break;
+            }
+            acked.push(i);
+        }
+        acked
+    });
+    (stop, writer)
+}
+
+/// The last acknowledged write of every slot reads back exactly through the current c.node.
+fn verify(c: &Cluster, seed: u64, acked: &[u64]) {
+    let mut last: std::collections::BTreeMap<u64, u64> = Default::default();
+    for &i in acked {
+        last.insert(slot_of(i), i);
+    }
+    let mut nbd = c.nbd_client("vol0");
+    for (&slot, &i) in &last {
+        let want = blocks_data(seed, i, slot * WRITE_BYTES / 4096, WRITE_BYTES / 4096);
+        let got = nbd.read(slot * WRITE_BYTES, WRITE_BYTES as u32).unwrap();
+        assert!(
+            got == want,
+            "slot {slot}: write #{i} was acknowledged but other bytes are served"
+        );
+    }
+    nbd.disconnect();
+    c.step(&format!(
+        "{} acknowledged writes ({} slots) verified",
+        acked.len(),
+        last.len()
+    ));
+}
+
+/// The number a c.node logged for `journal_records_replayed=` at recovery.
+fn replayed(cnode: &Cnode) -> u64 {
+    let log = cnode.output();
+    log.split("journal_records_replayed=")
+        .nth(1)
+        .and_then(|rest| rest.split(|ch: char| !ch.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no recovery line in the log:\n{}", tail(&log, 4000)))
+}
+
+#[test]
+fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
+    let _serial = serial();
+    let (mut c, mut standby, seed) =
+        pair("owner_machine_lost_mid_write_standby_serves_every_acknowledged_write");
     // A writer acknowledges as fast as it can, never flushing; the owner's machine goes
     // in the middle of it.
-    let acked: Arc<Mutex<Vec<u64>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (acked, stop) = (Arc::clone(&acked), Arc::clone(&stop));
-        let mut nbd = c.nbd_client("vol0");
-        std::thread::spawn(move || {
-            let slots = 256 * MIB / WRITE_BYTES;
-            for i in 0.. {
-                if stop.load(Ordering::Acquire) {
-                    break;
-                }
-                let slot = (i * 7919) % slots;
-                let data = blocks_data(seed, i, slot * WRITE_BYTES / 4096, WRITE_BYTES / 4096);
-                if nbd.write(slot * WRITE_BYTES, &data).is_err() {
-                    break;
-                }
-                acked.lock().unwrap().push(i);
-            }
-        })
-    };
+    let (stop, writer) = start_writer(&c, seed, 0);
     std::thread::sleep(Duration::from_millis(2500));
     let owner_dir = c.cnode().data_dir.clone();
     c.cnode().kill9();
     let killed = Instant::now();
     std::fs::remove_dir_all(&owner_dir).expect("deleting the owner's data dir");
-    c.step("owner killed -9 and its data dir deleted");
+    c.step("owner c1 killed -9 and its data dir deleted");
     stop.store(true, Ordering::Release);
-    writer.join().unwrap();
-    let acked = acked.lock().unwrap().clone();
+    let mut acked = writer.join().unwrap();
     assert!(
         acked.len() > 50,
         "only {} writes acknowledged before the kill",
@@ -98,55 +151,93 @@ fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
     standby
         .wait_ready(Duration::from_secs(90))
         .unwrap_or_else(|_| panic!("the standby did not take over"));
-    let failover = killed.elapsed();
     c.step(&format!(
-        "the standby serves: failover took {:.1} s after the kill (lease TTL 3 s)",
-        failover.as_secs_f64()
+        "c2 serves: failover took {:.1} s after the kill (lease TTL 3 s)",
+        killed.elapsed().as_secs_f64()
     ));
-    // The acknowledged writes came from the mirror: most were not in stripes yet.
-    let log = standby.output();
-    let replayed: u64 = log
-        .split("journal_records_replayed=")
-        .nth(1)
-        .and_then(|rest| rest.split(|ch: char| !ch.is_ascii_digit()).next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "no recovery line in the standby's log:\n{}",
-                tail(&log, 4000)
-            )
-        });
-    c.step(&format!(
-        "the standby replayed {replayed} records of the owner's mirror"
-    ));
+    // The acknowledged writes came from the mirror: some were not in stripes yet.
+    let from_mirror = replayed(&standby);
+    c.step(&format!("c2 replayed {from_mirror} records of c1's mirror"));
     assert!(
-        replayed > 0,
+        from_mirror > 0,
         "nothing came from the mirror: the test proves nothing"
     );
     c.make_current(standby);
+    verify(&c, seed, &acked);
 
-    // The last acknowledged write of every slot reads back exactly.
-    let slots = 256 * MIB / WRITE_BYTES;
-    let mut last: std::collections::BTreeMap<u64, u64> = Default::default();
-    for &i in &acked {
-        last.insert((i * 7919) % slots, i);
-    }
-    let mut nbd = c.nbd_client("vol0");
-    for (&slot, &i) in &last {
-        let want = blocks_data(seed, i, slot * WRITE_BYTES / 4096, WRITE_BYTES / 4096);
-        let got = nbd.read(slot * WRITE_BYTES, WRITE_BYTES as u32).unwrap();
-        assert!(
-            got == want,
-            "slot {slot}: write #{i} was acknowledged by the owner but the standby serves other bytes"
-        );
-    }
+    // A new machine for c1 (empty data dir): it becomes c2's standby, the mirror
+    // re-synchronises, and c2's machine goes in turn.
+    let mut c1 = c.spawn_other_cnode("c1");
+    wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &c1);
+    let (stop, writer) = start_writer(&c, seed, 1_000_000);
+    std::thread::sleep(Duration::from_millis(2000));
+    let owner_dir = c.cnode().data_dir.clone();
+    c.cnode().kill9();
+    let killed = Instant::now();
+    std::fs::remove_dir_all(&owner_dir).expect("deleting c2's data dir");
+    c.step("owner c2 killed -9 and its data dir deleted");
+    stop.store(true, Ordering::Release);
+    acked.extend(writer.join().unwrap());
+    c1.wait_ready(Duration::from_secs(90))
+        .unwrap_or_else(|_| panic!("c1 did not take over"));
     c.step(&format!(
-        "{} acknowledged writes ({} slots) verified through the new owner",
-        acked.len(),
-        last.len()
+        "c1 serves again: failover took {:.1} s",
+        killed.elapsed().as_secs_f64()
     ));
-    nbd.disconnect();
-    // The old owner's lease is gone; the new owner holds it.
-    let owner = c.cli_json(&["cluster", "status", "--json"]);
-    assert_eq!(owner["mode"].as_str(), Some("cluster"), "{owner}");
+    c.make_current(c1);
+    verify(&c, seed, &acked);
+}
+
+#[test]
+fn a_standby_with_a_stale_mirror_does_not_take_over() {
+    let _serial = serial();
+    let (mut c, mut standby, seed) = pair("a_standby_with_a_stale_mirror_does_not_take_over");
+    // The standby goes; the owner acknowledges writes its journal alone holds.
+    standby.kill9();
+    let (stop, writer) = start_writer(&c, seed, 0);
+    std::thread::sleep(Duration::from_millis(3000));
+    stop.store(true, Ordering::Release);
+    let acked = writer.join().unwrap();
+    assert!(
+        !acked.is_empty(),
+        "the owner acknowledged nothing without its partner"
+    );
+    c.step(&format!(
+        "{} writes acknowledged with the partner down",
+        acked.len()
+    ));
+    c.cnode().kill9();
+    c.step("owner c1 killed -9 (its data dir kept)");
+
+    // The standby comes back with an older mirror: it must not serve that older image; it
+    // waits, saying why.
+    let mut c2 = c.spawn_other_cnode("c2");
+    match c2.wait_ready(Duration::from_secs(15)) {
+        Err(CnodeNotReady::Waiting) => {}
+        Err(CnodeNotReady::Exited(out)) => panic!("c2 exited:\n{}", tail(&out, 3000)),
+        Ok(()) => {
+            panic!("c2 took over with a stale mirror: the writes acknowledged since are lost")
+        }
+    }
+    let out = c2.output();
+    assert!(
+        out.contains("only its own journal holds"),
+        "c2 does not say why it waits:\n{}",
+        tail(&out, 3000)
+    );
+    c.step("c2 waits as a standby and says c1's journal alone holds acknowledged writes");
+
+    // c1 on its own data dir serves everything; c2, still waiting, becomes its partner again
+    // and takes over once its mirror is current.
+    let mut c1 = c.spawn_other_cnode("c1");
+    c1.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("c1 did not restart"));
+    c.make_current(c1);
+    verify(&c, seed, &acked);
+    wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &c2);
+    c.cnode().kill9();
+    c2.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("c2 did not take over once its mirror was current"));
+    c.make_current(c2);
+    verify(&c, seed, &acked);
 }

@@ -10,6 +10,7 @@
 //! is tested with simulated time.
 
 pub mod clock;
+pub mod handover;
 pub mod mirror;
 pub mod ownership;
 pub mod partner;

@@ -28,6 +28,7 @@ use weft_engine::journal::{Journal, JournalOptions, JournalRecord};
 use weft_engine::write_log::{LogAppender, RecordHeader, WriteLog, WriteLogSource};
 use weft_engine::IoFailure;
 
+use super::handover::Handover;
 use super::ownership::Ownership;
 use super::wire;
 
@@ -46,6 +47,8 @@ pub struct OwnedLogSource {
     pub owner_id: String,
     pub ownership: Arc<Ownership>,
     pub status: Arc<MirrorStatus>,
+    /// Where the journal's state goes (see [`super::handover`]).
+    pub kv: Arc<dyn weft_meta::MetaStore>,
 }
 
 impl WriteLogSource for OwnedLogSource {
@@ -54,18 +57,36 @@ impl WriteLogSource for OwnedLogSource {
         min_next_seq: u64,
     ) -> Result<(Box<dyn WriteLog>, Vec<JournalRecord>), IoFailure> {
         let (journal, records) = Journal::open(&self.dir, min_next_seq, self.options)?;
+        // Every record already in the journal was acknowledged by an earlier run.
+        let acknowledged = records.last().map_or(0, |r| r.seq);
+        let handover = Arc::new(
+            Handover::start(
+                Arc::clone(&self.kv),
+                self.owner_id.clone(),
+                self.partner.clone(),
+                acknowledged,
+            )
+            .map_err(|e| {
+                IoFailure::disk(
+                    "c.node journal state",
+                    std::io::Error::other(format!("{e:#}")),
+                )
+            })?,
+        );
         let link = self.partner.as_ref().map(|partner| {
             Link::start(
                 partner.clone(),
                 self.owner_id.clone(),
                 self.dir.clone(),
                 Arc::clone(&self.status),
+                Arc::clone(&handover),
             )
         });
         let log = OwnedLog {
             local: journal,
             link,
             ownership: Arc::clone(&self.ownership),
+            handover,
         };
         Ok((Box::new(log), records))
     }
@@ -104,6 +125,7 @@ struct OwnedLog {
     local: Journal,
     link: Option<Arc<Link>>,
     ownership: Arc<Ownership>,
+    handover: Arc<Handover>,
 }
 
 struct Tee<'a> {
@@ -136,8 +158,13 @@ impl WriteLog for OwnedLog {
 
     fn sync(&self, upto: u64) -> Result<(), IoFailure> {
         self.local.sync(upto)?;
-        if let Some(link) = &self.link {
-            link.wait(upto, Wait::Synced);
+        let both = self
+            .link
+            .as_ref()
+            .is_some_and(|link| link.wait(upto, Wait::Synced));
+        if !both {
+            // Durable here alone: a successor must know.
+            self.record(upto, false)?;
         }
         self.may_acknowledge()
     }
@@ -151,6 +178,7 @@ impl WriteLog for OwnedLog {
         if let Some(link) = &self.link {
             link.push(Out::Release(hwm));
         }
+        self.handover.released(hwm);
         Ok(())
     }
 
@@ -159,14 +187,26 @@ impl WriteLog for OwnedLog {
     }
 
     fn replicated(&self, seq: u64) -> Result<(), IoFailure> {
-        if let Some(link) = &self.link {
-            link.wait(seq, Wait::Received);
-        }
+        let mirrored = self
+            .link
+            .as_ref()
+            .is_some_and(|link| link.wait(seq, Wait::Received));
+        self.record(seq, mirrored)?;
         self.may_acknowledge()
     }
 }
 
 impl OwnedLog {
+    /// Before acknowledging `seq`: etcd must say at least as much as is true.
+    fn record(&self, seq: u64, mirrored: bool) -> Result<(), IoFailure> {
+        self.handover.before_ack(seq, mirrored).map_err(|e| {
+            IoFailure::disk(
+                "c.node journal state",
+                std::io::Error::other(format!("{e:#}")),
+            )
+        })
+    }
+
     fn may_acknowledge(&self) -> Result<(), IoFailure> {
         self.ownership
             .may_acknowledge()
@@ -195,6 +235,8 @@ struct LinkState {
     mirrored: bool,
     /// Bumped when a connection ends, so waiters stop waiting for it.
     connection: u64,
+    /// The partner's c.node id, from its hello.
+    partner_id: String,
     outbox: VecDeque<Out>,
     received: u64,
     synced: u64,
@@ -206,6 +248,7 @@ struct Link {
     owner_id: String,
     dir: PathBuf,
     status: Arc<MirrorStatus>,
+    handover: Arc<Handover>,
     st: Mutex<LinkState>,
     changed: Condvar,
 }
@@ -216,6 +259,7 @@ impl Link {
         owner_id: String,
         dir: PathBuf,
         status: Arc<MirrorStatus>,
+        handover: Arc<Handover>,
     ) -> Arc<Link> {
         *status.partner.lock() = Some(partner.clone());
         *status.degraded_why.lock() = Some("not connected yet".into());
@@ -224,6 +268,7 @@ impl Link {
             owner_id,
             dir,
             status,
+            handover,
             st: Mutex::new(LinkState::default()),
             changed: Condvar::new(),
         });
@@ -252,12 +297,13 @@ impl Link {
         }
     }
 
-    /// Wait until the partner holds (or synced) `seq`; returns at once when the mirror is
-    /// degraded, and degrades it when the partner does not answer in time.
-    fn wait(&self, seq: u64, what: Wait) {
+    /// Wait until the partner holds (or synced) `seq`: true once it does; false at once when
+    /// the mirror is degraded, and after degrading it when the partner does not answer in
+    /// time.
+    fn wait(&self, seq: u64, what: Wait) -> bool {
         let mut st = self.st.lock();
         if !st.mirrored {
-            return;
+            return false;
         }
         if matches!(what, Wait::Synced) {
             st.outbox.push_back(Out::Sync(seq));
@@ -270,12 +316,15 @@ impl Link {
                 Wait::Received => st.received >= seq,
                 Wait::Synced => st.synced >= seq,
             };
-            if done || !st.mirrored || st.connection != connection {
-                return;
+            if done {
+                return true;
+            }
+            if !st.mirrored || st.connection != connection {
+                return false;
             }
             if self.changed.wait_until(&mut st, deadline).timed_out() {
                 self.end_connection(&mut st, "no answer within the acknowledgement time-out");
-                return;
+                return false;
             }
         }
     }
@@ -398,9 +447,21 @@ impl Link {
                             self.status.mirrored.store(true, Ordering::Release);
                             *self.status.degraded_why.lock() = None;
                             tracing::info!(partner = %self.partner, "write-buffer mirror caught up: writes are acknowledged in two c.nodes");
+                            self.changed.notify_all();
+                            let partner_id = st.partner_id.clone();
+                            drop(st);
+                            // Lock order: the handover's, then the link's.
+                            self.handover.mirror_caught_up(&partner_id, || {
+                                let st = self.st.lock();
+                                st.mirrored && st.connection == connection
+                            });
+                            continue;
                         }
                     }
                     self.changed.notify_all();
+                }
+                wire::HELLO => {
+                    st.partner_id = String::from_utf8_lossy(&body).into_owned();
                 }
                 wire::REFUSED => {
                     break format!("the partner refused: {}", String::from_utf8_lossy(&body));

@@ -102,11 +102,12 @@ impl Ownership {
         ttl: Duration,
         clock: Arc<dyn Clock>,
         wait: Option<Duration>,
-        may_take: &dyn Fn() -> bool,
+        may_take: &dyn Fn() -> Result<(), String>,
     ) -> anyhow::Result<Arc<Ownership>> {
         let value = serde_json::to_vec(record)?;
         let deadline = wait.map(|w| clock.now() + w);
         let mut told = false;
+        let mut refused: Option<String> = None;
         loop {
             let current = kv.get(OWNER_KEY).context("reading the c.node owner")?;
             let holder = current
@@ -124,7 +125,17 @@ impl Ownership {
                     None
                 }
             };
-            if let Some(expected) = expected.filter(|_| may_take()) {
+            let allowed = match expected {
+                Some(_) => match may_take() {
+                    Ok(()) => true,
+                    Err(why) => {
+                        refused = Some(why);
+                        false
+                    }
+                },
+                None => false,
+            };
+            if let (Some(expected), true) = (expected, allowed) {
                 let started = clock.now();
                 let lease = kv
                     .grant_lease(ttl)
@@ -155,6 +166,9 @@ impl Ownership {
                 }
             }
             if deadline.is_some_and(|d| clock.now() >= d) {
+                if let Some(why) = refused.filter(|_| expected.is_some()) {
+                    bail!("{why}");
+                }
                 let who = holder.map_or_else(
                     || "another c.node".to_string(),
                     |r| format!("c.node {} (API {})", r.id, r.api),

@@ -26,14 +26,14 @@ const COMPLETE_FILE: &str = "complete";
 
 #[derive(Debug)]
 pub struct Partner {
+    /// This c.node's id, told to the owner.
+    id: String,
     dir: PathBuf,
     options: JournalOptions,
     addr: SocketAddr,
     /// Set at takeover: no more mirroring; the current connection is cut.
     took_over: AtomicBool,
     current: Mutex<Option<TcpStream>>,
-    /// The owner whose complete mirror we hold (its id), if any.
-    complete_of: Mutex<Option<String>>,
 }
 
 impl Partner {
@@ -42,16 +42,17 @@ impl Partner {
         listen: SocketAddr,
         data_dir: &Path,
         options: JournalOptions,
+        id: String,
     ) -> anyhow::Result<Arc<Partner>> {
         let listener = TcpListener::bind(listen)
             .with_context(|| format!("binding the mirror listener on {listen}"))?;
         let partner = Arc::new(Partner {
+            id,
             dir: data_dir.join("mirror"),
             options,
             addr: listener.local_addr()?,
             took_over: AtomicBool::new(false),
             current: Mutex::new(None),
-            complete_of: Mutex::new(None),
         });
         let p = Arc::clone(&partner);
         std::thread::Builder::new()
@@ -64,24 +65,14 @@ impl Partner {
         self.addr
     }
 
-    /// The owner whose whole write buffer this partner holds, once a mirror caught up.
-    pub fn mirrors(&self) -> Option<String> {
-        self.complete_of.lock().clone()
-    }
-
-    /// Stop mirroring (cutting the owner off, should it still be alive) and return the
-    /// newest complete generation of `owner`'s mirror: the new owner's journal.
-    pub fn take_over(&self, owner: &str) -> anyhow::Result<PathBuf> {
+    /// Stop mirroring: the owner (should it still be alive) is cut off and refused.
+    pub fn stop(&self) {
         self.took_over.store(true, Ordering::Release);
         if let Some(s) = self.current.lock().take() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        newest_complete(&self.dir.join(owner))?.with_context(|| {
-            format!(
-                "no complete write-buffer mirror of c.node {owner} in {}",
-                self.dir.display()
-            )
-        })
+        // Wake the accept loop so it sees the flag and closes the listener.
+        let _ = TcpStream::connect(self.addr);
     }
 
     fn accept(self: Arc<Self>, listener: TcpListener) {
@@ -132,6 +123,8 @@ impl Partner {
             out.flush()?;
             return Ok(());
         }
+        wire::write_frame(&mut out, wire::HELLO, self.id.as_bytes())?;
+        out.flush()?;
         let owner_dir = self.dir.join(&owner);
         std::fs::create_dir_all(&owner_dir)?;
         let generation = next_generation(&owner_dir)?;
@@ -157,7 +150,6 @@ impl Partner {
                     j.sync(j.written_seq())?;
                     crate::data_files::write_atomically(&gen_dir, COMPLETE_FILE, owner.as_bytes())?;
                     remove_older(&owner_dir, generation);
-                    *self.complete_of.lock() = Some(owner.clone());
                     tracing::info!(%owner, through = seq, "write-buffer mirror complete");
                     wire::write_seq(&mut out, wire::SYNCED, seq)?;
                 }
@@ -262,6 +254,14 @@ fn remove_older(owner_dir: &Path, complete: u64) {
             }
         }
     }
+}
+
+/// The newest complete generation of `owner`'s mirror in `data_dir`: what a successor
+/// recovers on.
+pub fn complete_mirror(data_dir: &Path, owner: &str) -> Option<PathBuf> {
+    newest_complete(&data_dir.join("mirror").join(owner))
+        .ok()
+        .flatten()
 }
 
 fn newest_complete(owner_dir: &Path) -> anyhow::Result<Option<PathBuf>> {

@@ -27,6 +27,9 @@ pub struct HaConfig {
     pub mirror_listen: Option<SocketAddr>,
     /// The ownership lease's time to live: a dead owner's standby takes over after it.
     pub lease_ttl: Duration,
+    /// Take over even when the last owner's journal may hold acknowledged writes nobody
+    /// else has (they are given up).
+    pub force_takeover: bool,
 }
 
 /// How this c.node is reached, for its ownership record.
@@ -37,10 +40,12 @@ pub(crate) struct Who {
     pub iscsi: String,
 }
 
-/// Take the cluster's ownership: at once when it is free (or held by a previous run of this
-/// c.node); else, with a mirror listener, as the owner's standby once its lease expires,
-/// on the mirror of its write buffer; else after waiting for the owner's lease to run out.
-/// Returns the ownership and the write log to open (mirrored to the partner, if any).
+/// Take the cluster's ownership: when nobody holds its lease (or a previous run of this
+/// c.node did) and the last owner's journal state allows it (see [`crate::ha::handover`]).
+/// While another c.node holds it, a c.node with a mirror listener is its standby: it keeps
+/// the owner's write-buffer mirror and takes over once the lease expires; without one it waits
+/// for the lease to run out, then gives up. A successor that holds the last owner's complete
+/// mirror recovers on it. Returns the ownership and the write log to open.
 pub(crate) fn own_the_cluster(
     kv: &Arc<dyn weft_meta::MetaStore>,
     ha: &HaConfig,
@@ -50,7 +55,9 @@ pub(crate) fn own_the_cluster(
     Arc<crate::ha::ownership::Ownership>,
     Arc<dyn weft_engine::write_log::WriteLogSource>,
 )> {
+    use crate::ha::handover::{may_take_over, JournalState, JOURNAL_STATE_KEY};
     use crate::ha::ownership::{OwnerRecord, Ownership};
+    use crate::ha::partner::{complete_mirror, Partner};
     let data_dir = &config.data_dir;
     let id = load_or_create_id(data_dir, CNODE_ID_FILE)?;
     let record = OwnerRecord {
@@ -65,29 +72,57 @@ pub(crate) fn own_the_cluster(
     };
     let clock = crate::ha::clock::SystemClock::shared();
     let holder = Ownership::owner(&**kv)?;
-    let someone_else = holder.as_ref().is_some_and(|h| h.id != id);
-    let ownership = match (someone_else, ha.mirror_listen) {
-        (true, Some(listen)) => {
-            let owner = holder.map(|h| h.id).unwrap_or_default();
-            let partner = crate::ha::partner::Partner::start(listen, data_dir, config.journal)?;
-            tracing::info!(%owner, mirror = %partner.addr(), "standby: another c.node owns the cluster; this one keeps its write-buffer mirror and takes over when its lease expires");
-            let has_mirror = || partner.mirrors().as_deref() == Some(owner.as_str());
-            let ownership =
-                Ownership::acquire(kv.clone(), &record, ha.lease_ttl, clock, None, &has_mirror)?;
-            let dir = partner.take_over(&owner)?;
-            tracing::warn!(%owner, journal = %dir.display(), "took over from the owner: its lease expired; recovering on its write-buffer mirror");
-            write_atomically(data_dir, JOURNAL_DIR_FILE, dir.to_string_lossy().as_bytes())?;
-            ownership
+    let someone_else = holder.as_ref().filter(|h| h.id != id);
+    let partner = match (someone_else, ha.mirror_listen) {
+        (Some(owner), Some(listen)) => {
+            let p = Partner::start(listen, data_dir, config.journal, id.clone())?;
+            tracing::info!(owner = %owner.id, mirror = %p.addr(), "standby: another c.node owns the cluster; this one keeps its write-buffer mirror and takes over when its lease expires");
+            Some(p)
         }
-        _ => Ownership::acquire(
-            kv.clone(),
-            &record,
-            ha.lease_ttl,
-            clock,
-            Some(ha.lease_ttl * 2 + Duration::from_secs(2)),
-            &|| true,
-        )?,
+        _ => None,
     };
+    let holds_mirror_of = |owner: &str| complete_mirror(data_dir, owner).is_some();
+    let told = std::sync::atomic::AtomicBool::new(false);
+    let may_take = || -> Result<(), String> {
+        let verdict =
+            may_take_over(&**kv, &id, &holds_mirror_of).unwrap_or_else(|e| Err(format!("{e:#}")));
+        match verdict {
+            Err(why) if ha.force_takeover => {
+                if !told.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::error!(%why, "--force-takeover: taking the cluster over anyway; those writes are given up");
+                }
+                Ok(())
+            }
+            Err(why) => {
+                if !told.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::error!(%why, "not taking the cluster over");
+                }
+                Err(why)
+            }
+            Ok(()) => Ok(()),
+        }
+    };
+    let wait = match &partner {
+        Some(_) => None,
+        None => Some(ha.lease_ttl * 2 + Duration::from_secs(2)),
+    };
+    let ownership = Ownership::acquire(kv.clone(), &record, ha.lease_ttl, clock, wait, &may_take)?;
+    if let Some(p) = &partner {
+        p.stop();
+    }
+    // The last owner's journal state, as it left it (ours overwrites it once the log opens).
+    let last: Option<crate::ha::handover::JournalRecordOfOwner> = kv
+        .get(JOURNAL_STATE_KEY)?
+        .and_then(|v| serde_json::from_slice(&v.value).ok());
+    let mirror = last.as_ref().and_then(|r| {
+        (r.owner != id && r.state == JournalState::Mirrored && r.partner_id == id)
+            .then(|| complete_mirror(data_dir, &r.owner))
+            .flatten()
+    });
+    if let Some(dir) = &mirror {
+        tracing::warn!(journal = %dir.display(), "took over from the last owner: recovering on its write-buffer mirror");
+        write_atomically(data_dir, JOURNAL_DIR_FILE, dir.to_string_lossy().as_bytes())?;
+    }
     let journal_dir = match std::fs::read_to_string(data_dir.join(JOURNAL_DIR_FILE)) {
         Ok(dir) if !dir.trim().is_empty() => PathBuf::from(dir.trim()),
         _ => data_dir.join("journal"),
@@ -103,6 +138,7 @@ pub(crate) fn own_the_cluster(
         owner_id: id,
         ownership: Arc::clone(&ownership),
         status,
+        kv: Arc::clone(kv),
     };
     Ok((ownership, Arc::new(source)))
 }

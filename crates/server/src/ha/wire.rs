@@ -3,7 +3,7 @@
 //!
 //! | frame | direction | body |
 //! | --- | --- | --- |
-//! | `HELLO` | owner → partner | the owner's c.node id (UTF-8) |
+//! | `HELLO` | both ways | the sender's c.node id (UTF-8); the partner answers the owner's |
 //! | `RECORD` | owner → partner | seq u64, kind u8, layer u64, lba u64, count u64, payload |
 //! | `CAUGHT_UP` | owner → partner | seq u64: every unreleased record up to it was sent |
 //! | `SYNC` | owner → partner | seq u64: make records up to it durable |
