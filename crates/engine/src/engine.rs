@@ -406,7 +406,9 @@ impl Engine {
         let mut last_err = None;
         for _ in 0..READ_RETRIES_MAX {
             match crate::read::read_blocks(&self.shared, id, lba, count, buf) {
-                Ok(()) => return Ok(()),
+                // Checked after the read: a c.node that lost its ownership meanwhile may have
+                // read what its successor has since overwritten.
+                Ok(()) => return self.shared.journal.may_serve().map_err(map_io),
                 Err(EngineError::Io(e)) if e.is_moved() => {
                     last_err = Some(EngineError::Io(e));
                 }

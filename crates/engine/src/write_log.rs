@@ -105,6 +105,11 @@ pub trait WriteLog: Send + Sync + std::fmt::Debug {
         let _ = seq;
         Ok(())
     }
+    /// Whether this process may still answer reads: not once it may have lost the ownership
+    /// of its volumes (a successor may have changed them since).
+    fn may_serve(&self) -> Result<(), IoFailure> {
+        Ok(())
+    }
 }
 
 impl dyn WriteLog {

@@ -137,6 +137,16 @@ impl Handover {
         }
     }
 
+    /// The partner did not confirm a sync: what it holds may not survive its machine, so a
+    /// `mirrored` state becomes `unprotected`.
+    pub fn partner_unsynced(&self) -> anyhow::Result<()> {
+        let mut st = self.st.lock();
+        if st.state == Some(JournalState::Mirrored) {
+            self.put(&mut st, JournalState::Unprotected)?;
+        }
+        Ok(())
+    }
+
     /// The mirror caught up with partner `partner_id`: every record of the journal is on it
     /// (`still`: and the mirror is still up, asked under this lock).
     pub fn mirror_caught_up(&self, partner_id: &str, still: impl FnOnce() -> bool) {

@@ -164,7 +164,12 @@ impl WriteLog for OwnedLog {
             .is_some_and(|link| link.wait(upto, Wait::Synced));
         if !both {
             // Durable here alone: a successor must know.
-            self.record(upto, false)?;
+            self.handover.partner_unsynced().map_err(|e| {
+                IoFailure::disk(
+                    "c.node journal state",
+                    std::io::Error::other(format!("{e:#}")),
+                )
+            })?;
         }
         self.may_acknowledge()
     }
@@ -184,6 +189,10 @@ impl WriteLog for OwnedLog {
 
     fn pieces_in_use(&self) -> usize {
         self.local.file_count()
+    }
+
+    fn may_serve(&self) -> Result<(), IoFailure> {
+        self.may_acknowledge()
     }
 
     fn replicated(&self, seq: u64) -> Result<(), IoFailure> {
