@@ -5,6 +5,9 @@
 
 mod cluster_support;
 mod common;
+#[allow(dead_code)]
+#[path = "thrash_support/proxy.rs"]
+mod proxy;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -65,18 +68,27 @@ fn slot_of(i: u64) -> u64 {
     (i * 7919) % SLOTS
 }
 
+/// What a writer had acknowledged, and when the last acknowledgement came.
+#[derive(Default)]
+struct Acked {
+    writes: Vec<u64>,
+    last_at: Option<Instant>,
+    /// The write that failed (it may or may not have been applied, as after a crash).
+    in_flight: Option<u64>,
+}
+
 /// Writes 64 KiB records at pseudo-random slots through the current c.node, never flushing,
 /// until told to stop; the thread returns the numbers of the writes acknowledged.
 fn start_writer(
     c: &Cluster,
     seed: u64,
     first: u64,
-) -> (Arc<AtomicBool>, std::thread::JoinHandle<Vec<u64>>) {
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<Acked>) {
     let stop = Arc::new(AtomicBool::new(false));
     let mut nbd = c.nbd_client("vol0");
     let flag = Arc::clone(&stop);
     let writer = std::thread::spawn(move || {
-        let mut acked = Vec::new();
+        let mut acked = Acked::default();
         for i in first.. {
             if flag.load(Ordering::Acquire) {
                 break;
@@ -84,27 +96,34 @@ fn start_writer(
             let slot = slot_of(i);
             let data = blocks_data(seed, i, slot * WRITE_BYTES / 4096, WRITE_BYTES / 4096);
             if nbd.write(slot * WRITE_BYTES, &data).is_err() {
+                acked.in_flight = Some(i);
                 break;
             }
-            acked.push(i);
+            acked.writes.push(i);
+            acked.last_at = Some(Instant::now());
         }
         acked
     });
     (stop, writer)
 }
 
-/// The last acknowledged write of every slot reads back exactly through the current c.node.
-fn verify(c: &Cluster, seed: u64, acked: &[u64]) {
+/// The last acknowledged write of every slot reads back exactly through the current c.node
+/// (or a write to that slot that failed, in flight at the fault: a crash may keep it).
+fn verify(c: &Cluster, seed: u64, acked: &[u64], in_flight: &[u64]) {
     let mut last: std::collections::BTreeMap<u64, u64> = Default::default();
     for &i in acked {
         last.insert(slot_of(i), i);
     }
+    let data =
+        |slot: u64, i: u64| blocks_data(seed, i, slot * WRITE_BYTES / 4096, WRITE_BYTES / 4096);
     let mut nbd = c.nbd_client("vol0");
     for (&slot, &i) in &last {
-        let want = blocks_data(seed, i, slot * WRITE_BYTES / 4096, WRITE_BYTES / 4096);
         let got = nbd.read(slot * WRITE_BYTES, WRITE_BYTES as u32).unwrap();
+        let later = in_flight
+            .iter()
+            .any(|&f| f > i && slot_of(f) == slot && got == data(slot, f));
         assert!(
-            got == want,
+            got == data(slot, i) || later,
             "slot {slot}: write #{i} was acknowledged but other bytes are served"
         );
     }
@@ -141,7 +160,9 @@ fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
     std::fs::remove_dir_all(&owner_dir).expect("deleting the owner's data dir");
     c.step("owner c1 killed -9 and its data dir deleted");
     stop.store(true, Ordering::Release);
-    let mut acked = writer.join().unwrap();
+    let done = writer.join().unwrap();
+    let mut acked = done.writes;
+    let mut in_flight: Vec<u64> = done.in_flight.into_iter().collect();
     assert!(
         acked.len() > 50,
         "only {} writes acknowledged before the kill",
@@ -163,7 +184,7 @@ fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
         "nothing came from the mirror: the test proves nothing"
     );
     c.make_current(standby);
-    verify(&c, seed, &acked);
+    verify(&c, seed, &acked, &in_flight);
 
     // A new machine for c1 (empty data dir): it becomes c2's standby, the mirror
     // re-synchronises, and c2's machine goes in turn.
@@ -177,7 +198,9 @@ fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
     std::fs::remove_dir_all(&owner_dir).expect("deleting c2's data dir");
     c.step("owner c2 killed -9 and its data dir deleted");
     stop.store(true, Ordering::Release);
-    acked.extend(writer.join().unwrap());
+    let done = writer.join().unwrap();
+    acked.extend(done.writes);
+    in_flight.extend(done.in_flight);
     c1.wait_ready(Duration::from_secs(90))
         .unwrap_or_else(|_| panic!("c1 did not take over"));
     c.step(&format!(
@@ -185,7 +208,7 @@ fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
         killed.elapsed().as_secs_f64()
     ));
     c.make_current(c1);
-    verify(&c, seed, &acked);
+    verify(&c, seed, &acked, &in_flight);
 }
 
 #[test]
@@ -197,7 +220,9 @@ fn a_standby_with_a_stale_mirror_does_not_take_over() {
     let (stop, writer) = start_writer(&c, seed, 0);
     std::thread::sleep(Duration::from_millis(3000));
     stop.store(true, Ordering::Release);
-    let acked = writer.join().unwrap();
+    let done = writer.join().unwrap();
+    let acked = done.writes;
+    let in_flight: Vec<u64> = done.in_flight.into_iter().collect();
     assert!(
         !acked.is_empty(),
         "the owner acknowledged nothing without its partner"
@@ -233,11 +258,107 @@ fn a_standby_with_a_stale_mirror_does_not_take_over() {
     c1.wait_ready(Duration::from_secs(60))
         .unwrap_or_else(|_| panic!("c1 did not restart"));
     c.make_current(c1);
-    verify(&c, seed, &acked);
+    verify(&c, seed, &acked, &in_flight);
     wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &c2);
     c.cnode().kill9();
     c2.wait_ready(Duration::from_secs(60))
         .unwrap_or_else(|_| panic!("c2 did not take over once its mirror was current"));
     c.make_current(c2);
-    verify(&c, seed, &acked);
+    verify(&c, seed, &acked, &in_flight);
+}
+
+#[test]
+fn an_owner_cut_off_from_etcd_stops_acknowledging_and_its_standby_serves() {
+    let _serial = serial();
+    let test = "an_owner_cut_off_from_etcd_stops_acknowledging_and_its_standby_serves";
+    let (mut c, mut c2, seed) = pair(test);
+    // c2 reaches etcd through a proxy the test can cut. It becomes the owner: c1 goes.
+    let proxy = proxy::Proxy::start(
+        free_port(&mut c.rng),
+        format!("127.0.0.1:{}", c.etcd.client_port())
+            .parse()
+            .unwrap(),
+    );
+    c2.kill9();
+    c.opts
+        .cnode_args
+        .get_mut("c2")
+        .unwrap()
+        .extend(["--cluster".to_string(), format!("etcd://{}", proxy.listen)]);
+    let c2 = c.spawn_other_cnode("c2");
+    wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &c2);
+    c.cnode().kill9();
+    let mut c2 = c2;
+    c2.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("c2 did not take over"));
+    let mut c1 = c.make_current(c2).expect("c1");
+    c.step("c2 owns the cluster, reaching etcd through the proxy");
+    let c1 = {
+        let _ = &mut c1;
+        c.spawn_other_cnode("c1")
+    };
+    wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &c1);
+
+    // A writer on c2, and a reader connected to c2 before anything happens.
+    let mut reader = c.nbd_client("vol0");
+    let (stop, writer) = start_writer(&c, seed, 0);
+    std::thread::sleep(Duration::from_millis(1500));
+    proxy.set_mode(proxy::NetMode::Partition);
+    let cut = Instant::now();
+    c.step("c2 cut off from etcd");
+    // Its writes fail once its lease may have expired (3 s), never later.
+    let Acked {
+        writes: acked,
+        last_at,
+        in_flight,
+    } = writer.join().unwrap();
+    let in_flight: Vec<u64> = in_flight.into_iter().collect();
+    let stopped_after = last_at.map_or(Duration::ZERO, |t| t.saturating_duration_since(cut));
+    stop.store(true, Ordering::Release);
+    c.step(&format!(
+        "c2 stopped acknowledging {:.1} s after the cut ({} writes acknowledged)",
+        stopped_after.as_secs_f64(),
+        acked.len()
+    ));
+    // c1 takes over and serves every write c2 acknowledged.
+    let mut c1 = c1;
+    c1.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("c1 did not take over"));
+    let serves_after = cut.elapsed();
+    c.step(&format!(
+        "c1 serves {:.1} s after the cut",
+        serves_after.as_secs_f64()
+    ));
+    // Never two owners acknowledging: c2's last acknowledgement came before c1 served.
+    assert!(
+        stopped_after < serves_after,
+        "c2 acknowledged a write {stopped_after:?} after the cut, c1 served at {serves_after:?}"
+    );
+    let mut c2 = c.make_current(c1).expect("c2");
+    verify(&c, seed, &acked, &in_flight);
+    // New bytes through c1; c2 must not serve the old ones.
+    let slot = slot_of(acked.last().copied().unwrap_or(0));
+    let fresh = blocks_data(
+        seed,
+        9_999_999,
+        slot * WRITE_BYTES / 4096,
+        WRITE_BYTES / 4096,
+    );
+    let mut nbd = c.nbd_client("vol0");
+    nbd.write(slot * WRITE_BYTES, &fresh).unwrap();
+    nbd.flush().unwrap();
+    nbd.disconnect();
+    match reader.read(slot * WRITE_BYTES, WRITE_BYTES as u32) {
+        Ok(bytes) => assert!(
+            bytes == fresh,
+            "c2, cut off from etcd, served bytes its successor has overwritten"
+        ),
+        Err(e) => c.step(&format!("a read through c2 fails as it must: {e}")),
+    }
+    // Healed, c2 learns its lease is gone and exits.
+    proxy.set_mode(proxy::NetMode::Pass);
+    poll_until(Duration::from_secs(30), "c2 to exit", || {
+        (!c2.is_running()).then_some(())
+    });
+    c.step("healed: c2 saw its lease gone and exited");
 }

@@ -307,10 +307,18 @@ impl Cnode {
         log_dir: &Path,
     ) -> Cnode {
         let mut cmd = Command::new(weft_bin());
+        let extra = opts.cnode_args.get(name).cloned().unwrap_or_default();
+        // Its own `--cluster` (e.g. etcd through a proxy) replaces the cluster's.
+        let own_cluster = extra.iter().any(|a| a == "--cluster");
         cmd.arg("--data-dir")
             .arg(&data_dir)
             .arg("cnode")
-            .args(["--cluster", etcd_url])
+            .args(
+                (!own_cluster)
+                    .then_some(["--cluster", etcd_url])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["--nbd-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--iscsi-listen", "127.0.0.1:0"])
@@ -319,7 +327,7 @@ impl Cnode {
             .args(["--wait-for-dnodes", "20s"])
             .args(["--redundancy", &opts.redundancy])
             .args(["--pg-count", &opts.pg_count.to_string()])
-            .args(opts.cnode_args.get(name).into_iter().flatten())
+            .args(&extra)
             .env("NO_COLOR", "1")
             .env_remove("WEFT_CLUSTER")
             .env_remove("WEFT_LOG")
