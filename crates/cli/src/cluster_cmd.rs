@@ -434,6 +434,9 @@ pub fn cluster(client: &ApiClient, command: ClusterCommand, json: bool) -> anyho
             if v["mode"].as_str() == Some("recovering") {
                 print_recovery(&v["recovery"]);
             }
+            if let Some(c) = v.get("compute").filter(|c| c.is_object()) {
+                println!("{}", compute_line(c));
+            }
             println!("d.nodes:");
             for n in v["nodes"].as_array().into_iter().flatten() {
                 println!("  {}", node_line(n));
@@ -501,4 +504,20 @@ pub fn cluster(client: &ApiClient, command: ClusterCommand, json: bool) -> anyho
         },
     }
     Ok(())
+}
+
+/// `c.node OWNER: write buffer mirrored to partner P` and what losing it costs.
+fn compute_line(c: &Value) -> String {
+    let owner = c["owner"].as_str().unwrap_or("?");
+    let buffered = human(c["write_buffer_bytes"].as_u64().unwrap_or(0));
+    match c["write_buffer"].as_str() {
+        Some("mirrored") => format!(
+            "c.node {owner} (owner): write buffer mirrored to partner {} ({buffered} not yet in stripes); losing one c.node loses nothing",
+            c["partner"].as_str().unwrap_or("?")
+        ),
+        _ => format!(
+            "c.node {owner} (owner): {}; losing this machine now loses what its journal holds: {buffered} in the write buffer, plus its open segments",
+            c["detail"].as_str().unwrap_or("one copy")
+        ),
+    }
 }

@@ -41,7 +41,44 @@ fn pair(test: &str) -> (Cluster, Cnode, u64) {
     let mut c = c;
     let standby = c.spawn_other_cnode("c2");
     wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &standby);
+    wait_write_buffer(&c, "mirrored");
     (c, standby, seed)
+}
+
+/// Until `weft cluster status` says the owner's write buffer is `mode`; checks the text
+/// and `/metrics` say the same.
+fn wait_write_buffer(c: &Cluster, mode: &str) {
+    poll_until(
+        Duration::from_secs(30),
+        "the owner's write-buffer mode",
+        || {
+            let v = c.cli_json(&["cluster", "status", "--json"]);
+            (v["compute"]["write_buffer"].as_str() == Some(mode)).then_some(())
+        },
+    );
+    let text = c.cli_ok(&["cluster", "status"]);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("c.node "))
+        .unwrap_or_default();
+    match mode {
+        "mirrored" => assert!(line.contains("mirrored to partner"), "{text}"),
+        _ => assert!(line.contains("losing this machine now loses"), "{text}"),
+    }
+    let base = c
+        .cnode
+        .as_ref()
+        .unwrap()
+        .metrics
+        .trim_end_matches("/metrics")
+        .to_string();
+    let (_, metrics) = api_request(&base, "GET", "/metrics", None, None);
+    let want = format!(
+        "weft_write_buffer_mirrored {}",
+        u8::from(mode == "mirrored")
+    );
+    assert!(metrics.contains(&want), "no `{want}` in /metrics");
+    c.step(&format!("the owner says its write buffer is {mode}"));
 }
 
 /// Until `partner` holds a complete mirror of `owner`'s write buffer.
@@ -215,8 +252,9 @@ fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
 fn a_standby_with_a_stale_mirror_does_not_take_over() {
     let _serial = serial();
     let (mut c, mut standby, seed) = pair("a_standby_with_a_stale_mirror_does_not_take_over");
-    // The standby goes; the owner acknowledges writes its journal alone holds.
+    // The standby goes; the owner acknowledges writes its journal alone holds, and says so.
     standby.kill9();
+    wait_write_buffer(&c, "degraded");
     let (stop, writer) = start_writer(&c, seed, 0);
     std::thread::sleep(Duration::from_millis(3000));
     stop.store(true, Ordering::Release);

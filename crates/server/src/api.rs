@@ -47,6 +47,8 @@ pub struct ApiState {
     pub engine: Arc<Engine>,
     /// The cluster this c.node serves (`None`: single-process mode).
     pub cluster: Option<Arc<ClusterPlacement>>,
+    /// This c.node's part in the compute layer (`None`: single-process mode).
+    pub compute: Option<Arc<crate::ha::ComputeInfo>>,
     pub token: Arc<str>,
     /// `host:port` of the NBD listener, for volume URIs.
     pub nbd_address: Arc<str>,

@@ -9,6 +9,9 @@
 //! lost when the owner's machine disappears. Time goes through [`clock`], so the lease logic
 //! is tested with simulated time.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 pub mod clock;
 pub mod handover;
 pub mod mirror;
@@ -16,3 +19,31 @@ pub mod ownership;
 pub mod partner;
 pub mod takeover;
 mod wire;
+
+/// What this c.node reports about the compute layer: who it is, its partner, and how the
+/// writes it acknowledges are protected.
+#[derive(Debug)]
+pub struct ComputeInfo {
+    /// This c.node's id: it owns the cluster.
+    pub id: String,
+    pub partner: Option<String>,
+    pub lease_ttl: Duration,
+    pub mirror: Arc<mirror::MirrorStatus>,
+}
+
+impl ComputeInfo {
+    /// `mirrored`, `degraded` (a partner is configured but does not hold the mirror now) or
+    /// `single` (no partner).
+    pub fn write_buffer(&self) -> &'static str {
+        match (
+            &self.partner,
+            self.mirror
+                .mirrored
+                .load(std::sync::atomic::Ordering::Acquire),
+        ) {
+            (None, _) => "single",
+            (Some(_), true) => "mirrored",
+            (Some(_), false) => "degraded",
+        }
+    }
+}

@@ -25,6 +25,7 @@ pub struct MetricsSource {
     pub engine: Arc<Engine>,
     pub io: Arc<IoStats>,
     pub cluster: Option<Arc<ClusterPlacement>>,
+    pub compute: Option<Arc<crate::ha::ComputeInfo>>,
 }
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -190,6 +191,29 @@ impl Collector for Scrape {
         let stats = source.engine.stats();
         encode_engine(&mut encoder, &stats)?;
         encode_dnodes(&mut encoder, source.cluster.as_deref(), &stats)?;
+        if let Some(c) = &source.compute {
+            let mode = c.write_buffer();
+            gauges(
+                &mut encoder,
+                &[
+                    (
+                        "write_buffer_mirrored",
+                        "1 when every write acknowledged now is also in the partner c.node's memory",
+                        f64::from(u8::from(mode == "mirrored")),
+                    ),
+                    (
+                        "write_buffer_partner_configured",
+                        "1 when this c.node has a partner (--partner)",
+                        f64::from(u8::from(c.partner.is_some())),
+                    ),
+                    (
+                        "write_buffer_single_copy_bytes",
+                        "Acknowledged bytes not yet destaged that only this c.node holds (0 while mirrored)",
+                        if mode == "mirrored" { 0.0 } else { stats.buffer_bytes as f64 },
+                    ),
+                ],
+            )?;
+        }
         Ok(())
     }
 }

@@ -196,6 +196,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         engine,
         cluster,
         ownership,
+        compute,
     } = tokio::task::spawn_blocking(move || {
         open_engine(engine_config, backend, &placement_slot, who)
     })
@@ -290,6 +291,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         ))
     });
     let state = ApiState {
+        compute: compute.clone(),
         cluster: cluster.clone(),
         engine: engine.clone(),
         token,
@@ -303,6 +305,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         engine: engine.clone(),
         io: Arc::clone(&io),
         cluster: cluster.clone(),
+        compute: compute.clone(),
     }));
     let _ = api_slot.set(api::router(state));
 
@@ -474,12 +477,13 @@ fn open_engine(
                 engine,
                 cluster: None,
                 ownership: None,
+                compute: None,
             });
         }
         Backend::Cluster(c) => c,
     };
     let kv = weft_meta::connect_etcd(&c.url).with_context(|| format!("connecting to {}", c.url))?;
-    let (ownership, write_log) = own_the_cluster(&kv, &c.ha, &config, who)?;
+    let (ownership, write_log, compute) = own_the_cluster(&kv, &c.ha, &config, who)?;
     let (epoch, _) = weft_meta::update_json(&*kv, EPOCH_KEY, |old: Option<u64>| {
         Ok::<_, weft_meta::MetaError>(old.unwrap_or(0) + 1)
     })
@@ -534,6 +538,7 @@ fn open_engine(
         engine,
         cluster: Some(placement),
         ownership: Some(ownership),
+        compute: Some(compute),
     })
 }
 
@@ -542,6 +547,7 @@ struct Opened {
     engine: Engine,
     cluster: Option<Arc<ClusterPlacement>>,
     ownership: Option<Arc<crate::ha::ownership::Ownership>>,
+    compute: Option<Arc<crate::ha::ComputeInfo>>,
 }
 
 async fn wait_for_signal() {

@@ -11,8 +11,8 @@ use axum::Json;
 use weft_ec::Redundancy;
 
 use super::types::{
-    ClusterStatus, ClusterWideStatus, CreatePool, DnodeOut, ErrorBody, LocalNode, PoolCreated,
-    RepairRate, RepairScan, ScanState, ScrubReport, SingleProcessStatus,
+    ClusterStatus, ClusterWideStatus, ComputeStatus, CreatePool, DnodeOut, ErrorBody, LocalNode,
+    PoolCreated, RepairRate, RepairScan, ScanState, ScrubReport, SingleProcessStatus,
 };
 use super::{ApiError, ApiState, JsonBody};
 use crate::cluster::{ClusterPlacement, CreatePoolError, NodeState, NodeStatus, PoolStatus};
@@ -84,7 +84,29 @@ pub(super) async fn status(State(state): State<ApiState>) -> Result<Json<Cluster
         chunks_missed_at_write: stats.chunks_missed_at_write,
         capacity_bytes: stats.capacity_bytes,
         used_bytes: stats.used_bytes,
+        compute: compute_status(state.compute.as_deref(), stats.buffer_bytes),
     })))
+}
+
+fn compute_status(c: Option<&crate::ha::ComputeInfo>, buffer_bytes: u64) -> ComputeStatus {
+    let Some(c) = c else {
+        return ComputeStatus {
+            owner: String::new(),
+            partner: None,
+            write_buffer: "single".into(),
+            detail: "one c.node".into(),
+            write_buffer_bytes: buffer_bytes,
+            lease_ttl_ms: 0,
+        };
+    };
+    ComputeStatus {
+        owner: c.id.clone(),
+        partner: c.partner.clone(),
+        write_buffer: c.write_buffer().into(),
+        detail: c.mirror.describe(),
+        write_buffer_bytes: buffer_bytes,
+        lease_ttl_ms: c.lease_ttl.as_millis() as u64,
+    }
 }
 
 /// The cluster's d.nodes.

@@ -241,6 +241,26 @@ pub struct ClusterWideStatus {
     pub chunks_missed_at_write: u64,
     pub capacity_bytes: Option<u64>,
     pub used_bytes: u64,
+    pub compute: ComputeStatus,
+}
+
+/// The compute layer as this c.node (the owner) sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ComputeStatus {
+    /// This c.node's id: it owns the cluster.
+    pub owner: String,
+    /// Its partner's mirror address (`None`: no partner).
+    pub partner: Option<String>,
+    /// `mirrored`: acknowledged writes are in two c.nodes; `degraded`: the partner does not
+    /// hold them now; `single`: no partner.
+    pub write_buffer: String,
+    /// For people: how acknowledged writes are protected, and what losing this machine costs.
+    pub detail: String,
+    /// Acknowledged bytes in the write buffer not yet destaged (plus up to one open segment
+    /// per volume family, also not yet in stripes).
+    pub write_buffer_bytes: u64,
+    /// A dead owner's partner takes over this long after its last lease renewal.
+    pub lease_ttl_ms: u64,
 }
 
 /// `POST /api/v1/dnodes/{id}/out` and `/in`: the d.node's new mark.

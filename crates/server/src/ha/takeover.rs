@@ -54,6 +54,7 @@ pub(crate) fn own_the_cluster(
 ) -> anyhow::Result<(
     Arc<crate::ha::ownership::Ownership>,
     Arc<dyn weft_engine::write_log::WriteLogSource>,
+    Arc<crate::ha::ComputeInfo>,
 )> {
     use crate::ha::handover::{may_take_over, JournalState, JOURNAL_STATE_KEY};
     use crate::ha::ownership::{OwnerRecord, Ownership};
@@ -131,6 +132,12 @@ pub(crate) fn own_the_cluster(
     if ha.partner.is_none() {
         tracing::warn!("no partner c.node (--partner): acknowledged writes not yet in stripes live only in this c.node's journal; losing this machine loses them");
     }
+    let info = Arc::new(crate::ha::ComputeInfo {
+        id: id.clone(),
+        partner: ha.partner.clone(),
+        lease_ttl: ha.lease_ttl,
+        mirror: Arc::clone(&status),
+    });
     let source = crate::ha::mirror::OwnedLogSource {
         dir: journal_dir,
         options: config.journal,
@@ -140,7 +147,7 @@ pub(crate) fn own_the_cluster(
         status,
         kv: Arc::clone(kv),
     };
-    Ok((ownership, Arc::new(source)))
+    Ok((ownership, Arc::new(source), info))
 }
 
 /// A c.node whose ownership lease expired may be replaced by its standby at any moment: it
