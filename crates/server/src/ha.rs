@@ -20,6 +20,9 @@ pub mod partner;
 pub mod takeover;
 mod wire;
 
+#[cfg(test)]
+mod model_tests;
+
 /// What this c.node reports about the compute layer: who it is, its partner, and how the
 /// writes it acknowledges are protected.
 #[derive(Debug)]
