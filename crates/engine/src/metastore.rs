@@ -98,6 +98,18 @@ pub struct ClusterState {
     /// Hosts and the exports mapped to them (see `hosts`), sorted by name.
     #[serde(default)]
     pub hosts: Vec<crate::host_records::HostRecord>,
+    /// Stripes a recovery proved never durable (the journal held their records, which it
+    /// replayed into later segments): later recoveries skip them, never replay them, whether
+    /// they can read them or not. Recorded before the journal may release those records.
+    #[serde(default)]
+    pub ignored_stripes: Vec<IgnoredStripe>,
+}
+
+/// A stripe recovery proved never durable; see [`ClusterState::ignored_stripes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct IgnoredStripe {
+    pub family: u64,
+    pub segment: u64,
 }
 
 /// Where the cluster state lives in the metadata store.

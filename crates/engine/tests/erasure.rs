@@ -454,3 +454,121 @@ fn a_restart_with_three_stores_down_waits_and_loses_nothing() {
         "every acknowledged write is back"
     );
 }
+
+/// Found by the thrasher (seed 12130790322838738127, fault #335): a stripe left with fewer
+/// than its durable count of chunks by a crash is skipped at the next recovery on the
+/// journal's evidence, its records replayed into later segments and released. The recovery
+/// after that has no such evidence any more; with a d.node still down it could neither read
+/// the stripe nor prove it torn, and waited for ever with only one store down. The first
+/// recovery now records the stripe in the cluster state, and later ones skip it (and never
+/// replay it, which would apply its records twice).
+#[test]
+fn a_stripe_skipped_at_one_recovery_is_skipped_at_the_next_without_its_evidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores = six_stores();
+    let meta: Arc<dyn weft_meta::MetaStore> = Arc::new(EmbeddedMetaStore::in_memory());
+    // No checkpoint in between (nor GC, which takes one first): one would cover the skipped
+    // stripe (and delete it as below the checkpoint), hiding the case; in production they
+    // come every 4 GiB.
+    let open = |wait: Duration| {
+        let backends = Backends {
+            placement: Arc::new(SixStores(stores.to_vec())),
+            metastore: meta.clone(),
+            write_log: None,
+            epoch: 0,
+        };
+        let config = EngineConfig {
+            recovery_wait: Some(wait),
+            checkpoint_every_bytes: 1 << 40,
+            gc_interval_ms: 1 << 40,
+            ..EngineConfig::for_tests(dir.path())
+        };
+        Engine::open_with(config, backends)
+    };
+    let engine = open(Duration::from_secs(20)).unwrap();
+    engine
+        .create_volume("v", BLOCKS * BLOCK_SIZE_BYTES as u64)
+        .unwrap();
+    let id = engine.open_volume("v").unwrap().id;
+    let first = data(21);
+    engine.write(id, 0, &first, false).unwrap();
+    engine.sync().unwrap();
+    // Three stores go: the next stripe reaches three positions of the five it needs.
+    for s in &stores[3..] {
+        s.down.store(true, Ordering::Release);
+    }
+    let chunks = |s: &Switchable| -> usize {
+        let store = s.check().unwrap();
+        let families = store.families().unwrap();
+        families.iter().map(|&f| store.list(f).unwrap().len()).sum()
+    };
+    let before = chunks(&stores[0]);
+    // 4 KiB writes: journaled (larger ones are written through to stripes).
+    let write_4k = |engine: &Engine, bytes: &[u8], upto: usize| {
+        for (i, block) in bytes[..upto].chunks(BLOCK_SIZE_BYTES).enumerate() {
+            engine
+                .write(id, (i * BLOCK_SIZE_BYTES) as u64, block, false)
+                .unwrap();
+        }
+    };
+    let mut second = first.clone();
+    let part = 64 * BLOCK_SIZE_BYTES;
+    second[..part].copy_from_slice(&data(22)[..part]);
+    write_4k(&engine, &second, part);
+    engine.flush().unwrap();
+    // The idle seal tries the stripe (and fails to make it durable) within about a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while chunks(&stores[0]) == before {
+        assert!(Instant::now() < deadline, "the stripe was never tried");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    engine.crash();
+    drop(engine);
+
+    // Back with one store still down: the torn stripe cannot be proven torn (three chunks
+    // plus the silent store could make four), but the journal holds its records.
+    stores[3].down.store(false, Ordering::Release);
+    stores[4].down.store(false, Ordering::Release);
+    let engine = open(Duration::from_secs(20)).unwrap();
+    assert_eq!(
+        read_all(&engine).unwrap(),
+        second,
+        "replayed from the journal"
+    );
+    let state: serde_json::Value = serde_json::from_slice(
+        &meta
+            .get(weft_engine::metastore::CLUSTER_STATE_KEY)
+            .unwrap()
+            .unwrap()
+            .value,
+    )
+    .unwrap();
+    assert!(
+        !state["ignored_stripes"].as_array().unwrap().is_empty(),
+        "the skipped stripe is recorded: {}",
+        state["ignored_stripes"]
+    );
+    // Its records go to new durable stripes; more writes fill journal files, and the journal
+    // releases the old ones.
+    for round in 0..6u64 {
+        second = data(30 + round);
+        write_4k(&engine, &second, second.len());
+        engine.sync().unwrap();
+    }
+    engine.crash();
+    drop(engine);
+
+    // Again, the same store still down, and no journal evidence left.
+    let engine = match open(Duration::from_secs(5)) {
+        Ok(e) => e,
+        Err(e) => panic!("one store down must not stop recovery: {e}"),
+    };
+    assert_eq!(read_all(&engine).unwrap(), second);
+    engine.crash();
+    drop(engine);
+    // And with every store back the skipped stripe, readable now, is still not replayed.
+    stores[5].down.store(false, Ordering::Release);
+    let engine = open(Duration::from_secs(20)).unwrap();
+    assert_eq!(read_all(&engine).unwrap(), second);
+}

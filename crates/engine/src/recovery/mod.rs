@@ -26,7 +26,7 @@ use crate::family::Family;
 use crate::journal::JournalSource;
 use crate::journal::RecordKind;
 use crate::layers::LayerOp;
-use crate::metastore::{ClusterState, ClusterStore};
+use crate::metastore::{ClusterState, ClusterStore, IgnoredStripe};
 use crate::recovery_status::{BlockedStripe, RecoveryWait};
 use crate::segment::{self, SummaryEntry, SEGMENT_HEADER_BYTES};
 use crate::state::{Counters, Shared, State};
@@ -44,7 +44,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
     let started = Instant::now();
     let dir = &config.data_dir;
     let lock = lock_data_dir(dir)?;
-    let meta = ClusterStore::open(kv)?;
+    let mut meta = ClusterStore::open(kv)?;
     let stripes = Arc::new(StripeStore::new(placement));
     stripes.set_default_epoch(epoch);
 
@@ -70,7 +70,17 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         })
     });
     let evidence = JournalEvidence::new(&write_log.scan()?);
-    let (mut st, replayed) = recover_families(&config, &stripes, &meta.state, &alive, &evidence)?;
+    let (mut st, replayed, ignored) =
+        recover_families(&config, &stripes, &meta.state, &alive, &evidence)?;
+    if !ignored.is_empty() {
+        // Before anything is served, so before the journal can release their records: a
+        // later recovery must skip these stripes even when it cannot prove it again.
+        let mut next = meta.state.clone();
+        next.ignored_stripes.extend(ignored);
+        next.ignored_stripes.sort_unstable();
+        next.ignored_stripes.dedup();
+        meta.commit(next)?;
+    }
     // Chunks of families no volume or snapshot knows any more (deleted while a c.node was
     // down, or their deletion was cut short). Proof: the cluster state, written with
     // compare-and-swap, no longer names the family.
@@ -209,7 +219,7 @@ fn recover_families(
     state: &ClusterState,
     alive: &HashSet<FamilyId>,
     evidence: &JournalEvidence,
-) -> Result<(State, u64), EngineError> {
+) -> Result<(State, u64, Vec<IgnoredStripe>), EngineError> {
     let started = Instant::now();
     let since_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -219,12 +229,13 @@ fn recover_families(
         attempts += 1;
         let mut st = State::default();
         let mut replayed = 0u64;
+        let mut ignored: Vec<IgnoredStripe> = Vec::new();
         let mut blocked: Vec<BlockedStripe> = Vec::new();
         let mut waiting_for: Vec<String> = Vec::new();
         let mut families: Vec<FamilyId> = alive.iter().copied().collect();
         families.sort_unstable();
         for fid in families {
-            match recover_family(stripes, state, fid, &mut st, evidence)? {
+            match recover_family(stripes, state, fid, &mut st, evidence, &mut ignored)? {
                 FamilyOutcome::Recovered(n) => replayed += n,
                 FamilyOutcome::Waiting(stripe, unanswered) => {
                     blocked.push(stripe);
@@ -240,7 +251,7 @@ fn recover_families(
                 );
             }
             config.recovery_status.set(None);
-            return Ok((st, replayed));
+            return Ok((st, replayed, ignored));
         }
         waiting_for.sort_unstable();
         waiting_for.dedup();
@@ -295,6 +306,7 @@ fn recover_family(
     fid: FamilyId,
     st: &mut State,
     evidence: &JournalEvidence,
+    ignored: &mut Vec<IgnoredStripe>,
 ) -> Result<FamilyOutcome, EngineError> {
     let corrupt = |detail: String| IoFailure::CorruptMetadata {
         what: format!("checkpoint of family {}", fid.0),
@@ -362,6 +374,15 @@ fn recover_family(
         }
         // Never reuse the id of a stripe that exists, whatever happens to it below.
         next_segment = next_segment.max(segment + 1);
+        let key = IgnoredStripe {
+            family: fid.0,
+            segment,
+        };
+        if state.ignored_stripes.binary_search(&key).is_ok() {
+            // Proof: an earlier recovery proved it never durable and replayed its records
+            // from the journal into later segments; replaying it now would apply them twice.
+            continue;
+        }
         let verdict = if ignoring {
             proof::after_ignored(fid, segment, s, evidence)
         } else {
@@ -402,6 +423,7 @@ fn recover_family(
             Verdict::Discard(why) => discards.push((segment, s, why)),
             Verdict::Ignore(why) => {
                 tracing::warn!(family = fid.0, segment, why, "not replaying stripe");
+                ignored.push(key);
                 ignoring = true;
             }
             Verdict::Wait(blocked) => {
