@@ -400,3 +400,62 @@ fn an_owner_cut_off_from_etcd_stops_acknowledging_and_its_standby_serves() {
     });
     c.step("healed: c2 saw its lease gone and exited");
 }
+
+/// The iSCSI portal a c.node listens on, from its `serve.json`.
+fn iscsi_portal(cnode: &Cnode) -> String {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cnode.data_dir.join("serve.json")).unwrap())
+            .unwrap();
+    v["iscsi"].as_str().expect("an iSCSI portal").to_string()
+}
+
+#[test]
+fn iscsi_writes_acknowledged_by_a_lost_owner_are_read_through_the_standby() {
+    require_qemu_iscsi();
+    let _serial = serial();
+    let (mut c, mut standby, _seed) =
+        pair("iscsi_writes_acknowledged_by_a_lost_owner_are_read_through_the_standby");
+    let lun = |cnode: &Cnode| {
+        format!(
+            "iscsi://{}/iqn.2026-11.dev.weft:vol0/0",
+            iscsi_portal(cnode)
+        )
+    };
+    // qemu's iSCSI driver writes 16 patterns of 1 MiB through the owner's portal, one
+    // qemu-io per pattern: each one that exits 0 had its writes acknowledged.
+    let owner_lun = lun(c.cnode.as_ref().unwrap());
+    for i in 0..16u32 {
+        let cmd = format!("write -P {} {}M 1M", 0x10 + i, i);
+        let out = tool("qemu-io", &["-f", "raw", "-c", &cmd, &owner_lun]);
+        assert!(
+            out.success() && !out.all().contains("failed"),
+            "qemu-io through the owner:\n{}",
+            out.all()
+        );
+    }
+    c.step("16 MiB written through c1's iSCSI portal by qemu-io");
+    let owner_dir = c.cnode().data_dir.clone();
+    c.cnode().kill9();
+    std::fs::remove_dir_all(&owner_dir).expect("deleting the owner's data dir");
+    standby
+        .wait_ready(Duration::from_secs(90))
+        .unwrap_or_else(|_| panic!("the standby did not take over"));
+    c.step("c1 killed -9, data dir deleted; c2 serves");
+    // Through the standby's own portal, same target name: every pattern is there.
+    let standby_lun = lun(&standby);
+    let mut args = vec!["-f".to_string(), "raw".to_string()];
+    for i in 0..16u32 {
+        args.push("-c".into());
+        args.push(format!("read -P {} {}M 1M", 0x10 + i, i));
+    }
+    args.push(standby_lun);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = tool("qemu-io", &args);
+    assert!(
+        out.success() && !out.all().contains("Pattern verification failed"),
+        "reading through c2's portal:\n{}",
+        out.all()
+    );
+    c.step("every pattern reads back through c2's iSCSI portal");
+    c.make_current(standby);
+}

@@ -24,6 +24,8 @@ use serde::{Deserialize, Serialize};
 use weft_meta::MetaStore;
 
 pub const JOURNAL_STATE_KEY: &str = "weft/cnode-journal";
+/// How long recording the journal state tries before the acknowledgement fails.
+const PUT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(15);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -169,7 +171,23 @@ impl Handover {
         }
     }
 
+    /// Write the state, trying again for a while if etcd does not answer (a restart): the
+    /// acknowledgement that needs it waits meanwhile.
     fn put(&self, st: &mut Recorded, state: JournalState) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + PUT_RETRY_FOR;
+        loop {
+            match self.put_once(st, state) {
+                Ok(()) => return Ok(()),
+                Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "could not record the journal state; trying again");
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            }
+        }
+    }
+
+    fn put_once(&self, st: &mut Recorded, state: JournalState) -> anyhow::Result<()> {
         let mirrored = state == JournalState::Mirrored;
         let record = JournalRecordOfOwner {
             owner: self.owner.clone(),

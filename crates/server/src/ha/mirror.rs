@@ -223,6 +223,15 @@ impl OwnedLog {
     }
 }
 
+/// Shuts a socket down both ways when dropped.
+struct Closer(TcpStream);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 #[derive(Debug)]
 enum Out {
     Record(JournalRecord),
@@ -391,6 +400,8 @@ impl Link {
         std::thread::Builder::new()
             .name("weft-mirror-acks".into())
             .spawn(move || acks.read_acks(reader, connection))?;
+        // However this connection ends, the partner and the ack reader see it closed.
+        let _closer = Closer(stream.try_clone()?);
         let mut out = BufWriter::with_capacity(1 << 20, stream);
         wire::write_frame(&mut out, wire::HELLO, self.owner_id.as_bytes())?;
         // Everything on disk now; what is appended from here on is also in the outbox.

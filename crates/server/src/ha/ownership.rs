@@ -83,6 +83,7 @@ impl LeaseTerm {
 pub struct Ownership {
     kv: Arc<dyn MetaStore>,
     lease: LeaseId,
+    ttl: Duration,
     clock: Arc<dyn Clock>,
     term: Mutex<LeaseTerm>,
     /// etcd said the lease expired: this process may never acknowledge again.
@@ -145,6 +146,7 @@ impl Ownership {
                         let owner = Arc::new(Ownership {
                             kv,
                             lease,
+                            ttl,
                             term: Mutex::new(LeaseTerm::new(ttl, started)),
                             clock,
                             lost: AtomicBool::new(false),
@@ -186,21 +188,38 @@ impl Ownership {
             .and_then(|v| serde_json::from_slice(&v.value).ok()))
     }
 
-    /// Whether this process may acknowledge a write now.
+    /// Whether this process may acknowledge a write (or answer a read) now. While its term
+    /// has run out but etcd has not said the lease expired (etcd unreachable, restarting),
+    /// the caller waits, up to [`Ownership::stall_limit`]: a keep-alive that succeeds proves
+    /// the lease, and with it the ownership, never lapsed in etcd (the owner key lives on
+    /// the lease, and nobody takes it while it exists), so the I/O goes on with nothing
+    /// lost; one that finds it expired fails it.
     pub fn may_acknowledge(&self) -> Result<(), String> {
-        if self.lost.load(Ordering::Acquire) {
-            return Err("this c.node lost its ownership lease".into());
+        let mut stalled_since = None;
+        loop {
+            if self.lost.load(Ordering::Acquire) {
+                return Err("this c.node lost its ownership lease".into());
+            }
+            let now = self.clock.now();
+            let term = *self.term.lock();
+            if term.alive_at(now) {
+                return Ok(());
+            }
+            let since = *stalled_since.get_or_insert(now);
+            if now.saturating_sub(since) >= self.stall_limit() {
+                return Err(format!(
+                    "this c.node could not renew its ownership lease for {:.1} s (etcd unreachable?)",
+                    (now - term.valid_until()).as_secs_f64()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        let now = self.clock.now();
-        let term = *self.term.lock();
-        if term.alive_at(now) {
-            Ok(())
-        } else {
-            Err(format!(
-                "this c.node could not renew its ownership lease for {:.1} s",
-                (now - term.valid_until()).as_secs_f64()
-            ))
-        }
+    }
+
+    /// How long I/O waits for the lease to be renewed: two TTLs and 5 s, enough for an etcd
+    /// restart; then it fails (a client's own time-outs are usually longer).
+    pub fn stall_limit(&self) -> Duration {
+        self.ttl * 2 + Duration::from_secs(5)
     }
 
     pub fn is_lost(&self) -> bool {

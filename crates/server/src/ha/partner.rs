@@ -34,6 +34,9 @@ pub struct Partner {
     /// Set at takeover: no more mirroring; the current connection is cut.
     took_over: AtomicBool,
     current: Mutex<Option<TcpStream>>,
+    /// Mirror connections still running (stop waits for them: none may append to a
+    /// generation once a successor recovers on it).
+    active: std::sync::atomic::AtomicUsize,
 }
 
 impl Partner {
@@ -53,6 +56,7 @@ impl Partner {
             addr: listener.local_addr()?,
             took_over: AtomicBool::new(false),
             current: Mutex::new(None),
+            active: std::sync::atomic::AtomicUsize::new(0),
         });
         let p = Arc::clone(&partner);
         std::thread::Builder::new()
@@ -73,6 +77,10 @@ impl Partner {
         }
         // Wake the accept loop so it sees the flag and closes the listener.
         let _ = TcpStream::connect(self.addr);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.active.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     fn accept(self: Arc<Self>, listener: TcpListener) {
@@ -88,14 +96,19 @@ impl Partner {
                 }
             }
             let me = Arc::clone(&self);
-            let _ = std::thread::Builder::new()
+            self.active.fetch_add(1, Ordering::AcqRel);
+            let spawned = std::thread::Builder::new()
                 .name("weft-partner-conn".into())
                 .spawn(move || {
                     let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
                     if let Err(e) = me.mirror(conn) {
                         tracing::warn!(owner = %peer, error = %e, "write-buffer mirror connection ended");
                     }
+                    me.active.fetch_sub(1, Ordering::AcqRel);
                 });
+            if spawned.is_err() {
+                self.active.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     }
 
