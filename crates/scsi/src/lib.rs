@@ -9,7 +9,9 @@
 //! session ends. Every command carries its I_T nexus ([`Nexus`]).
 //!
 //! Modules and what each owns:
-//! - [`lun`]: the [`LogicalUnit`] trait, [`Geometry`], [`Identity`], [`MediumError`], and
+//! - `medium`: [`Geometry`] and [`MediumError`], what the storage under a LUN is and how it
+//!   fails (a leaf the decoders, limits and sense mapping use).
+//! - [`lun`]: the [`LogicalUnit`] trait, [`Identity`], and
 //!   [`LunState`] (mode values, the COMPARE AND WRITE lock, reservations and pending unit
 //!   attentions, shared by all sessions).
 //! - [`nexus`]: [`Nexus`], the I_T nexus, and iSCSI TransportIDs.
@@ -20,6 +22,8 @@
 //! - `execute`: dispatch, and the block data commands (READ, WRITE, WRITE AND VERIFY, VERIFY,
 //!   SYNCHRONIZE CACHE, COMPARE AND WRITE).
 //! - `provisioning`: UNMAP, WRITE SAME, GET LBA STATUS.
+//! - `block_io`: block ranges to byte ranges, data-out prefixes, write-through: what
+//!   `execute`, `provisioning` and `persistent_reserve_out` share.
 //! - `inquiry`: standard INQUIRY data and the VPD pages 00h, 80h, 83h, B0h, B1h, B2h.
 //! - `mode`: MODE SENSE / MODE SELECT and the caching, control and informational exceptions
 //!   pages.
@@ -48,6 +52,7 @@
 //! Not implemented either: ACA, protection information, and unit attentions other than those
 //! reservations cause (the transport reports resets itself).
 
+mod block_io;
 pub mod build;
 mod capacity;
 mod cdb;
@@ -58,6 +63,7 @@ pub mod limits;
 pub mod lun;
 mod luns;
 mod maintenance_in;
+mod medium;
 pub mod mem_lun;
 mod mode;
 pub mod nexus;
@@ -70,8 +76,9 @@ pub mod sense;
 mod unit_attention;
 
 pub use execute::{data_out_len, execute};
-pub use lun::{Geometry, Identity, LogicalUnit, LunState, MediumError};
+pub use lun::{Identity, LogicalUnit, LunState};
 pub use luns::{decode_lun, encode_lun, execute_no_lun, report_luns, LUN_MAX};
+pub use medium::{Geometry, MediumError};
 pub use mem_lun::MemLun;
 pub use nexus::Nexus;
 pub use sense::{FieldPointer, Response, Sense, Status};

@@ -22,7 +22,7 @@ const CAPABILITY_ALL_TARGET_PORTS: u8 = 0x04;
 /// Byte 3: TMV (the type mask is valid) and ALLOW COMMANDS 011b: TEST UNIT READY is allowed
 /// through Write Exclusive and Exclusive Access reservations, and MODE SENSE, REPORT
 /// SUPPORTED OPERATION CODES and the other reads of state through Write Exclusive ones (see
-/// `reservations::access`). PTPL_A (persist through power loss active) is zero.
+/// `Command::access`). PTPL_A (persist through power loss active) is zero.
 const CAPABILITY_TYPE_MASK_VALID: u8 = 0x80;
 const ALLOW_COMMANDS_READS_THROUGH_WRITE_EXCLUSIVE: u8 = 0x3 << 4;
 /// READ FULL STATUS descriptor: fixed part before the TransportID, byte 12's flags.

@@ -14,7 +14,7 @@
 //! the transport, which today does not (their commands still running finish; every later one
 //! meets RESERVATION CONFLICT).
 
-use crate::execute::data_out_prefix;
+use crate::block_io::data_out_prefix;
 use crate::lun::{Identity, LunState};
 use crate::nexus::{parse_transport_id, Nexus, TRANSPORT_ID_MAX_BYTES};
 use crate::opcode;

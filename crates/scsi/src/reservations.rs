@@ -3,7 +3,8 @@
 //! PRgeneration) and the SPC-2 RESERVE(6) reservation; the service actions that change that
 //! state; and the rule that decides which commands conflict with it ([`Reservations::conflicts`]
 //! over the [`Access`] class of each command, from SPC-4's and SBC-3's tables of commands
-//! allowed in the presence of each reservation type).
+//! allowed in the presence of each reservation type; `Command::access` in `cdb` gives each
+//! decoded command its class).
 //!
 //! Not here: decoding PERSISTENT RESERVE IN/OUT CDBs and parameter lists (`persistent_reserve_in`,
 //! `persistent_reserve_out`) and the unit attention queue (`unit_attention`). Service actions
@@ -16,7 +17,6 @@
 //! Persistent reservations survive LUN resets and I_T nexus loss (SPC-4 5.13.1); a RESERVE(6)
 //! reservation does not. Nothing survives the process: APTPL is not supported.
 
-use crate::cdb::Command;
 use crate::nexus::Nexus;
 use crate::sense::{asc, Sense};
 
@@ -119,39 +119,6 @@ pub(crate) enum Access {
     PersistentReserve,
     /// RESERVE(6) and RELEASE(6): their own rules.
     Reserve6,
-}
-
-/// The access class of a decoded command (SPC-4 table 66, SBC-3 table 13).
-pub(crate) fn access(command: &Command) -> Access {
-    match command {
-        Command::Inquiry { .. }
-        | Command::RequestSense { .. }
-        | Command::ReportLuns { .. }
-        | Command::ReportTargetPortGroups { .. } => Access::Always,
-        Command::TestUnitReady
-        | Command::ReadCapacity10
-        | Command::ReadCapacity16 { .. }
-        | Command::StartStopUnit { starts: true }
-        | Command::PreventAllowMediumRemoval { prevent: false } => Access::Status,
-        Command::Read(_)
-        | Command::Verify { .. }
-        | Command::GetLbaStatus { .. }
-        | Command::ModeSense { .. }
-        | Command::ReportSupportedOperationCodes { .. } => Access::Read,
-        Command::Write { .. }
-        | Command::WriteAndVerify(_)
-        | Command::WriteSame { .. }
-        | Command::CompareAndWrite { .. }
-        | Command::Unmap { .. }
-        | Command::SynchronizeCache { .. }
-        | Command::ModeSelect { .. }
-        | Command::StartStopUnit { starts: false }
-        | Command::PreventAllowMediumRemoval { prevent: true } => Access::Write,
-        Command::PersistentReserveIn { .. } | Command::PersistentReserveOut { .. } => {
-            Access::PersistentReserve
-        }
-        Command::Reserve6 | Command::Release6 => Access::Reserve6,
-    }
 }
 
 /// Why a service action was refused: RESERVATION CONFLICT status, or CHECK CONDITION.

@@ -7,7 +7,7 @@
 //! Invariant kept by the constructors: a [`Response`] with `CheckCondition` carries sense and no
 //! data; every other status carries no sense (RESERVATION CONFLICT carries nothing).
 
-use crate::lun::MediumError;
+use crate::medium::MediumError;
 
 /// Sense keys (SPC-4 table 27).
 pub mod key {
