@@ -26,6 +26,7 @@ use crate::nexus::Nexus;
 use crate::persistent_reserve_in::persistent_reserve_in;
 use crate::persistent_reserve_out::{persistent_reserve_out, reserve_release_6, ProutRequest};
 use crate::provisioning;
+use crate::reservations::Access;
 use crate::sense::{asc, key, medium_error_sense, IoKind, Response, Sense};
 
 /// How many data-out bytes the command carries, from the CDB alone, so the transport can check
@@ -83,9 +84,20 @@ pub fn execute(
         Command::Release6 => return reserve_release_6(state, nexus, false),
         _ => {}
     }
-    // Held to the end of the command: a PERSISTENT RESERVE OUT waits for it.
-    let reservations = state.reservations();
-    if reservations.conflicts(nexus, command.access()) {
+    // Held to the end of the command: a PERSISTENT RESERVE OUT waits for it. PERSISTENT
+    // RESERVE IN reports what the store holds now; the commands no reservation refuses use
+    // the cache, so they answer even while the store is unreachable.
+    let access = command.access();
+    let reservations = match (&command, access) {
+        (Command::PersistentReserveIn { .. }, _) => state.fresh_reservations(),
+        (_, Access::Always) => Ok(state.cached_reservations()),
+        _ => state.reservations(),
+    };
+    let reservations = match reservations {
+        Ok(reservations) => reservations,
+        Err(sense) => return Response::check(sense),
+    };
+    if reservations.conflicts(nexus, access) {
         return Response::reservation_conflict();
     }
     if let Command::PersistentReserveIn {

@@ -33,6 +33,9 @@
 //! - `luns`: REPORT LUNS, commands to a LUN with no logical unit, LUN encoding.
 //! - `reservations`: persistent reservation and RESERVE(6) state, their service actions, and
 //!   which commands conflict with which reservation.
+//! - [`reservation_store`]: the [`ReservationStore`] seam a LU's persistent reservation state
+//!   is loaded from and stored through (compare-and-swap, shared by several processes), the
+//!   [`ReservationRecord`] it carries, and [`MemReservationStore`], the default.
 //! - `persistent_reserve_in`, `persistent_reserve_out`: PERSISTENT RESERVE IN/OUT parameter
 //!   data and lists, RESERVE(6)/RELEASE(6).
 //! - `unit_attention`: the bounded per-nexus queue of unit attentions reservations cause.
@@ -46,8 +49,8 @@
 //! used; a CHECK CONDITION always carries sense and a GOOD or RESERVATION CONFLICT never does.
 //!
 //! Persistent reservations (SPC-4 5.13) are implemented with every type, ALL_TG_PT and
-//! REGISTER AND MOVE; not SPEC_I_PT, APTPL (state lives as long as the process) or REPLACE
-//! LOST RESERVATION, and PREEMPT AND ABORT leaves aborting the preempted tasks to the
+//! REGISTER AND MOVE and APTPL (kept in the record; the store's owner drops a record without
+//! it at power-on); not SPEC_I_PT or REPLACE LOST RESERVATION, and PREEMPT AND ABORT leaves aborting the preempted tasks to the
 //! transport. SPC-2 RESERVE(6)/RELEASE(6) are implemented; RESERVE(10)/RELEASE(10) are not.
 //! Not implemented either: ACA, protection information, and unit attentions other than those
 //! reservations cause (the transport reports resets itself).
@@ -71,6 +74,7 @@ pub mod opcode;
 mod persistent_reserve_in;
 mod persistent_reserve_out;
 mod provisioning;
+pub mod reservation_store;
 mod reservations;
 pub mod sense;
 mod unit_attention;
@@ -81,4 +85,8 @@ pub use luns::{decode_lun, encode_lun, execute_no_lun, report_luns, LUN_MAX};
 pub use medium::{Geometry, MediumError};
 pub use mem_lun::MemLun;
 pub use nexus::Nexus;
+pub use reservation_store::{
+    MemReservationStore, RecordVersion, RegistrationRecord, ReservationHolder, ReservationRecord,
+    ReservationStore, StoreError,
+};
 pub use sense::{FieldPointer, Response, Sense, Status};

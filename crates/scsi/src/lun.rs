@@ -8,14 +8,16 @@
 //! [`crate::MemLun`] for tests).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use crate::medium::{Geometry, MediumError};
 use crate::nexus::Nexus;
 use crate::opcode;
-use crate::reservations::{Attention, Reservations};
-use crate::sense::{key, Response, Sense};
+use crate::reservation_store::{MemReservationStore, ReservationStore, StoreError};
+use crate::reservations::{Attention, Refusal, Reservations};
+use crate::sense::{asc, key, Response, Sense};
 use crate::unit_attention::UnitAttentions;
 
 /// Who the logical unit is, for INQUIRY, VPD pages 0x80 and 0x83 and REPORT TARGET PORT GROUPS.
@@ -77,6 +79,11 @@ pub trait LogicalUnit: Send + Sync {
     ) -> Result<Vec<(u64, bool)>, MediumError>;
 }
 
+/// Times a PERSISTENT RESERVE OUT loads, applies and tries to store the reservation record
+/// before it gives up: each failed try means another process changed the record meanwhile,
+/// so this many in a row means the LU's reservations are being fought over.
+const RESERVATION_STORE_ATTEMPTS_MAX: usize = 16;
+
 /// Mutable SCSI state of one logical unit, shared by every session (I_T nexus) that reaches
 /// it: the mode page values MODE SELECT may change, the lock that makes COMPARE AND WRITE
 /// atomic, the persistent and RESERVE(6) reservations, and the unit attentions pending per
@@ -92,6 +99,15 @@ pub trait LogicalUnit: Send + Sync {
 /// PREEMPT returns, no command of the preempted nexus that passed the check before it is still
 /// running, and every later one meets the new reservation.
 ///
+/// The persistent part of the reservations lives in a [`ReservationStore`] (in memory unless
+/// [`LunState::with_reservation_store`] says otherwise) that other processes serving the LU
+/// may share. `reservations` caches it: PERSISTENT RESERVE OUT reloads it, applies its
+/// service action and stores the result if nobody else stored since (else it retries);
+/// PERSISTENT RESERVE IN reloads it; other commands reload it only after
+/// [`LunState::invalidate_reservations`] (the server calls that when the store tells it of a
+/// change) and check against the cache otherwise. Unit attentions a service action causes are
+/// queued in this process only.
+///
 /// What the transport calls besides [`crate::execute`]: [`LunState::unit_attention`] before
 /// each command, [`LunState::logical_unit_reset`] on LUN RESET and target resets, and
 /// [`LunState::nexus_lost`] when a session ends.
@@ -101,6 +117,10 @@ pub struct LunState {
     write_cache_enabled: AtomicBool,
     io_lock: RwLock<()>,
     reservations: RwLock<Reservations>,
+    /// Where the persistent part of `reservations` is kept.
+    store: Arc<dyn ReservationStore>,
+    /// `reservations` may be older than `store`: reload it before the next conflict check.
+    reservations_stale: AtomicBool,
     /// Locked after `reservations` when both are.
     attentions: Mutex<UnitAttentions>,
     /// Whether `attentions` may hold anything: spares every command the mutex when not.
@@ -114,12 +134,20 @@ impl Default for LunState {
 }
 
 impl LunState {
-    /// Power-on state: write cache enabled.
+    /// Power-on state: write cache enabled, reservations kept in this process's memory.
     pub fn new() -> Self {
+        Self::with_reservation_store(Arc::new(MemReservationStore::default()))
+    }
+
+    /// Power-on state with the persistent reservations kept in `store`, loaded from it on the
+    /// first command that needs them.
+    pub fn with_reservation_store(store: Arc<dyn ReservationStore>) -> Self {
         LunState {
             write_cache_enabled: AtomicBool::new(true),
             io_lock: RwLock::new(()),
             reservations: RwLock::new(Reservations::default()),
+            store,
+            reservations_stale: AtomicBool::new(true),
             attentions: Mutex::new(UnitAttentions::default()),
             attentions_pending: AtomicBool::new(false),
         }
@@ -149,6 +177,12 @@ impl LunState {
         self.reservations.write().reset();
     }
 
+    /// The reservation store may hold a newer record than this LU last saw (another process
+    /// changed it): reload it before the next command's conflict check.
+    pub fn invalidate_reservations(&self) {
+        self.reservations_stale.store(true, Ordering::Release);
+    }
+
     /// `nexus` is gone (logout, connection lost, session reinstated): its RESERVE(6)
     /// reservation is released. Its registrations and pending unit attentions stay, for when
     /// it logs in again.
@@ -156,14 +190,79 @@ impl LunState {
         self.reservations.write().nexus_lost(nexus);
     }
 
-    /// Held from a command's conflict check to its end.
-    pub(crate) fn reservations(&self) -> RwLockReadGuard<'_, Reservations> {
+    /// Held from a command's conflict check to its end; reloaded from the store first when
+    /// stale. `Err` is the sense of a store that cannot be read.
+    pub(crate) fn reservations(&self) -> Result<RwLockReadGuard<'_, Reservations>, Sense> {
+        if !self.reservations_stale.load(Ordering::Acquire) {
+            return Ok(self.reservations.read());
+        }
+        let mut guard = self.reservations.write();
+        self.reload_reservations(&mut guard)?;
+        Ok(RwLockWriteGuard::downgrade(guard))
+    }
+
+    /// As [`LunState::reservations`], reloaded whatever the cache says: PERSISTENT RESERVE IN
+    /// reports what the store holds now.
+    pub(crate) fn fresh_reservations(&self) -> Result<RwLockReadGuard<'_, Reservations>, Sense> {
+        self.invalidate_reservations();
+        self.reservations()
+    }
+
+    /// As cached, never reloaded: for the commands no reservation refuses (INQUIRY, REPORT
+    /// TARGET PORT GROUPS...), which must keep answering while the store is unreachable.
+    pub(crate) fn cached_reservations(&self) -> RwLockReadGuard<'_, Reservations> {
         self.reservations.read()
     }
 
-    /// Held by the commands that change reservations.
-    pub(crate) fn reservations_mut(&self) -> RwLockWriteGuard<'_, Reservations> {
-        self.reservations.write()
+    /// Held by RESERVE(6) and RELEASE(6), which change no persistent state; reloaded first
+    /// when stale (they look at the registrations).
+    pub(crate) fn reservations_mut(&self) -> Result<RwLockWriteGuard<'_, Reservations>, Sense> {
+        let mut guard = self.reservations.write();
+        if self.reservations_stale.load(Ordering::Acquire) {
+            self.reload_reservations(&mut guard)?;
+        }
+        Ok(guard)
+    }
+
+    /// A PERSISTENT RESERVE OUT: under the exclusive lock, load the record, run `apply` on a
+    /// copy, and store the copy if the record is still the one loaded; on a conflict start
+    /// again from a fresh load, at most [`RESERVATION_STORE_ATTEMPTS_MAX`] times. The unit
+    /// attentions of the try that counted are queued before the lock is released; a refusal
+    /// changes nothing and stores nothing.
+    pub(crate) fn update_reservations(
+        &self,
+        mut apply: impl FnMut(&mut Reservations, &mut Vec<Attention>) -> Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
+        let mut guard = self.reservations.write();
+        for _ in 0..RESERVATION_STORE_ATTEMPTS_MAX {
+            self.reload_reservations(&mut guard)?;
+            let mut next = guard.clone();
+            let mut attentions = Vec::new();
+            apply(&mut next, &mut attentions)?;
+            let record = next.record();
+            if record != guard.record() {
+                match self.store.store(&record, guard.version()) {
+                    Ok(version) => next.set_version(version),
+                    Err(StoreError::Conflict) => continue,
+                    Err(_) => return Err(store_failure().into()),
+                }
+            }
+            *guard = next;
+            self.queue_attentions(attentions);
+            return Ok(());
+        }
+        Err(store_failure().into())
+    }
+
+    /// Replace the cached persistent state with the store's. On failure the cache stays as
+    /// it was, still stale.
+    fn reload_reservations(&self, reservations: &mut Reservations) -> Result<(), Sense> {
+        let (record, version) = self.store.load().map_err(|_| store_failure())?;
+        reservations
+            .load(record, version)
+            .map_err(|_| store_failure())?;
+        self.reservations_stale.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// Queue unit attentions a service action established.
@@ -209,4 +308,10 @@ impl LunState {
     pub(crate) fn exclusive_io(&self) -> RwLockWriteGuard<'_, ()> {
         self.io_lock.write()
     }
+}
+
+/// The sense of a command that needed the reservation store and could not use it
+/// (unreachable, corrupt, or fought over): HARDWARE ERROR, INTERNAL TARGET FAILURE.
+fn store_failure() -> Sense {
+    Sense::new(key::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE)
 }
