@@ -7,8 +7,9 @@
 //! Shape: one task per connection ([`connection`]): login, then full feature phase
 //! ([`session`]), where the task reads PDUs, gathers each write's data (immediate,
 //! unsolicited, and R2T-solicited Data-Out), and hands whole commands to the pool; a writer
-//! task sends responses in StatSN order ([`respond`] builds them). Targets and who may use
-//! them: [`targets`]; a LUN over an export: [`lun`].
+//! task sends responses in StatSN order ([`respond`] builds them). What those share (the
+//! sequence lock, the response queue, the connection's error): [`shared`]. Targets and who
+//! may use them: [`targets`]; a LUN over an export: [`lun`].
 //!
 //! Shutdown: cancelling the token stops accepting; every connection stops reading, lets its
 //! commands finish and their responses go out, then closes.
@@ -18,6 +19,7 @@ mod keepalive;
 mod lun;
 mod respond;
 mod session;
+mod shared;
 mod targets;
 
 use std::collections::HashMap;

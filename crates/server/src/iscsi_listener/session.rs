@@ -28,15 +28,15 @@ use weft_iscsi::response::{self, ReadyToTransfer};
 use weft_iscsi::session::{CmdSnCheck, Sequence};
 use weft_iscsi::text::{parse_pairs, push_pair};
 use weft_iscsi::wire::*;
-use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Numbers, Parse, Request, SessionParams};
+use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Parse, Request};
 use weft_scsi::{LogicalUnit, Nexus};
 
-use super::connection::{ConnError, READ_BUFFER_BYTES};
 use super::keepalive::{Due, Keepalive};
 use super::lun::ExportLun;
 use super::respond::{
     respond, transfer, Transfer, ABORTED_COMMAND, DATA_OFFSET_ERROR, DATA_PHASE_ERROR,
 };
+use super::shared::{ConnError, Shared, READ_BUFFER_BYTES};
 use super::targets::Viewer;
 use super::{Portal, SharedLu};
 use crate::api::types::SessionProtocol;
@@ -52,38 +52,6 @@ const WRITE_GATHER_MAX_BYTES: u32 = weft_scsi::limits::MAX_TRANSFER_BYTES;
 const INLINE_TRANSFER_MAX_BYTES: u32 = 64 * 1024;
 /// Opcode of REPORT LUNS, which the transport answers (it knows the LUN list).
 const REPORT_LUNS: u8 = 0xa0;
-
-/// What the reader and the command jobs share.
-pub(super) struct Shared {
-    pub(super) sequence: Mutex<Sequence>,
-    pub(super) tx: mpsc::UnboundedSender<Vec<u8>>,
-    pub(super) digests: Digests,
-    pub(super) params: SessionParams,
-    /// Cancelled when the session must end (export gone, logout).
-    closing: CancellationToken,
-    /// Tags of commands handed to the pool and not yet answered, and a wake-up when one is:
-    /// task management waits for them so no response follows its own.
-    executing: Mutex<std::collections::HashSet<u32>>,
-    answered: tokio::sync::Notify,
-}
-
-impl Shared {
-    /// Encode a PDU that carries status (takes the next StatSN) and queue it.
-    fn send_status(&self, encode: impl FnOnce(Numbers, &mut Vec<u8>)) {
-        let mut sequence = self.sequence.lock();
-        let mut out = Vec::new();
-        encode(sequence.next_status(), &mut out);
-        let _ = self.tx.send(out);
-    }
-
-    /// Encode a PDU that carries no status (R2T) and queue it.
-    fn send_plain(&self, encode: impl FnOnce(Numbers, &mut Vec<u8>)) {
-        let sequence = self.sequence.lock();
-        let mut out = Vec::new();
-        encode(sequence.current(), &mut out);
-        let _ = self.tx.send(out);
-    }
-}
 
 /// A session's LUN.
 struct Lun {
