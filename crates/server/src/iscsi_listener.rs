@@ -34,6 +34,7 @@ use weft_iscsi::TargetLimits;
 use weft_scsi::LunState;
 
 use crate::backend::ExportBackend;
+use crate::reservation_records::ReservationRecords;
 use crate::workers::WorkerPool;
 
 pub use targets::{array_target_name, target_name, ARRAY_TARGET_PREFIX, TARGET_PREFIX};
@@ -63,6 +64,8 @@ pub(crate) struct Portal {
     lun_states: Mutex<HashMap<String, Arc<SharedLu>>>,
     /// Where each session registers the exports it opened.
     sessions: Arc<crate::sessions::Sessions>,
+    /// Where each LU's persistent reservations are kept.
+    reservations: ReservationRecords,
 }
 
 /// What the sessions of one LU share: the SCSI state (mode pages, the COMPARE AND WRITE
@@ -89,11 +92,29 @@ impl Portal {
             .entry(export.to_string())
             .or_insert_with(|| {
                 Arc::new(SharedLu {
-                    state: LunState::new(),
+                    state: LunState::with_reservation_store(self.reservations.for_export(export)),
                     resets: AtomicU64::new(0),
                 })
             })
             .clone()
+    }
+
+    /// The reservation record of `export` changed in the store (`None`: any may have): its
+    /// LU reloads it before its next command.
+    fn reservations_changed(&self, export: Option<&str>) {
+        let lun_states = self.lun_states.lock();
+        match export {
+            Some(export) => {
+                if let Some(lu) = lun_states.get(export) {
+                    lu.state.invalidate_reservations();
+                }
+            }
+            None => {
+                for lu in lun_states.values() {
+                    lu.state.invalidate_reservations();
+                }
+            }
+        }
     }
 }
 
@@ -109,6 +130,8 @@ pub struct IscsiOptions {
     pub nop_interval: std::time::Duration,
     /// Where each session registers the exports (LUNs) it opened.
     pub sessions: Arc<crate::sessions::Sessions>,
+    /// Where the LUs' persistent reservations are kept (shared with the other c.nodes).
+    pub reservations: ReservationRecords,
 }
 
 /// Serve iSCSI on bound listeners (the portals, all paths to the same targets) until
@@ -133,7 +156,21 @@ pub async fn run(
         next_tsih: AtomicU16::new(1),
         lun_states: Mutex::new(HashMap::new()),
         sessions: options.sessions,
+        reservations: options.reservations,
     });
+    // Another c.node's PERSISTENT RESERVE OUT, or a deleted volume, changes a record: the LU
+    // must not go on checking commands against what it cached.
+    let follower = {
+        let portal = Arc::clone(&portal);
+        let shutdown = shutdown.clone();
+        std::thread::Builder::new()
+            .name("iscsi-reservations".into())
+            .spawn(move || {
+                crate::reservation_records::follow(&portal.reservations, &shutdown, |export| {
+                    portal.reservations_changed(export)
+                })
+            })?
+    };
     let mut tasks = Vec::new();
     for (listener, port) in listeners.into_iter().zip(ports) {
         info!(address = %listener.local_addr()?, relative_port = port, "iscsi portal started");
@@ -149,6 +186,7 @@ pub async fn run(
     for task in tasks {
         let _ = task.await;
     }
+    let _ = tokio::task::spawn_blocking(move || follower.join()).await;
     info!("iscsi portals stopped");
     Ok(())
 }

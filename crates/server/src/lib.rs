@@ -11,6 +11,7 @@ pub mod iscsi_listener;
 pub mod metrics;
 pub mod nbd_listener;
 pub mod recovering;
+pub mod reservation_records;
 pub mod serve;
 pub mod sessions;
 pub mod sub_block;

@@ -30,6 +30,7 @@ use crate::api::{self, ApiState};
 use crate::backend::ExportBackend;
 use crate::engine_backend::EngineBackend;
 use crate::io_stats::{IoStats, MeteredBackend, Protocol};
+use crate::reservation_records::ReservationRecords;
 
 /// The token file, mode 0600, created at first start.
 pub const TOKEN_FILE: &str = "api-token";
@@ -179,7 +180,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     )?;
     let backend = config.backend.clone();
     let placement_slot = Arc::clone(&recovering.placement);
-    let (engine, cluster) =
+    let (engine, cluster, cluster_kv) =
         tokio::task::spawn_blocking(move || open_engine(engine_config, backend, &placement_slot))
             .await??;
     if let Some(c) = &cluster {
@@ -191,6 +192,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             .create_volume(&config.default_volume, config.default_volume_size_bytes)
             .with_context(|| format!("creating the default volume {}", config.default_volume))?;
     }
+    let reservations = open_reservation_records(&data_dir, cluster_kv, &engine).await?;
 
     let nbd = TcpListener::bind(config.nbd_listen)
         .await
@@ -259,6 +261,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         open_network: config.iscsi_open_network,
         nop_interval: config.iscsi_nop_interval,
         sessions: Arc::clone(&sessions),
+        reservations: reservations.clone(),
     };
     let iscsi_task = (!iscsi.is_empty()).then(|| {
         tokio::spawn(crate::iscsi_listener::run(
@@ -277,6 +280,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         array_target: array_target.clone().into(),
         io: Arc::clone(&io),
         sessions,
+        reservations,
     };
     let _ = metrics_slot.set(crate::metrics::router(crate::metrics::MetricsSource {
         engine: engine.clone(),
@@ -443,18 +447,61 @@ fn load_or_create_array_id(data_dir: &Path) -> anyhow::Result<String> {
     Ok(id)
 }
 
-/// Open the engine on its backend; in cluster mode also the placement.
+/// The SCSI reservation records: in the cluster's metadata store (`cluster_kv`), or in the
+/// data dir of a single-process server. This start is a power-on for the LUs (this c.node
+/// is the only one serving them: it fenced the one before), so records without APTPL go.
+async fn open_reservation_records(
+    data_dir: &Path,
+    cluster_kv: Option<Arc<dyn weft_meta::MetaStore>>,
+    engine: &Arc<Engine>,
+) -> anyhow::Result<ReservationRecords> {
+    let data_dir = data_dir.to_path_buf();
+    let engine = Arc::clone(engine);
+    tokio::task::spawn_blocking(move || {
+        let records = match cluster_kv {
+            Some(kv) => ReservationRecords::new(kv),
+            None => ReservationRecords::open_local(&data_dir).with_context(|| {
+                format!(
+                    "opening the reservation records in {}",
+                    data_dir
+                        .join(crate::reservation_records::RESERVATIONS_DIR)
+                        .display()
+                )
+            })?,
+        };
+        let exports = engine.list_images().into_iter().map(|i| i.name).collect();
+        let dropped = records
+            .power_on(&exports)
+            .context("clearing the SCSI reservations a restart ends")?;
+        if dropped > 0 {
+            tracing::info!(
+                records = dropped,
+                "scsi reservations without APTPL (or of deleted volumes) cleared at start"
+            );
+        }
+        Ok(records)
+    })
+    .await?
+}
+
+/// Open the engine on its backend; in cluster mode also the placement and the cluster's
+/// metadata store.
+#[allow(clippy::type_complexity)]
 fn open_engine(
     config: EngineConfig,
     backend: Backend,
     placement_slot: &crate::recovering::PlacementSlot,
-) -> anyhow::Result<(Engine, Option<Arc<ClusterPlacement>>)> {
+) -> anyhow::Result<(
+    Engine,
+    Option<Arc<ClusterPlacement>>,
+    Option<Arc<dyn weft_meta::MetaStore>>,
+)> {
     let data_dir = config.data_dir.clone();
     let c = match backend {
         Backend::Local(store) => {
             let engine = Engine::open_local(config, store)
                 .with_context(|| format!("opening the datastore in {}", data_dir.display()))?;
-            return Ok((engine, None));
+            return Ok((engine, None, None));
         }
         Backend::Cluster(c) => c,
     };
@@ -499,7 +546,7 @@ fn open_engine(
     );
     let backends = Backends {
         placement: placement.clone(),
-        metastore: kv,
+        metastore: kv.clone(),
         write_log: None,
         epoch,
     };
@@ -509,7 +556,7 @@ fn open_engine(
             data_dir.display()
         )
     })?;
-    Ok((engine, Some(placement)))
+    Ok((engine, Some(placement), Some(kv)))
 }
 
 async fn wait_for_signal() {
