@@ -15,6 +15,7 @@
 //! exclusive. Data-out longer than the CDB implies is ignored past what the CDB names (the
 //! transport reports the residual); shorter is INVALID FIELD IN CDB, as Linux LIO answers.
 
+use crate::alua;
 use crate::block_io::{byte_range, data_out_prefix, write_through};
 use crate::capacity;
 use crate::cdb::{decode, Blocks, ByteCheck, Command};
@@ -65,6 +66,14 @@ pub fn execute(
         Ok(command) => command,
         Err(sense) => return Response::check(sense),
     };
+    let access = command.access();
+    // A target port in a state that serves only the commands every reservation allows
+    // (transitioning during a handover, standby, unavailable) refuses the rest.
+    if access != Access::Always {
+        if let Some(sense) = state.access_state(nexus.relative_target_port).refusal() {
+            return Response::check(sense);
+        }
+    }
     match command {
         Command::PersistentReserveOut {
             service_action,
@@ -87,7 +96,6 @@ pub fn execute(
     // Held to the end of the command: a PERSISTENT RESERVE OUT waits for it. PERSISTENT
     // RESERVE IN reports what the store holds now; the commands no reservation refuses use
     // the cache, so they answer even while the store is unreachable.
-    let access = command.access();
     let reservations = match (&command, access) {
         (Command::PersistentReserveIn { .. }, _) => state.fresh_reservations(),
         (_, Access::Always) => Ok(state.cached_reservations()),
@@ -139,7 +147,14 @@ fn run(
             evpd,
             page_code,
             allocation_len,
-        } => inquiry::inquiry(lu.identity(), geometry, evpd, page_code, allocation_len),
+        } => {
+            let identity = lu.identity();
+            let group = state
+                .port_groups(identity)
+                .group_of(identity.relative_target_port)
+                .map_or(identity.target_port_group, |g| g.id);
+            inquiry::inquiry(identity, group, geometry, evpd, page_code, allocation_len)
+        }
         Command::ModeSense {
             ten,
             disable_block_descriptors,
@@ -220,9 +235,8 @@ fn run(
         Command::ReportTargetPortGroups {
             extended_header,
             allocation_len,
-        } => maintenance_in::report_target_port_groups(
-            lu.identity(),
-            extended_header,
+        } => Response::good_cut(
+            alua::encode_port_groups(&state.port_groups(lu.identity()), extended_header),
             allocation_len,
         ),
         Command::ReportLuns { .. } => return Err(Sense::invalid_opcode()),

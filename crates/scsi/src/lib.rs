@@ -5,8 +5,9 @@
 //! data. It never touches a socket, a thread or a clock; the iSCSI PDU/login crate and the
 //! tokio listener call [`data_out_len`], [`execute`], [`report_luns`] and [`execute_no_lun`],
 //! and on each LU's [`LunState`]: [`LunState::unit_attention`] before every command,
-//! [`LunState::logical_unit_reset`] on LUN and target resets, [`LunState::nexus_lost`] when a
-//! session ends. Every command carries its I_T nexus ([`Nexus`]).
+//! [`LunState::logical_unit_reset`] on LUN and target resets, [`LunState::nexus_joined`] when
+//! a session starts reaching the LU and [`LunState::nexus_lost`] when it ends. Every command
+//! carries its I_T nexus ([`Nexus`]).
 //!
 //! Modules and what each owns:
 //! - `medium`: [`Geometry`] and [`MediumError`], what the storage under a LUN is and how it
@@ -28,8 +29,10 @@
 //! - `mode`: MODE SENSE / MODE SELECT and the caching, control and informational exceptions
 //!   pages.
 //! - `capacity`: READ CAPACITY(10) and (16).
-//! - `maintenance_in`: REPORT SUPPORTED OPERATION CODES (and the supported-command table),
-//!   REPORT TARGET PORT GROUPS.
+//! - `maintenance_in`: REPORT SUPPORTED OPERATION CODES (and the supported-command table).
+//! - [`alua`]: implicit ALUA: the [`AluaProvider`] seam a server feeds target port groups
+//!   and access states through, REPORT TARGET PORT GROUPS' data, and the commands a port in
+//!   a non-active state refuses.
 //! - `luns`: REPORT LUNS, commands to a LUN with no logical unit, LUN encoding.
 //! - `reservations`: persistent reservation and RESERVE(6) state, their service actions, and
 //!   which commands conflict with which reservation.
@@ -38,7 +41,8 @@
 //!   [`ReservationRecord`] it carries, and [`MemReservationStore`], the default.
 //! - `persistent_reserve_in`, `persistent_reserve_out`: PERSISTENT RESERVE IN/OUT parameter
 //!   data and lists, RESERVE(6)/RELEASE(6).
-//! - `unit_attention`: the bounded per-nexus queue of unit attentions reservations cause.
+//! - `unit_attention`: the bounded per-nexus queue of unit attentions reservations and
+//!   access state changes cause.
 //! - [`limits`]: the Block Limits values reported and enforced.
 //! - [`mem_lun`]: [`MemLun`], an in-memory logical unit for tests.
 //! - [`build`]: CDB and parameter-list builders for tests and seeds.
@@ -50,11 +54,14 @@
 //!
 //! Persistent reservations (SPC-4 5.13) are implemented with every type, ALL_TG_PT and
 //! REGISTER AND MOVE and APTPL (kept in the record; the store's owner drops a record without
-//! it at power-on); not SPEC_I_PT or REPLACE LOST RESERVATION, and PREEMPT AND ABORT leaves aborting the preempted tasks to the
-//! transport. SPC-2 RESERVE(6)/RELEASE(6) are implemented; RESERVE(10)/RELEASE(10) are not.
-//! Not implemented either: ACA, protection information, and unit attentions other than those
-//! reservations cause (the transport reports resets itself).
+//! it at power-on); not SPEC_I_PT or REPLACE LOST RESERVATION, and PREEMPT AND ABORT leaves
+//! aborting the preempted tasks to the transport. SPC-2 RESERVE(6)/RELEASE(6) are
+//! implemented; RESERVE(10)/RELEASE(10) are not. ALUA is implicit only (no SET TARGET PORT
+//! GROUPS). Not implemented either: ACA, protection information, and unit attentions other
+//! than those reservations and access state changes cause (the transport reports resets
+//! itself).
 
+pub mod alua;
 mod block_io;
 pub mod build;
 mod capacity;
@@ -79,6 +86,7 @@ mod reservations;
 pub mod sense;
 mod unit_attention;
 
+pub use alua::{AccessState, AluaProvider, PortGroup, PortGroups};
 pub use execute::{data_out_len, execute};
 pub use lun::{Identity, LogicalUnit, LunState};
 pub use luns::{decode_lun, encode_lun, execute_no_lun, report_luns, LUN_MAX};

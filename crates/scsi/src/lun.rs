@@ -7,18 +7,20 @@
 //! Nothing here does I/O; the trait is implemented elsewhere (by the engine, and by
 //! [`crate::MemLun`] for tests).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::alua::{AccessState, AluaProvider, PortGroups};
 pub use crate::medium::{Geometry, MediumError};
 use crate::nexus::Nexus;
 use crate::opcode;
 use crate::reservation_store::{MemReservationStore, ReservationStore, StoreError};
 use crate::reservations::{Attention, Refusal, Reservations};
 use crate::sense::{asc, key, Response, Sense};
-use crate::unit_attention::UnitAttentions;
+use crate::unit_attention::{UnitAttentions, ATTENTION_NEXUSES_MAX};
 
 /// Who the logical unit is, for INQUIRY, VPD pages 0x80 and 0x83 and REPORT TARGET PORT GROUPS.
 /// Strings are reported as printable ASCII (other characters become spaces) and cut to their
@@ -125,6 +127,15 @@ pub struct LunState {
     attentions: Mutex<UnitAttentions>,
     /// Whether `attentions` may hold anything: spares every command the mutex when not.
     attentions_pending: AtomicBool,
+    /// Where the target port groups and their states come from; `None`: one group, the
+    /// identity's, active/optimized.
+    alua: Option<Arc<dyn AluaProvider>>,
+    /// The provider's generation the nexuses were last told of.
+    alua_generation: AtomicU64,
+    /// The I_T nexuses that reach the LU now ([`LunState::nexus_joined`]), which a change of
+    /// access states is announced to. At most `ATTENTION_NEXUSES_MAX`; locked after
+    /// `attentions` when both are.
+    nexuses: Mutex<HashSet<Nexus>>,
 }
 
 impl Default for LunState {
@@ -150,6 +161,27 @@ impl LunState {
             reservations_stale: AtomicBool::new(true),
             attentions: Mutex::new(UnitAttentions::default()),
             attentions_pending: AtomicBool::new(false),
+            alua: None,
+            alua_generation: AtomicU64::new(0),
+            nexuses: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The same, with the target port groups and their access states from `provider`.
+    pub fn with_alua(mut self, provider: Arc<dyn AluaProvider>) -> Self {
+        self.alua_generation = AtomicU64::new(provider.generation());
+        self.alua = Some(provider);
+        self
+    }
+
+    /// `nexus` reaches the LU (a session logged in with it among its LUNs): it is told of
+    /// later changes of the access states.
+    pub fn nexus_joined(&self, nexus: &Nexus) {
+        // Changes before it joined are the other nexuses' news, not its own.
+        self.announce_access_states();
+        let mut nexuses = self.nexuses.lock();
+        if nexuses.len() < ATTENTION_NEXUSES_MAX {
+            nexuses.insert(nexus.clone());
         }
     }
 
@@ -188,6 +220,30 @@ impl LunState {
     /// it logs in again.
     pub fn nexus_lost(&self, nexus: &Nexus) {
         self.reservations.write().nexus_lost(nexus);
+        self.nexuses.lock().remove(nexus);
+    }
+
+    /// The target port groups and their states now.
+    pub(crate) fn port_groups(&self, identity: &Identity) -> PortGroups {
+        match &self.alua {
+            Some(provider) => provider.port_groups(),
+            None => {
+                let mut ports = identity.group_ports.clone();
+                if !ports.contains(&identity.relative_target_port) {
+                    ports.push(identity.relative_target_port);
+                }
+                PortGroups::single(identity.target_port_group, ports)
+            }
+        }
+    }
+
+    /// The access state of the target port `relative_target_port` (a nexus's): its group's;
+    /// active/optimized without a provider, and for a port the provider puts in no group.
+    pub(crate) fn access_state(&self, relative_target_port: u16) -> AccessState {
+        match &self.alua {
+            Some(provider) => provider.access_state(relative_target_port),
+            None => AccessState::ActiveOptimized,
+        }
     }
 
     /// Held from a command's conflict check to its end; reloaded from the store first when
@@ -280,6 +336,7 @@ impl LunState {
 
     /// The oldest unit attention pending for `nexus`, removed.
     pub(crate) fn take_attention(&self, nexus: &Nexus) -> Option<(u8, u8)> {
+        self.announce_access_states();
         if !self.attentions_pending.load(Ordering::Acquire) {
             return None;
         }
@@ -288,6 +345,28 @@ impl LunState {
         self.attentions_pending
             .store(!queue.is_empty(), Ordering::Release);
         code
+    }
+
+    /// If the provider's states changed since the nexuses were last told, queue ASYMMETRIC
+    /// ACCESS STATE CHANGED for every nexus that reaches the LU (SPC-4 5.15.2.5: an implicit
+    /// transition establishes it on every I_T nexus). One atomic load when nothing changed.
+    fn announce_access_states(&self) {
+        let Some(provider) = &self.alua else {
+            return;
+        };
+        let generation = provider.generation();
+        if generation == self.alua_generation.load(Ordering::Acquire) {
+            return;
+        }
+        let mut queue = self.attentions.lock();
+        if self.alua_generation.swap(generation, Ordering::AcqRel) == generation {
+            return;
+        }
+        for nexus in self.nexuses.lock().iter() {
+            queue.push(nexus, asc::ASYMMETRIC_ACCESS_STATE_CHANGED);
+        }
+        self.attentions_pending
+            .store(!queue.is_empty(), Ordering::Release);
     }
 
     /// Caching mode page WCE bit as MODE SELECT last left it.
