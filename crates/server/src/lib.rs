@@ -15,5 +15,6 @@ pub mod reservation_records;
 pub mod serve;
 pub mod sessions;
 pub mod sub_block;
+pub mod target_port_groups;
 pub mod web_ui;
 mod workers;

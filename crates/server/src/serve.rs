@@ -262,6 +262,9 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         nop_interval: config.iscsi_nop_interval,
         sessions: Arc::clone(&sessions),
         reservations: reservations.clone(),
+        // One c.node today: one group of its portals, every LU active/optimized. A cluster
+        // layer keeps this handle and feeds it the c.nodes and the volumes' owners.
+        port_groups: Some(crate::iscsi_listener::single_port_groups(iscsi.len())),
     };
     let iscsi_task = (!iscsi.is_empty()).then(|| {
         tokio::spawn(crate::iscsi_listener::run(

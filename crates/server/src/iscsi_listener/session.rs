@@ -128,8 +128,6 @@ struct Reader<'a> {
     departed: Vec<Arc<SharedLu>>,
     /// The connection sees unmapped exports ([`crate::access`]).
     open: bool,
-    /// The relative target port of the portal the session came in on.
-    port: u16,
     discovery: bool,
     target: Option<String>,
     local: std::net::SocketAddr,
@@ -179,7 +177,6 @@ pub(super) async fn run(
         nexus: Arc::new(Nexus::iscsi(&login.initiator, login.isid, port)),
         departed: Vec::new(),
         open,
-        port,
         discovery: login.target.is_none(),
         target: login.target.clone(),
         local,
@@ -284,12 +281,14 @@ fn open_lun(
     portal: &Portal,
     export: &str,
     target: &str,
-    port: u16,
+    nexus: &Nexus,
     origin: &SessionOrigin,
 ) -> Option<Arc<Lun>> {
     let handle = portal.backend.open(export).ok()?;
     let handle = portal.sessions.track(handle, origin.clone());
     let shared = portal.shared_lu(export);
+    // From now on this nexus hears of the LU's access state changes.
+    shared.state.nexus_joined(nexus);
     let resets_seen = AtomicU64::new(shared.resets.load(Ordering::Acquire));
     Some(Arc::new(Lun {
         export: export.to_string(),
@@ -299,8 +298,8 @@ fn open_lun(
         lu: Arc::new(ExportLun::new(
             handle,
             target,
-            super::PORTAL_GROUP_TAG,
-            port,
+            portal.port_group,
+            nexus.relative_target_port,
             portal.ports.clone(),
         )),
     }))
@@ -645,7 +644,7 @@ impl Reader<'_> {
         for (n, export) in wanted {
             let lun = match self.luns.get(&n) {
                 Some(l) if l.export == export => Some(Arc::clone(l)),
-                _ => open_lun(self.portal, &export, target, self.port, &origin),
+                _ => open_lun(self.portal, &export, target, &self.nexus, &origin),
             };
             if let Some(lun) = lun {
                 lun.luns_changed.store(!first, Ordering::Release);
