@@ -336,4 +336,61 @@ mod tests {
             Err(StoreError::Corrupt(_))
         ));
     }
+
+    /// Two c.nodes on one etcd, each with its own connection and its own `LunState` of one
+    /// LU: a reservation one takes is seen and enforced by the other once the watch tells it.
+    #[test]
+    fn two_cnodes_on_one_etcd_share_a_reservation() {
+        use weft_scsi::{build, opcode, LunState, MemLun, Status};
+
+        let etcd = weft_meta::testing::EtcdServer::start().expect("starting etcd");
+        let connect = || -> ReservationRecords {
+            ReservationRecords::new(Arc::new(etcd.connect().expect("connect")))
+        };
+        let (one, two) = (connect(), connect());
+        let state_one = LunState::with_reservation_store(one.for_export("vol"));
+        let state_two = Arc::new(LunState::with_reservation_store(two.for_export("vol")));
+        let lu = MemLun::with_blocks(512, 64);
+        let (a, b) = (
+            Nexus::iscsi("iqn.2026-01.test:a", [0x80, 0, 0, 0, 0, 1], 1),
+            Nexus::iscsi("iqn.2026-01.test:b", [0x80, 0, 0, 0, 0, 1], 257),
+        );
+        let write = |state: &LunState, nexus: &Nexus| {
+            let cdb = build::rw10(opcode::WRITE_10, 0, 1, 1);
+            weft_scsi::execute(state, &lu, nexus, &cdb, &[1; 512]).status
+        };
+        // b has written through c.node two: its cache is loaded and fresh.
+        assert_eq!(write(&state_two, &b), Status::Good);
+        let shutdown = CancellationToken::new();
+        let follower = {
+            let (two, state_two, shutdown) =
+                (two.clone(), Arc::clone(&state_two), shutdown.clone());
+            std::thread::spawn(move || {
+                follow(&two, &shutdown, |export| {
+                    if export.is_none_or(|e| e == "vol") {
+                        state_two.invalidate_reservations();
+                    }
+                })
+            })
+        };
+        let prout = |sa, kind, key, sark| {
+            let cdb = build::persistent_reserve_out(sa, kind, 24);
+            let list = build::prout_parameters(key, sark, 0x01);
+            weft_scsi::execute(&state_one, &lu, &a, &cdb, &list).status
+        };
+        assert_eq!(prout(opcode::SA_REGISTER, 0, 0, 0xa), Status::Good);
+        assert_eq!(prout(opcode::SA_RESERVE, 0x3, 0xa, 0), Status::Good);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while write(&state_two, &b) != Status::ReservationConflict {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "c.node two never saw the reservation"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        shutdown.cancel();
+        follower.join().expect("follower");
+        let (record, _) = two.for_export("vol").load().expect("load");
+        assert!(record.aptpl && record.reservation.is_some());
+    }
 }
