@@ -7,9 +7,10 @@
 //!   c.node's), fences every family at that epoch on every d.node (so an older c.node still
 //!   running can no longer write or delete chunks), then recovers from the d.nodes.
 //!
-//! Opens (or creates) the data dir (journal, API token, lock), creates the default volume when
-//! the datastore is new (never again, so a deleted default volume stays deleted), binds the
-//! NBD, iSCSI and API listeners, says how to connect, and runs until SIGINT/SIGTERM.
+//! Opens (or creates) the data dir (journal, API token, lock; the SCSI reservation records of
+//! a single-process server), creates the default volume when the datastore is new (never
+//! again, so a deleted default volume stays deleted), binds the NBD, iSCSI and API
+//! listeners, says how to connect, and runs until SIGINT/SIGTERM.
 
 use std::io::Write;
 use std::net::SocketAddr;
