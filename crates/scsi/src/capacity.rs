@@ -2,7 +2,7 @@
 //! the physical block exponent, and the provisioning bits (LBPME, LBPRZ) that tell Linux to
 //! use UNMAP and trust unmapped blocks to read as zeroes.
 
-use crate::lun::Geometry;
+use crate::medium::Geometry;
 use crate::sense::Response;
 
 /// READ CAPACITY(10) parameter data length.

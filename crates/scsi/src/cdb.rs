@@ -12,8 +12,9 @@
 //! index is below the fixed 16-byte copy the CDB is read through.
 
 use crate::limits::{max_transfer_blocks, max_write_same_blocks, MAX_COMPARE_AND_WRITE_BLOCKS};
-use crate::lun::Geometry;
+use crate::medium::Geometry;
 use crate::opcode;
+use crate::reservations::Access;
 use crate::sense::{asc, Sense};
 
 /// Bytes of the longest CDB this crate decodes.
@@ -193,13 +194,46 @@ pub(crate) fn decode(cdb: &[u8]) -> Result<Command, Sense> {
         opcode::PERSISTENT_RESERVE_OUT => persistent_reserve_out,
         opcode::RESERVE_6 | opcode::RELEASE_6 => reserve_release_6,
         // New decoders need a row in `maintenance_in::SUPPORTED` and an access class in
-        // `reservations::access`.
+        // `Command::access`.
         _ => return Err(Sense::invalid_opcode()),
     };
     decoder(&Cdb::new(cdb)?)
 }
 
 impl Command {
+    /// The access class of a decoded command (SPC-4 table 66, SBC-3 table 13).
+    pub(crate) fn access(&self) -> Access {
+        match self {
+            Command::Inquiry { .. }
+            | Command::RequestSense { .. }
+            | Command::ReportLuns { .. }
+            | Command::ReportTargetPortGroups { .. } => Access::Always,
+            Command::TestUnitReady
+            | Command::ReadCapacity10
+            | Command::ReadCapacity16 { .. }
+            | Command::StartStopUnit { starts: true }
+            | Command::PreventAllowMediumRemoval { prevent: false } => Access::Status,
+            Command::Read(_)
+            | Command::Verify { .. }
+            | Command::GetLbaStatus { .. }
+            | Command::ModeSense { .. }
+            | Command::ReportSupportedOperationCodes { .. } => Access::Read,
+            Command::Write { .. }
+            | Command::WriteAndVerify(_)
+            | Command::WriteSame { .. }
+            | Command::CompareAndWrite { .. }
+            | Command::Unmap { .. }
+            | Command::SynchronizeCache { .. }
+            | Command::ModeSelect { .. }
+            | Command::StartStopUnit { starts: false }
+            | Command::PreventAllowMediumRemoval { prevent: true } => Access::Write,
+            Command::PersistentReserveIn { .. } | Command::PersistentReserveOut { .. } => {
+                Access::PersistentReserve
+            }
+            Command::Reserve6 | Command::Release6 => Access::Reserve6,
+        }
+    }
+
     /// Checks that need the LU's block size: transfer lengths against the Block Limits page.
     pub(crate) fn check_limits(&self, geometry: &Geometry) -> Result<(), Sense> {
         let too_long = |range: &Blocks, max: u32| {

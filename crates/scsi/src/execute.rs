@@ -15,6 +15,8 @@
 //! exclusive. Data-out longer than the CDB implies is ignored past what the CDB names (the
 //! transport reports the residual); shorter is INVALID FIELD IN CDB, as Linux LIO answers.
 
+use crate::alua;
+use crate::block_io::{byte_range, data_out_prefix, write_through};
 use crate::capacity;
 use crate::cdb::{decode, Blocks, ByteCheck, Command};
 use crate::inquiry;
@@ -25,7 +27,7 @@ use crate::nexus::Nexus;
 use crate::persistent_reserve_in::persistent_reserve_in;
 use crate::persistent_reserve_out::{persistent_reserve_out, reserve_release_6, ProutRequest};
 use crate::provisioning;
-use crate::reservations::access;
+use crate::reservations::Access;
 use crate::sense::{asc, key, medium_error_sense, IoKind, Response, Sense};
 
 /// How many data-out bytes the command carries, from the CDB alone, so the transport can check
@@ -64,6 +66,14 @@ pub fn execute(
         Ok(command) => command,
         Err(sense) => return Response::check(sense),
     };
+    let access = command.access();
+    // A target port in a state that serves only the commands every reservation allows
+    // (transitioning during a handover, standby, unavailable) refuses the rest.
+    if access != Access::Always {
+        if let Some(sense) = state.access_state(nexus.relative_target_port).refusal() {
+            return Response::check(sense);
+        }
+    }
     match command {
         Command::PersistentReserveOut {
             service_action,
@@ -83,9 +93,19 @@ pub fn execute(
         Command::Release6 => return reserve_release_6(state, nexus, false),
         _ => {}
     }
-    // Held to the end of the command: a PERSISTENT RESERVE OUT waits for it.
-    let reservations = state.reservations();
-    if reservations.conflicts(nexus, access(&command)) {
+    // Held to the end of the command: a PERSISTENT RESERVE OUT waits for it. PERSISTENT
+    // RESERVE IN reports what the store holds now; the commands no reservation refuses use
+    // the cache, so they answer even while the store is unreachable.
+    let reservations = match (&command, access) {
+        (Command::PersistentReserveIn { .. }, _) => state.fresh_reservations(),
+        (_, Access::Always) => Ok(state.cached_reservations()),
+        _ => state.reservations(),
+    };
+    let reservations = match reservations {
+        Ok(reservations) => reservations,
+        Err(sense) => return Response::check(sense),
+    };
+    if reservations.conflicts(nexus, access) {
         return Response::reservation_conflict();
     }
     if let Command::PersistentReserveIn {
@@ -127,7 +147,14 @@ fn run(
             evpd,
             page_code,
             allocation_len,
-        } => inquiry::inquiry(lu.identity(), geometry, evpd, page_code, allocation_len),
+        } => {
+            let identity = lu.identity();
+            let group = state
+                .port_groups(identity)
+                .group_of(identity.relative_target_port)
+                .map_or(identity.target_port_group, |g| g.id);
+            inquiry::inquiry(identity, group, geometry, evpd, page_code, allocation_len)
+        }
         Command::ModeSense {
             ten,
             disable_block_descriptors,
@@ -208,9 +235,8 @@ fn run(
         Command::ReportTargetPortGroups {
             extended_header,
             allocation_len,
-        } => maintenance_in::report_target_port_groups(
-            lu.identity(),
-            extended_header,
+        } => Response::good_cut(
+            alua::encode_port_groups(&state.port_groups(lu.identity()), extended_header),
             allocation_len,
         ),
         Command::ReportLuns { .. } => return Err(Sense::invalid_opcode()),
@@ -233,44 +259,11 @@ pub(crate) fn request_sense(sense: &Sense, descriptor: bool, allocation_len: u32
     Response::good_cut(data, allocation_len)
 }
 
-/// Byte offset and length of `count` blocks from `lba`, checked to lie inside the LU.
-pub(crate) fn byte_range(geometry: &Geometry, lba: u64, count: u64) -> Result<(u64, u64), Sense> {
-    if !geometry.contains(lba, count) {
-        return Err(Sense::lba_out_of_range());
-    }
-    // Inside the LU, so inside u64 bytes for any real LU; checked anyway.
-    let offset = geometry.offset_bytes(lba);
-    let len = geometry.len_bytes(count);
-    offset.zip(len).ok_or_else(Sense::lba_out_of_range)
-}
-
-/// The first `len` bytes of the data-out buffer, or INVALID FIELD IN CDB (pointing at the
-/// transfer length field `count_at` when given) if the initiator sent fewer.
-pub(crate) fn data_out_prefix(
-    data_out: &[u8],
-    len: u64,
-    count_at: Option<u16>,
-) -> Result<&[u8], Sense> {
-    usize::try_from(len)
-        .ok()
-        .and_then(|len| data_out.get(..len))
-        .ok_or_else(|| match count_at {
-            Some(at) => Sense::invalid_cdb_field(at, None),
-            None => Sense::illegal_request(asc::INVALID_FIELD_IN_CDB),
-        })
-}
-
 /// A buffer for `len` bytes of data-in; `len` is bounded by the transfer limits.
 fn buffer(len: u64) -> Result<Vec<u8>, Sense> {
     usize::try_from(len)
         .map(|len| vec![0u8; len])
         .map_err(|_| Sense::illegal_request(asc::INVALID_FIELD_IN_CDB))
-}
-
-/// Whether writes must be durable against power loss on return: FUA, or the write cache
-/// disabled through MODE SELECT.
-pub(crate) fn write_through(state: &LunState, fua: bool) -> bool {
-    fua || !state.write_cache_enabled()
 }
 
 fn read(

@@ -93,6 +93,7 @@ const PAGE_B2_LEN_BYTES: usize = 4;
 /// Answer INQUIRY for a logical unit.
 pub(crate) fn inquiry(
     identity: &Identity,
+    target_port_group: u16,
     geometry: &Geometry,
     evpd: bool,
     page_code: u8,
@@ -107,7 +108,10 @@ pub(crate) fn inquiry(
                 PAGE_UNIT_SERIAL,
                 ascii_field(&identity.serial, None, SERIAL_MAX_LEN_BYTES),
             ),
-            PAGE_DEVICE_ID => vpd_page(PAGE_DEVICE_ID, device_identification(identity)),
+            PAGE_DEVICE_ID => vpd_page(
+                PAGE_DEVICE_ID,
+                device_identification(identity, target_port_group),
+            ),
             PAGE_BLOCK_LIMITS => vpd_page(PAGE_BLOCK_LIMITS, block_limits(geometry)),
             PAGE_BLOCK_CHARACTERISTICS => {
                 let mut body = vec![0u8; PAGE_B0_B1_LEN_BYTES];
@@ -202,7 +206,9 @@ fn designator(code_set_and_protocol: u8, piv_association_type: u8, value: &[u8])
     d
 }
 
-fn device_identification(identity: &Identity) -> Vec<u8> {
+/// The LU's NAA name, the session's relative target port, `target_port_group` (the group that
+/// port is in, as REPORT TARGET PORT GROUPS reports it) and the target's SCSI name.
+fn device_identification(identity: &Identity, target_port_group: u16) -> Vec<u8> {
     let mut body = designator(
         CODE_SET_BINARY,
         ASSOCIATION_LU | DESIGNATOR_NAA,
@@ -216,7 +222,7 @@ fn device_identification(identity: &Identity) -> Vec<u8> {
         &port,
     ));
     let mut group = [0u8; 4];
-    group[2..4].copy_from_slice(&identity.target_port_group.to_be_bytes());
+    group[2..4].copy_from_slice(&target_port_group.to_be_bytes());
     body.extend(designator(
         PROTOCOL_ISCSI | CODE_SET_BINARY,
         PIV | ASSOCIATION_TARGET_PORT | DESIGNATOR_PORT_GROUP,
@@ -277,7 +283,7 @@ mod tests {
     }
 
     fn page(code: u8) -> Vec<u8> {
-        let r = inquiry(&test_identity(), &geometry(), true, code, 0xffff);
+        let r = inquiry(&test_identity(), 7, &geometry(), true, code, 0xffff);
         assert!(r.sense.is_none(), "page {code:#x}: {:?}", r.sense);
         let len = usize::from(u16::from_be_bytes([r.data_in[2], r.data_in[3]]));
         assert_eq!(r.data_in.len(), 4 + len, "page length of {code:#x}");
@@ -287,7 +293,7 @@ mod tests {
 
     #[test]
     fn standard_data_says_disk_spc4_alua_cmdque() {
-        let r = inquiry(&test_identity(), &geometry(), false, 0, 96);
+        let r = inquiry(&test_identity(), 7, &geometry(), false, 0, 96);
         let d = r.data_in;
         assert_eq!(d.len(), STANDARD_LEN_BYTES);
         assert_eq!(usize::from(d[4]) + 5, d.len());
@@ -303,9 +309,9 @@ mod tests {
 
     #[test]
     fn allocation_length_cuts_and_page_code_without_evpd_is_refused() {
-        let r = inquiry(&test_identity(), &geometry(), false, 0, 5);
+        let r = inquiry(&test_identity(), 7, &geometry(), false, 0, 5);
         assert_eq!(r.data_in.len(), 5);
-        let r = inquiry(&test_identity(), &geometry(), true, 0x42, 255);
+        let r = inquiry(&test_identity(), 7, &geometry(), true, 0x42, 255);
         assert_eq!(r.sense.map(|s| s.asc), Some(0x24));
     }
 
@@ -322,7 +328,14 @@ mod tests {
     fn unit_serial_is_printable_ascii() {
         let mut id = test_identity();
         id.serial = "ab\u{e9}c".into();
-        let r = inquiry(&id, &geometry(), true, PAGE_UNIT_SERIAL, 255);
+        let r = inquiry(
+            &id,
+            id.target_port_group,
+            &geometry(),
+            true,
+            PAGE_UNIT_SERIAL,
+            255,
+        );
         assert_eq!(&r.data_in[4..], b"ab  c");
     }
 

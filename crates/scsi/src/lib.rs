@@ -5,11 +5,14 @@
 //! data. It never touches a socket, a thread or a clock; the iSCSI PDU/login crate and the
 //! tokio listener call [`data_out_len`], [`execute`], [`report_luns`] and [`execute_no_lun`],
 //! and on each LU's [`LunState`]: [`LunState::unit_attention`] before every command,
-//! [`LunState::logical_unit_reset`] on LUN and target resets, [`LunState::nexus_lost`] when a
-//! session ends. Every command carries its I_T nexus ([`Nexus`]).
+//! [`LunState::logical_unit_reset`] on LUN and target resets, [`LunState::nexus_joined`] when
+//! a session starts reaching the LU and [`LunState::nexus_lost`] when it ends. Every command
+//! carries its I_T nexus ([`Nexus`]).
 //!
 //! Modules and what each owns:
-//! - [`lun`]: the [`LogicalUnit`] trait, [`Geometry`], [`Identity`], [`MediumError`], and
+//! - `medium`: [`Geometry`] and [`MediumError`], what the storage under a LUN is and how it
+//!   fails (a leaf the decoders, limits and sense mapping use).
+//! - [`lun`]: the [`LogicalUnit`] trait, [`Identity`], and
 //!   [`LunState`] (mode values, the COMPARE AND WRITE lock, reservations and pending unit
 //!   attentions, shared by all sessions).
 //! - [`nexus`]: [`Nexus`], the I_T nexus, and iSCSI TransportIDs.
@@ -20,18 +23,26 @@
 //! - `execute`: dispatch, and the block data commands (READ, WRITE, WRITE AND VERIFY, VERIFY,
 //!   SYNCHRONIZE CACHE, COMPARE AND WRITE).
 //! - `provisioning`: UNMAP, WRITE SAME, GET LBA STATUS.
+//! - `block_io`: block ranges to byte ranges, data-out prefixes, write-through: what
+//!   `execute`, `provisioning` and `persistent_reserve_out` share.
 //! - `inquiry`: standard INQUIRY data and the VPD pages 00h, 80h, 83h, B0h, B1h, B2h.
 //! - `mode`: MODE SENSE / MODE SELECT and the caching, control and informational exceptions
 //!   pages.
 //! - `capacity`: READ CAPACITY(10) and (16).
-//! - `maintenance_in`: REPORT SUPPORTED OPERATION CODES (and the supported-command table),
-//!   REPORT TARGET PORT GROUPS.
+//! - `maintenance_in`: REPORT SUPPORTED OPERATION CODES (and the supported-command table).
+//! - [`alua`]: implicit ALUA: the [`AluaProvider`] seam a server feeds target port groups
+//!   and access states through, REPORT TARGET PORT GROUPS' data, and the commands a port in
+//!   a non-active state refuses.
 //! - `luns`: REPORT LUNS, commands to a LUN with no logical unit, LUN encoding.
 //! - `reservations`: persistent reservation and RESERVE(6) state, their service actions, and
 //!   which commands conflict with which reservation.
+//! - [`reservation_store`]: the [`ReservationStore`] seam a LU's persistent reservation state
+//!   is loaded from and stored through (compare-and-swap, shared by several processes), the
+//!   [`ReservationRecord`] it carries, and [`MemReservationStore`], the default.
 //! - `persistent_reserve_in`, `persistent_reserve_out`: PERSISTENT RESERVE IN/OUT parameter
 //!   data and lists, RESERVE(6)/RELEASE(6).
-//! - `unit_attention`: the bounded per-nexus queue of unit attentions reservations cause.
+//! - `unit_attention`: the bounded per-nexus queue of unit attentions reservations and
+//!   access state changes cause.
 //! - [`limits`]: the Block Limits values reported and enforced.
 //! - [`mem_lun`]: [`MemLun`], an in-memory logical unit for tests.
 //! - [`build`]: CDB and parameter-list builders for tests and seeds.
@@ -42,12 +53,16 @@
 //! used; a CHECK CONDITION always carries sense and a GOOD or RESERVATION CONFLICT never does.
 //!
 //! Persistent reservations (SPC-4 5.13) are implemented with every type, ALL_TG_PT and
-//! REGISTER AND MOVE; not SPEC_I_PT, APTPL (state lives as long as the process) or REPLACE
-//! LOST RESERVATION, and PREEMPT AND ABORT leaves aborting the preempted tasks to the
-//! transport. SPC-2 RESERVE(6)/RELEASE(6) are implemented; RESERVE(10)/RELEASE(10) are not.
-//! Not implemented either: ACA, protection information, and unit attentions other than those
-//! reservations cause (the transport reports resets itself).
+//! REGISTER AND MOVE and APTPL (kept in the record; the store's owner drops a record without
+//! it at power-on); not SPEC_I_PT or REPLACE LOST RESERVATION, and PREEMPT AND ABORT leaves
+//! aborting the preempted tasks to the transport. SPC-2 RESERVE(6)/RELEASE(6) are
+//! implemented; RESERVE(10)/RELEASE(10) are not. ALUA is implicit only (no SET TARGET PORT
+//! GROUPS). Not implemented either: ACA, protection information, and unit attentions other
+//! than those reservations and access state changes cause (the transport reports resets
+//! itself).
 
+pub mod alua;
+mod block_io;
 pub mod build;
 mod capacity;
 mod cdb;
@@ -58,6 +73,7 @@ pub mod limits;
 pub mod lun;
 mod luns;
 mod maintenance_in;
+mod medium;
 pub mod mem_lun;
 mod mode;
 pub mod nexus;
@@ -65,13 +81,20 @@ pub mod opcode;
 mod persistent_reserve_in;
 mod persistent_reserve_out;
 mod provisioning;
+pub mod reservation_store;
 mod reservations;
 pub mod sense;
 mod unit_attention;
 
+pub use alua::{AccessState, AluaProvider, PortGroup, PortGroups};
 pub use execute::{data_out_len, execute};
-pub use lun::{Geometry, Identity, LogicalUnit, LunState, MediumError};
+pub use lun::{Identity, LogicalUnit, LunState};
 pub use luns::{decode_lun, encode_lun, execute_no_lun, report_luns, LUN_MAX};
+pub use medium::{Geometry, MediumError};
 pub use mem_lun::MemLun;
 pub use nexus::Nexus;
+pub use reservation_store::{
+    MemReservationStore, RecordVersion, RegistrationRecord, ReservationHolder, ReservationRecord,
+    ReservationStore, StoreError,
+};
 pub use sense::{FieldPointer, Response, Sense, Status};

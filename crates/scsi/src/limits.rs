@@ -5,7 +5,7 @@
 //! buffer per command, so the transfer limit bounds the memory one command holds. Unmap and
 //! write-zeroes are metadata operations for a thin volume, so their limits are larger.
 
-use crate::lun::Geometry;
+use crate::medium::Geometry;
 
 /// Largest READ/WRITE/VERIFY/WRITE AND VERIFY transfer: 4 MiB, the memory one command may pin.
 pub const MAX_TRANSFER_BYTES: u32 = 4 << 20;

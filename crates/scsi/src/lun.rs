@@ -1,100 +1,26 @@
 //! The seam between SCSI and storage: the [`LogicalUnit`] trait a volume implements, the facts
-//! about it the command set reports ([`Geometry`], [`Identity`]), the errors it may return
-//! ([`MediumError`]), and the SCSI state of one logical unit shared by every session
-//! ([`LunState`]): mode values, the COMPARE AND WRITE lock, reservations and the unit
+//! about it the command set reports ([`Identity`]; [`Geometry`] and the errors it may return,
+//! [`MediumError`], live in the leaf `medium` module and are re-exported here), and the SCSI
+//! state of one logical unit shared by every session ([`LunState`]): mode values, the COMPARE AND WRITE lock, reservations and the unit
 //! attentions they cause.
 //!
 //! Nothing here does I/O; the trait is implemented elsewhere (by the engine, and by
 //! [`crate::MemLun`] for tests).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::alua::{AccessState, AluaProvider, PortGroups};
+pub use crate::medium::{Geometry, MediumError};
 use crate::nexus::Nexus;
 use crate::opcode;
-use crate::reservations::{Attention, Reservations};
-use crate::sense::{key, Response, Sense};
-use crate::unit_attention::UnitAttentions;
-
-/// Errors a logical unit's storage reports. [`crate::execute`] maps each to sense data in one
-/// place (`sense::medium_error_sense`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum MediumError {
-    /// The storage failed: MEDIUM ERROR (reads and writes) or HARDWARE ERROR (the rest).
-    #[error("storage i/o error: {0}")]
-    Io(String),
-    /// No space to allocate blocks for a write: DATA PROTECT, SPACE ALLOCATION FAILED WRITE
-    /// PROTECT (27h/07h).
-    #[error("no space left to allocate blocks")]
-    NoSpace,
-    /// The volume refuses writes: DATA PROTECT, WRITE PROTECTED (27h/00h).
-    #[error("volume is read-only")]
-    ReadOnly,
-    /// The volume was deleted under the session: ILLEGAL REQUEST, LOGICAL UNIT NOT SUPPORTED
-    /// (25h/00h), the answer a LUN that does not exist gets.
-    #[error("volume is gone")]
-    Gone,
-}
-
-/// Size and shape of a logical unit. `block_size_bytes` is a power of two of at least 512 and
-/// `physical_block_size_bytes` a power-of-two multiple of it; [`crate::execute`] answers HARDWARE
-/// ERROR rather than panic when a caller breaks that.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Geometry {
-    /// Logical block size: 512 or 4096.
-    pub block_size_bytes: u32,
-    /// Number of logical blocks.
-    pub block_count: u64,
-    /// Physical block size reported to initiators (alignment hint): 4096.
-    pub physical_block_size_bytes: u32,
-    /// Every write-class command fails with DATA PROTECT, WRITE PROTECTED.
-    pub read_only: bool,
-}
-
-/// Smallest logical block size SBC allows us to report sensibly.
-const BLOCK_SIZE_MIN_BYTES: u32 = 512;
-
-impl Geometry {
-    /// Whether the sizes are usable: block size a power of two of at least 512 bytes, physical
-    /// block size a power-of-two multiple of it.
-    pub fn is_valid(&self) -> bool {
-        self.block_size_bytes >= BLOCK_SIZE_MIN_BYTES
-            && self.block_size_bytes.is_power_of_two()
-            && self.physical_block_size_bytes >= self.block_size_bytes
-            && self.physical_block_size_bytes.is_power_of_two()
-    }
-
-    /// Logical blocks per physical block as a power of two (READ CAPACITY(16) LBPPBE).
-    pub fn blocks_per_physical_exponent(&self) -> u8 {
-        let ratio = self.physical_block_size_bytes / self.block_size_bytes.max(1);
-        // A u32 has at most 31 trailing zeros, which fits a u8.
-        u8::try_from(ratio.max(1).trailing_zeros()).unwrap_or(0)
-    }
-
-    /// Logical blocks per physical block.
-    pub fn blocks_per_physical(&self) -> u32 {
-        1u32 << self.blocks_per_physical_exponent()
-    }
-
-    /// Byte offset of `lba`, or `None` if it overflows.
-    pub fn offset_bytes(&self, lba: u64) -> Option<u64> {
-        lba.checked_mul(u64::from(self.block_size_bytes))
-    }
-
-    /// Byte length of `blocks` blocks, or `None` if it overflows.
-    pub fn len_bytes(&self, blocks: u64) -> Option<u64> {
-        blocks.checked_mul(u64::from(self.block_size_bytes))
-    }
-
-    /// Whether `blocks` blocks from `lba` lie inside the logical unit. An empty range at the
-    /// very end (`lba == block_count`) is inside.
-    pub fn contains(&self, lba: u64, blocks: u64) -> bool {
-        lba.checked_add(blocks)
-            .is_some_and(|end| end <= self.block_count)
-    }
-}
+use crate::reservation_store::{MemReservationStore, ReservationStore, StoreError};
+use crate::reservations::{Attention, Refusal, Reservations};
+use crate::sense::{asc, key, Response, Sense};
+use crate::unit_attention::{UnitAttentions, ATTENTION_NEXUSES_MAX};
 
 /// Who the logical unit is, for INQUIRY, VPD pages 0x80 and 0x83 and REPORT TARGET PORT GROUPS.
 /// Strings are reported as printable ASCII (other characters become spaces) and cut to their
@@ -155,6 +81,11 @@ pub trait LogicalUnit: Send + Sync {
     ) -> Result<Vec<(u64, bool)>, MediumError>;
 }
 
+/// Times a PERSISTENT RESERVE OUT loads, applies and tries to store the reservation record
+/// before it gives up: each failed try means another process changed the record meanwhile,
+/// so this many in a row means the LU's reservations are being fought over.
+const RESERVATION_STORE_ATTEMPTS_MAX: usize = 16;
+
 /// Mutable SCSI state of one logical unit, shared by every session (I_T nexus) that reaches
 /// it: the mode page values MODE SELECT may change, the lock that makes COMPARE AND WRITE
 /// atomic, the persistent and RESERVE(6) reservations, and the unit attentions pending per
@@ -170,6 +101,15 @@ pub trait LogicalUnit: Send + Sync {
 /// PREEMPT returns, no command of the preempted nexus that passed the check before it is still
 /// running, and every later one meets the new reservation.
 ///
+/// The persistent part of the reservations lives in a [`ReservationStore`] (in memory unless
+/// [`LunState::with_reservation_store`] says otherwise) that other processes serving the LU
+/// may share. `reservations` caches it: PERSISTENT RESERVE OUT reloads it, applies its
+/// service action and stores the result if nobody else stored since (else it retries);
+/// PERSISTENT RESERVE IN reloads it; other commands reload it only after
+/// [`LunState::invalidate_reservations`] (the server calls that when the store tells it of a
+/// change) and check against the cache otherwise. Unit attentions a service action causes are
+/// queued in this process only.
+///
 /// What the transport calls besides [`crate::execute`]: [`LunState::unit_attention`] before
 /// each command, [`LunState::logical_unit_reset`] on LUN RESET and target resets, and
 /// [`LunState::nexus_lost`] when a session ends.
@@ -179,10 +119,23 @@ pub struct LunState {
     write_cache_enabled: AtomicBool,
     io_lock: RwLock<()>,
     reservations: RwLock<Reservations>,
+    /// Where the persistent part of `reservations` is kept.
+    store: Arc<dyn ReservationStore>,
+    /// `reservations` may be older than `store`: reload it before the next conflict check.
+    reservations_stale: AtomicBool,
     /// Locked after `reservations` when both are.
     attentions: Mutex<UnitAttentions>,
     /// Whether `attentions` may hold anything: spares every command the mutex when not.
     attentions_pending: AtomicBool,
+    /// Where the target port groups and their states come from; `None`: one group, the
+    /// identity's, active/optimized.
+    alua: Option<Arc<dyn AluaProvider>>,
+    /// The provider's generation the nexuses were last told of.
+    alua_generation: AtomicU64,
+    /// The I_T nexuses that reach the LU now ([`LunState::nexus_joined`]), which a change of
+    /// access states is announced to. At most `ATTENTION_NEXUSES_MAX`; locked after
+    /// `attentions` when both are.
+    nexuses: Mutex<HashSet<Nexus>>,
 }
 
 impl Default for LunState {
@@ -192,14 +145,43 @@ impl Default for LunState {
 }
 
 impl LunState {
-    /// Power-on state: write cache enabled.
+    /// Power-on state: write cache enabled, reservations kept in this process's memory.
     pub fn new() -> Self {
+        Self::with_reservation_store(Arc::new(MemReservationStore::default()))
+    }
+
+    /// Power-on state with the persistent reservations kept in `store`, loaded from it on the
+    /// first command that needs them.
+    pub fn with_reservation_store(store: Arc<dyn ReservationStore>) -> Self {
         LunState {
             write_cache_enabled: AtomicBool::new(true),
             io_lock: RwLock::new(()),
             reservations: RwLock::new(Reservations::default()),
+            store,
+            reservations_stale: AtomicBool::new(true),
             attentions: Mutex::new(UnitAttentions::default()),
             attentions_pending: AtomicBool::new(false),
+            alua: None,
+            alua_generation: AtomicU64::new(0),
+            nexuses: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The same, with the target port groups and their access states from `provider`.
+    pub fn with_alua(mut self, provider: Arc<dyn AluaProvider>) -> Self {
+        self.alua_generation = AtomicU64::new(provider.generation());
+        self.alua = Some(provider);
+        self
+    }
+
+    /// `nexus` reaches the LU (a session logged in with it among its LUNs): it is told of
+    /// later changes of the access states.
+    pub fn nexus_joined(&self, nexus: &Nexus) {
+        // Changes before it joined are the other nexuses' news, not its own.
+        self.announce_access_states();
+        let mut nexuses = self.nexuses.lock();
+        if nexuses.len() < ATTENTION_NEXUSES_MAX {
+            nexuses.insert(nexus.clone());
         }
     }
 
@@ -227,21 +209,116 @@ impl LunState {
         self.reservations.write().reset();
     }
 
+    /// The reservation store may hold a newer record than this LU last saw (another process
+    /// changed it): reload it before the next command's conflict check.
+    pub fn invalidate_reservations(&self) {
+        self.reservations_stale.store(true, Ordering::Release);
+    }
+
     /// `nexus` is gone (logout, connection lost, session reinstated): its RESERVE(6)
     /// reservation is released. Its registrations and pending unit attentions stay, for when
     /// it logs in again.
     pub fn nexus_lost(&self, nexus: &Nexus) {
         self.reservations.write().nexus_lost(nexus);
+        self.nexuses.lock().remove(nexus);
     }
 
-    /// Held from a command's conflict check to its end.
-    pub(crate) fn reservations(&self) -> RwLockReadGuard<'_, Reservations> {
+    /// The target port groups and their states now.
+    pub(crate) fn port_groups(&self, identity: &Identity) -> PortGroups {
+        match &self.alua {
+            Some(provider) => provider.port_groups(),
+            None => {
+                let mut ports = identity.group_ports.clone();
+                if !ports.contains(&identity.relative_target_port) {
+                    ports.push(identity.relative_target_port);
+                }
+                PortGroups::single(identity.target_port_group, ports)
+            }
+        }
+    }
+
+    /// The access state of the target port `relative_target_port` (a nexus's): its group's;
+    /// active/optimized without a provider, and for a port the provider puts in no group.
+    pub(crate) fn access_state(&self, relative_target_port: u16) -> AccessState {
+        match &self.alua {
+            Some(provider) => provider.access_state(relative_target_port),
+            None => AccessState::ActiveOptimized,
+        }
+    }
+
+    /// Held from a command's conflict check to its end; reloaded from the store first when
+    /// stale. `Err` is the sense of a store that cannot be read.
+    pub(crate) fn reservations(&self) -> Result<RwLockReadGuard<'_, Reservations>, Sense> {
+        if !self.reservations_stale.load(Ordering::Acquire) {
+            return Ok(self.reservations.read());
+        }
+        let mut guard = self.reservations.write();
+        self.reload_reservations(&mut guard)?;
+        Ok(RwLockWriteGuard::downgrade(guard))
+    }
+
+    /// As [`LunState::reservations`], reloaded whatever the cache says: PERSISTENT RESERVE IN
+    /// reports what the store holds now.
+    pub(crate) fn fresh_reservations(&self) -> Result<RwLockReadGuard<'_, Reservations>, Sense> {
+        self.invalidate_reservations();
+        self.reservations()
+    }
+
+    /// As cached, never reloaded: for the commands no reservation refuses (INQUIRY, REPORT
+    /// TARGET PORT GROUPS...), which must keep answering while the store is unreachable.
+    pub(crate) fn cached_reservations(&self) -> RwLockReadGuard<'_, Reservations> {
         self.reservations.read()
     }
 
-    /// Held by the commands that change reservations.
-    pub(crate) fn reservations_mut(&self) -> RwLockWriteGuard<'_, Reservations> {
-        self.reservations.write()
+    /// Held by RESERVE(6) and RELEASE(6), which change no persistent state; reloaded first
+    /// when stale (they look at the registrations).
+    pub(crate) fn reservations_mut(&self) -> Result<RwLockWriteGuard<'_, Reservations>, Sense> {
+        let mut guard = self.reservations.write();
+        if self.reservations_stale.load(Ordering::Acquire) {
+            self.reload_reservations(&mut guard)?;
+        }
+        Ok(guard)
+    }
+
+    /// A PERSISTENT RESERVE OUT: under the exclusive lock, load the record, run `apply` on a
+    /// copy, and store the copy if the record is still the one loaded; on a conflict start
+    /// again from a fresh load, at most [`RESERVATION_STORE_ATTEMPTS_MAX`] times. The unit
+    /// attentions of the try that counted are queued before the lock is released; a refusal
+    /// changes nothing and stores nothing.
+    pub(crate) fn update_reservations(
+        &self,
+        mut apply: impl FnMut(&mut Reservations, &mut Vec<Attention>) -> Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
+        let mut guard = self.reservations.write();
+        for _ in 0..RESERVATION_STORE_ATTEMPTS_MAX {
+            self.reload_reservations(&mut guard)?;
+            let mut next = guard.clone();
+            let mut attentions = Vec::new();
+            apply(&mut next, &mut attentions)?;
+            let record = next.record();
+            if record != guard.record() {
+                match self.store.store(&record, guard.version()) {
+                    Ok(version) => next.set_version(version),
+                    Err(StoreError::Conflict) => continue,
+                    Err(_) => return Err(store_failure().into()),
+                }
+            }
+            *guard = next;
+            self.queue_attentions(attentions);
+            return Ok(());
+        }
+        Err(store_failure().into())
+    }
+
+    /// Replace the cached persistent state with the store's. On failure the cache stays as
+    /// it was, still stale.
+    fn reload_reservations(&self, reservations: &mut Reservations) -> Result<(), Sense> {
+        let (record, version) = self.store.load().map_err(|_| store_failure())?;
+        reservations
+            .load(record, version)
+            .map_err(|_| store_failure())?;
+        self.reservations_stale.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// Queue unit attentions a service action established.
@@ -259,6 +336,7 @@ impl LunState {
 
     /// The oldest unit attention pending for `nexus`, removed.
     pub(crate) fn take_attention(&self, nexus: &Nexus) -> Option<(u8, u8)> {
+        self.announce_access_states();
         if !self.attentions_pending.load(Ordering::Acquire) {
             return None;
         }
@@ -267,6 +345,28 @@ impl LunState {
         self.attentions_pending
             .store(!queue.is_empty(), Ordering::Release);
         code
+    }
+
+    /// If the provider's states changed since the nexuses were last told, queue ASYMMETRIC
+    /// ACCESS STATE CHANGED for every nexus that reaches the LU (SPC-4 5.15.2.5: an implicit
+    /// transition establishes it on every I_T nexus). One atomic load when nothing changed.
+    fn announce_access_states(&self) {
+        let Some(provider) = &self.alua else {
+            return;
+        };
+        let generation = provider.generation();
+        if generation == self.alua_generation.load(Ordering::Acquire) {
+            return;
+        }
+        let mut queue = self.attentions.lock();
+        if self.alua_generation.swap(generation, Ordering::AcqRel) == generation {
+            return;
+        }
+        for nexus in self.nexuses.lock().iter() {
+            queue.push(nexus, asc::ASYMMETRIC_ACCESS_STATE_CHANGED);
+        }
+        self.attentions_pending
+            .store(!queue.is_empty(), Ordering::Release);
     }
 
     /// Caching mode page WCE bit as MODE SELECT last left it.
@@ -289,38 +389,8 @@ impl LunState {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn geometry(block_size_bytes: u32, physical_block_size_bytes: u32) -> Geometry {
-        Geometry {
-            block_size_bytes,
-            block_count: 100,
-            physical_block_size_bytes,
-            read_only: false,
-        }
-    }
-
-    #[test]
-    fn geometry_validity_and_exponent() {
-        assert!(geometry(512, 4096).is_valid());
-        assert_eq!(geometry(512, 4096).blocks_per_physical_exponent(), 3);
-        assert_eq!(geometry(4096, 4096).blocks_per_physical(), 1);
-        assert!(!geometry(0, 4096).is_valid());
-        assert!(!geometry(520, 4096).is_valid());
-        assert!(!geometry(4096, 512).is_valid());
-        // Broken geometry still answers without dividing by zero.
-        assert_eq!(geometry(0, 0).blocks_per_physical(), 1);
-    }
-
-    #[test]
-    fn range_checks_do_not_overflow() {
-        let g = geometry(512, 4096);
-        assert!(g.contains(0, 100));
-        assert!(g.contains(100, 0));
-        assert!(!g.contains(100, 1));
-        assert!(!g.contains(u64::MAX, 2));
-        assert_eq!(g.offset_bytes(u64::MAX), None);
-    }
+/// The sense of a command that needed the reservation store and could not use it
+/// (unreachable, corrupt, or fought over): HARDWARE ERROR, INTERNAL TARGET FAILURE.
+fn store_failure() -> Sense {
+    Sense::new(key::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE)
 }

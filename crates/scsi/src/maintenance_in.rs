@@ -1,11 +1,10 @@
 //! MAINTENANCE IN service actions: REPORT SUPPORTED OPERATION CODES (SPC-4 6.35) from the
-//! table of every command this target answers, and REPORT TARGET PORT GROUPS (SPC-4 6.36)
-//! for implicit ALUA with one group in the active/optimized state.
+//! table of every command this target answers. REPORT TARGET PORT GROUPS' parameter data is
+//! built in `alua`.
 //!
 //! [`SUPPORTED`] is the single list of supported commands with their CDB usage maps; a unit
 //! test checks it against the decoder so the two cannot drift apart.
 
-use crate::lun::Identity;
 use crate::opcode;
 use crate::sense::{Response, Sense};
 
@@ -274,15 +273,6 @@ const SUPPORT_NO: u8 = 0x01;
 /// specified": we make no promise about command time).
 const TIMEOUTS_DESCRIPTOR: [u8; 12] = [0, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 
-/// REPORT TARGET PORT GROUPS descriptor byte 0: PREF=0, ASYMMETRIC ACCESS STATE 0h
-/// (active/optimized).
-const ALUA_ACTIVE_OPTIMIZED: u8 = 0x00;
-/// Byte 1: supported states T_SUP, U_SUP, S_SUP, AN_SUP, AO_SUP. We only ever report
-/// active/optimized today; the others are states a multi-gateway setup will move through.
-const ALUA_SUPPORTED_STATES: u8 = 0x80 | 0x08 | 0x04 | 0x02 | 0x01;
-/// Extended header byte 4: FORMAT TYPE 001b.
-const RTPG_FORMAT_EXTENDED: u8 = 0x10;
-
 /// REPORT SUPPORTED OPERATION CODES' CDB fields.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RsocRequest {
@@ -376,43 +366,10 @@ fn set_be32_length(data: &mut [u8]) {
     data[0..4].copy_from_slice(&len.to_be_bytes());
 }
 
-/// REPORT TARGET PORT GROUPS: one group, the identity's, active/optimized, holding every
-/// port of the group (at least the one the session came in on).
-pub(crate) fn report_target_port_groups(
-    identity: &Identity,
-    extended_header: bool,
-    allocation_len: u32,
-) -> Response {
-    let mut data = vec![0u8; 4];
-    if extended_header {
-        // FORMAT TYPE 001b, IMPLICIT TRANSITION TIME 0 (transitions are immediate).
-        data.extend([RTPG_FORMAT_EXTENDED, 0, 0, 0]);
-    }
-    data.push(ALUA_ACTIVE_OPTIMIZED);
-    data.push(ALUA_SUPPORTED_STATES);
-    data.extend(identity.target_port_group.to_be_bytes());
-    let mut ports = identity.group_ports.clone();
-    if !ports.contains(&identity.relative_target_port) {
-        ports.push(identity.relative_target_port);
-    }
-    ports.truncate(usize::from(u8::MAX));
-    // Reserved, STATUS CODE 0 (no status available), vendor specific, TARGET PORT COUNT.
-    data.extend([0, 0, 0, u8::try_from(ports.len()).unwrap_or(u8::MAX)]);
-    for port in ports {
-        data.extend([0, 0]);
-        data.extend(port.to_be_bytes());
-    }
-    // RETURN DATA LENGTH counts every byte after itself (Linux `scsi_dh_alua` and sg_rtpg
-    // read it that way in both header formats).
-    set_be32_length(&mut data);
-    Response::good_cut(data, allocation_len)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cdb::decode;
-    use crate::mem_lun::test_identity;
 
     fn rsoc(options: u8, opcode: u8, service_action: u16, timeouts: bool) -> Response {
         report_supported_operation_codes(RsocRequest {
@@ -514,24 +471,5 @@ mod tests {
         assert!(rsoc(1, opcode::MAINTENANCE_IN, 0x0c, false).sense.is_some());
         assert!(rsoc(2, opcode::READ_10, 0, false).sense.is_some());
         assert!(rsoc(4, opcode::READ_10, 0, false).sense.is_some());
-    }
-
-    #[test]
-    fn rtpg_one_group_every_port_in_both_formats() {
-        let id = test_identity();
-        let d = report_target_port_groups(&id, false, 0xffff).data_in;
-        assert_eq!(d.len(), 4 + 8 + 2 * 4);
-        assert_eq!(u32::from_be_bytes([d[0], d[1], d[2], d[3]]), 16);
-        assert_eq!(d[4] & 0x0f, 0, "active/optimized");
-        assert_eq!(d[5] & 0x01, 0x01, "AO_SUP");
-        assert_eq!(&d[6..8], &id.target_port_group.to_be_bytes());
-        assert_eq!(&d[14..16], &id.relative_target_port.to_be_bytes());
-        assert_eq!(d[11], 2, "both ports of the group");
-        assert_eq!(&d[18..20], &2u16.to_be_bytes());
-        let d = report_target_port_groups(&id, true, 0xffff).data_in;
-        assert_eq!(d.len(), 8 + 8 + 2 * 4);
-        assert_eq!(u32::from_be_bytes([d[0], d[1], d[2], d[3]]), 20);
-        assert_eq!(d[4], 0x10);
-        assert_eq!(report_target_port_groups(&id, true, 4).data_in.len(), 4);
     }
 }

@@ -16,15 +16,17 @@ const RESERVATION_DESCRIPTOR_LEN_BYTES: u32 = 16;
 const SCOPE_LU: u8 = 0x00;
 /// REPORT CAPABILITIES: LENGTH field value (the whole parameter data is 8 bytes).
 const CAPABILITIES_LEN_BYTES: u16 = 8;
-/// Byte 2: ATP_C (ALL_TG_PT supported). CRH (compatible reservation handling), SIP_C
-/// (SPEC_I_PT), PTPL_C (APTPL) and RLR_C (replace lost reservation) are all zero.
+/// Byte 2: ATP_C (ALL_TG_PT supported) and PTPL_C (APTPL supported). CRH (compatible
+/// reservation handling), SIP_C (SPEC_I_PT) and RLR_C (replace lost reservation) are zero.
 const CAPABILITY_ALL_TARGET_PORTS: u8 = 0x04;
+const CAPABILITY_PERSIST_THROUGH_POWER_LOSS: u8 = 0x01;
 /// Byte 3: TMV (the type mask is valid) and ALLOW COMMANDS 011b: TEST UNIT READY is allowed
 /// through Write Exclusive and Exclusive Access reservations, and MODE SENSE, REPORT
 /// SUPPORTED OPERATION CODES and the other reads of state through Write Exclusive ones (see
-/// `reservations::access`). PTPL_A (persist through power loss active) is zero.
+/// `Command::access`). PTPL_A (bit 0): the last APTPL received was one.
 const CAPABILITY_TYPE_MASK_VALID: u8 = 0x80;
 const ALLOW_COMMANDS_READS_THROUGH_WRITE_EXCLUSIVE: u8 = 0x3 << 4;
+const PERSIST_THROUGH_POWER_LOSS_ACTIVE: u8 = 0x01;
 /// READ FULL STATUS descriptor: fixed part before the TransportID, byte 12's flags.
 const FULL_STATUS_DESCRIPTOR_FIXED_LEN_BYTES: usize = 24;
 const FULL_STATUS_ALL_TARGET_PORTS: u8 = 0x02;
@@ -39,7 +41,7 @@ pub(crate) fn persistent_reserve_in(
     let data = match service_action {
         opcode::SA_READ_KEYS => read_keys(reservations),
         opcode::SA_READ_RESERVATION => read_reservation(reservations),
-        opcode::SA_REPORT_CAPABILITIES => report_capabilities(),
+        opcode::SA_REPORT_CAPABILITIES => report_capabilities(reservations),
         _ => read_full_status(reservations),
     };
     Response::good_cut(data, allocation_len)
@@ -89,7 +91,7 @@ fn read_reservation(reservations: &Reservations) -> Vec<u8> {
     data
 }
 
-fn report_capabilities() -> Vec<u8> {
+fn report_capabilities(reservations: &Reservations) -> Vec<u8> {
     let mut mask = [0u8; 2];
     for kind in ReservationType::ALL {
         // PERSISTENT RESERVATION TYPE MASK: WR_EX_AR (byte 4 bit 7), EX_AC_RO (6), WR_EX_RO
@@ -104,8 +106,13 @@ fn report_capabilities() -> Vec<u8> {
         }
     }
     let mut data = CAPABILITIES_LEN_BYTES.to_be_bytes().to_vec();
-    data.push(CAPABILITY_ALL_TARGET_PORTS);
-    data.push(CAPABILITY_TYPE_MASK_VALID | ALLOW_COMMANDS_READS_THROUGH_WRITE_EXCLUSIVE);
+    data.push(CAPABILITY_ALL_TARGET_PORTS | CAPABILITY_PERSIST_THROUGH_POWER_LOSS);
+    let active = if reservations.aptpl() {
+        PERSIST_THROUGH_POWER_LOSS_ACTIVE
+    } else {
+        0
+    };
+    data.push(CAPABILITY_TYPE_MASK_VALID | ALLOW_COMMANDS_READS_THROUGH_WRITE_EXCLUSIVE | active);
     data.extend(mask);
     data.extend([0u8; 2]);
     data
@@ -192,12 +199,15 @@ mod tests {
 
     #[test]
     fn report_capabilities_layout() {
-        let d = report_capabilities();
+        let mut r = Reservations::default();
+        let d = report_capabilities(&r);
         assert_eq!(d.len(), 8);
         assert_eq!(u16::from_be_bytes([d[0], d[1]]), 8);
-        assert_eq!(d[2], 0x04, "ATP_C only: no SIP_C, no PTPL_C, no CRH");
-        assert_eq!(d[3], 0x80 | 0x30, "TMV, ALLOW COMMANDS 3");
+        assert_eq!(d[2], 0x04 | 0x01, "ATP_C and PTPL_C: no SIP_C, no CRH");
+        assert_eq!(d[3], 0x80 | 0x30, "TMV, ALLOW COMMANDS 3, PTPL_A clear");
         assert_eq!((d[4], d[5]), (0xea, 0x01), "all six types");
+        r.set_aptpl(true);
+        assert_eq!(report_capabilities(&r)[3], 0x80 | 0x30 | 0x01, "PTPL_A");
     }
 
     #[test]

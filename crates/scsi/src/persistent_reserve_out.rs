@@ -1,20 +1,23 @@
 //! PERSISTENT RESERVE OUT (SPC-4 6.17), RESERVE(6) and RELEASE(6) (SPC-2 7.21, 7.17): the
 //! CDB's scope and type and the parameter list are checked here, then the service action runs
-//! on [`Reservations`] under the exclusive reservation lock, and the unit attentions it
-//! establishes are queued before that lock is released.
+//! on the LU's reservations as a read-modify-write of its stored record, under the exclusive
+//! reservation lock, and the unit attentions it establishes are queued before that lock is
+//! released.
 //!
 //! Order of checks: a RESERVE(6) reservation held by anyone (RESERVATION CONFLICT, SPC-2
 //! 5.5.1), the parameter list (PARAMETER LIST LENGTH ERROR, INVALID FIELD IN PARAMETER LIST),
 //! the CDB's SCOPE and TYPE (INVALID FIELD IN CDB), then the service action's own rules
 //! (RESERVATION CONFLICT for an unregistered nexus or a wrong key).
 //!
-//! Not supported, and refused as SPC-4 says when a capability bit is zero: SPEC_I_PT
-//! (SIP_C=0), APTPL (PTPL_C=0; state is not kept across a restart), REPLACE LOST RESERVATION.
+//! APTPL is taken from REGISTER, REGISTER AND IGNORE EXISTING KEY and REGISTER AND MOVE and
+//! kept in the record (PTPL_C=1); whoever owns the store drops a record without it at
+//! power-on. Not supported, and refused as SPC-4 says when a capability bit is zero: SPEC_I_PT
+//! (SIP_C=0), REPLACE LOST RESERVATION.
 //! PREEMPT AND ABORT preempts like PREEMPT; aborting the preempted nexuses' tasks is left to
 //! the transport, which today does not (their commands still running finish; every later one
 //! meets RESERVATION CONFLICT).
 
-use crate::execute::data_out_prefix;
+use crate::block_io::data_out_prefix;
 use crate::lun::{Identity, LunState};
 use crate::nexus::{parse_transport_id, Nexus, TRANSPORT_ID_MAX_BYTES};
 use crate::opcode;
@@ -56,6 +59,9 @@ struct Parameters {
     key: u64,
     service_action_key: u64,
     all_target_ports: bool,
+    /// The APTPL bit of the service actions it is valid for (the REGISTER family and
+    /// REGISTER AND MOVE); `None` for the others, which ignore it.
+    aptpl: Option<bool>,
     destination: Option<Move>,
 }
 
@@ -65,7 +71,9 @@ struct Move {
     unregister_source: bool,
 }
 
-/// Run PERSISTENT RESERVE OUT for `nexus`.
+/// Run PERSISTENT RESERVE OUT for `nexus`: a read-modify-write of the LU's reservation
+/// record ([`LunState::update_reservations`]); every check runs again on each try, against
+/// the record as loaded.
 pub(crate) fn persistent_reserve_out(
     state: &LunState,
     identity: &Identity,
@@ -73,57 +81,57 @@ pub(crate) fn persistent_reserve_out(
     request: ProutRequest,
     data_out: &[u8],
 ) -> Response {
-    let mut reservations = state.reservations_mut();
-    if reservations.conflicts(nexus, Access::PersistentReserve) {
-        return Response::reservation_conflict();
-    }
-    let parameters = match parse_parameters(request, identity, nexus, data_out) {
-        Ok(p) => p,
-        Err(sense) => return Response::check(sense),
-    };
-    let kind = match check_scope_and_type(request) {
-        Ok(kind) => kind,
-        Err(sense) => return Response::check(sense),
-    };
-    let mut attentions = Vec::new();
-    let key = parameters.key;
-    let new_key = parameters.service_action_key;
-    let result = match (request.service_action, kind, parameters.destination) {
-        (opcode::SA_REGISTER | opcode::SA_REGISTER_AND_IGNORE_EXISTING_KEY, _, _) => {
-            let ports = target_ports(identity, nexus);
-            reservations.register(
-                nexus,
-                key,
-                new_key,
-                request.service_action == opcode::SA_REGISTER_AND_IGNORE_EXISTING_KEY,
-                parameters.all_target_ports.then_some(ports.as_slice()),
-                &mut attentions,
-            )
+    let result = state.update_reservations(|reservations, attentions| {
+        if reservations.conflicts(nexus, Access::PersistentReserve) {
+            return Err(Refusal::Conflict);
         }
-        (opcode::SA_RESERVE, Some(kind), _) => reservations.reserve(nexus, key, kind),
-        (opcode::SA_RELEASE, _, _) => {
-            reservations.release(nexus, key, request.kind, &mut attentions)
+        let parameters = parse_parameters(request, identity, nexus, data_out)?;
+        let kind = check_scope_and_type(request)?;
+        let key = parameters.key;
+        let new_key = parameters.service_action_key;
+        match (request.service_action, kind, parameters.destination) {
+            (opcode::SA_REGISTER | opcode::SA_REGISTER_AND_IGNORE_EXISTING_KEY, _, _) => {
+                let ports = target_ports(identity, nexus);
+                reservations.register(
+                    nexus,
+                    key,
+                    new_key,
+                    request.service_action == opcode::SA_REGISTER_AND_IGNORE_EXISTING_KEY,
+                    parameters.all_target_ports.then_some(ports.as_slice()),
+                    attentions,
+                )?;
+            }
+            (opcode::SA_RESERVE, Some(kind), _) => reservations.reserve(nexus, key, kind)?,
+            (opcode::SA_RELEASE, _, _) => {
+                reservations.release(nexus, key, request.kind, attentions)?;
+            }
+            (opcode::SA_CLEAR, _, _) => reservations.clear(nexus, key, attentions)?,
+            (opcode::SA_PREEMPT | opcode::SA_PREEMPT_AND_ABORT, Some(kind), _) => {
+                let _preempted = reservations.preempt(nexus, key, new_key, kind, attentions)?;
+            }
+            (opcode::SA_REGISTER_AND_MOVE, Some(_), Some(destination)) => reservations
+                .register_and_move(
+                    nexus,
+                    key,
+                    new_key,
+                    destination.nexus,
+                    destination.unregister_source,
+                )?,
+            // `check_scope_and_type` gives a type to every service action that uses one, and
+            // `parse_parameters` a destination to REGISTER AND MOVE.
+            _ => {
+                return Err(Refusal::Check(Sense::illegal_request(
+                    asc::INVALID_FIELD_IN_CDB,
+                )))
+            }
         }
-        (opcode::SA_CLEAR, _, _) => reservations.clear(nexus, key, &mut attentions),
-        (opcode::SA_PREEMPT | opcode::SA_PREEMPT_AND_ABORT, Some(kind), _) => reservations
-            .preempt(nexus, key, new_key, kind, &mut attentions)
-            .map(|_preempted| ()),
-        (opcode::SA_REGISTER_AND_MOVE, Some(_), Some(destination)) => reservations
-            .register_and_move(
-                nexus,
-                key,
-                new_key,
-                destination.nexus,
-                destination.unregister_source,
-            ),
-        // `check_scope_and_type` gives a type to every service action that uses one, and
-        // `parse_parameters` a destination to REGISTER AND MOVE.
-        _ => Err(Refusal::Check(Sense::illegal_request(
-            asc::INVALID_FIELD_IN_CDB,
-        ))),
-    };
-    state.queue_attentions(attentions);
-    drop(reservations);
+        // The last valid APTPL bit received is the one that counts: a service action that
+        // carries one and succeeded sets it.
+        if let Some(aptpl) = parameters.aptpl {
+            reservations.set_aptpl(aptpl);
+        }
+        Ok(())
+    });
     match result {
         Ok(()) => Response::good(Vec::new()),
         Err(refusal) => refusal.into(),
@@ -132,7 +140,10 @@ pub(crate) fn persistent_reserve_out(
 
 /// RESERVE(6) and RELEASE(6) for `nexus`.
 pub(crate) fn reserve_release_6(state: &LunState, nexus: &Nexus, reserve: bool) -> Response {
-    let mut reservations = state.reservations_mut();
+    let mut reservations = match state.reservations_mut() {
+        Ok(reservations) => reservations,
+        Err(sense) => return Response::check(sense),
+    };
     let result = if reserve {
         reservations.reserve6(nexus)
     } else {
@@ -203,6 +214,7 @@ fn parse_parameters(
             key,
             service_action_key,
             all_target_ports: false,
+            aptpl: Some(head[MOVE_FLAGS_AT] & APTPL != 0),
             destination: Some(destination),
         });
     }
@@ -219,13 +231,11 @@ fn parse_parameters(
     );
     // ALL_TG_PT and APTPL mean something to the register service actions only; the others
     // ignore them (SPC-4 6.17.3).
-    if registers && flags & APTPL != 0 {
-        return Err(parameter_bit(FLAGS_AT, 0));
-    }
     Ok(Parameters {
         key,
         service_action_key,
         all_target_ports: registers && flags & ALL_TG_PT != 0,
+        aptpl: registers.then_some(flags & APTPL != 0),
         destination: None,
     })
 }
@@ -240,9 +250,6 @@ fn parse_move(
     data_out: &[u8],
 ) -> Result<Move, Sense> {
     let flags = head[MOVE_FLAGS_AT];
-    if flags & APTPL != 0 {
-        return Err(parameter_bit(MOVE_FLAGS_AT, 0));
-    }
     let port = u16::from_be_bytes([head[18], head[19]]);
     if !target_ports(identity, nexus).contains(&port) {
         return Err(Sense::invalid_parameter_field(MOVE_TARGET_PORT_AT));

@@ -8,8 +8,8 @@
 //! turns the LU's allocation extents into LBA status descriptors, merging runs of the same
 //! state and never describing past the end of the LU.
 
+use crate::block_io::{byte_range, data_out_prefix, write_through};
 use crate::cdb::Blocks;
-use crate::execute::{byte_range, data_out_prefix, write_through};
 use crate::limits::{
     max_unmap_blocks, LBA_STATUS_DESCRIPTORS_MAX, LBA_STATUS_QUERY_MAX_BYTES,
     MAX_UNMAP_DESCRIPTORS, WRITE_SAME_CHUNK_BYTES,

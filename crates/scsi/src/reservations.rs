@@ -3,7 +3,8 @@
 //! PRgeneration) and the SPC-2 RESERVE(6) reservation; the service actions that change that
 //! state; and the rule that decides which commands conflict with it ([`Reservations::conflicts`]
 //! over the [`Access`] class of each command, from SPC-4's and SBC-3's tables of commands
-//! allowed in the presence of each reservation type).
+//! allowed in the presence of each reservation type; `Command::access` in `cdb` gives each
+//! decoded command its class).
 //!
 //! Not here: decoding PERSISTENT RESERVE IN/OUT CDBs and parameter lists (`persistent_reserve_in`,
 //! `persistent_reserve_out`) and the unit attention queue (`unit_attention`). Service actions
@@ -14,10 +15,14 @@
 //! all-registrants reservation exists only while some I_T nexus is registered; a RESERVE(6)
 //! reservation and registrations never exist together (SPC-2 5.5.1: each refuses the other).
 //! Persistent reservations survive LUN resets and I_T nexus loss (SPC-4 5.13.1); a RESERVE(6)
-//! reservation does not. Nothing survives the process: APTPL is not supported.
+//! reservation does not. The persistent part travels to and from the LU's
+//! `reservation_store` as a record (see [`Reservations::record`], [`Reservations::load`]);
+//! whether it survives a power loss is the store's business, by the APTPL flag it carries.
 
-use crate::cdb::Command;
 use crate::nexus::Nexus;
+use crate::reservation_store::{
+    RecordVersion, RegistrationRecord, ReservationHolder, ReservationRecord,
+};
 use crate::sense::{asc, Sense};
 
 /// I_T nexuses registered at once. A cluster registers each host through each path: a few
@@ -121,39 +126,6 @@ pub(crate) enum Access {
     Reserve6,
 }
 
-/// The access class of a decoded command (SPC-4 table 66, SBC-3 table 13).
-pub(crate) fn access(command: &Command) -> Access {
-    match command {
-        Command::Inquiry { .. }
-        | Command::RequestSense { .. }
-        | Command::ReportLuns { .. }
-        | Command::ReportTargetPortGroups { .. } => Access::Always,
-        Command::TestUnitReady
-        | Command::ReadCapacity10
-        | Command::ReadCapacity16 { .. }
-        | Command::StartStopUnit { starts: true }
-        | Command::PreventAllowMediumRemoval { prevent: false } => Access::Status,
-        Command::Read(_)
-        | Command::Verify { .. }
-        | Command::GetLbaStatus { .. }
-        | Command::ModeSense { .. }
-        | Command::ReportSupportedOperationCodes { .. } => Access::Read,
-        Command::Write { .. }
-        | Command::WriteAndVerify(_)
-        | Command::WriteSame { .. }
-        | Command::CompareAndWrite { .. }
-        | Command::Unmap { .. }
-        | Command::SynchronizeCache { .. }
-        | Command::ModeSelect { .. }
-        | Command::StartStopUnit { starts: false }
-        | Command::PreventAllowMediumRemoval { prevent: true } => Access::Write,
-        Command::PersistentReserveIn { .. } | Command::PersistentReserveOut { .. } => {
-            Access::PersistentReserve
-        }
-        Command::Reserve6 | Command::Release6 => Access::Reserve6,
-    }
-}
-
 /// Why a service action was refused: RESERVATION CONFLICT status, or CHECK CONDITION.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Refusal {
@@ -192,18 +164,123 @@ struct Reservation {
 }
 
 /// Reservation state of one logical unit. See the module documentation for its invariants.
-#[derive(Debug, Default)]
+/// Everything but `reserved_by` is the persistent state a [`ReservationRecord`] carries to
+/// and from the LU's store; `version` says which stored record it is.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Reservations {
     /// PRgeneration: counts the PERSISTENT RESERVE OUT commands that changed registrations.
     generation: u32,
     /// In the order the I_T nexuses registered (READ KEYS lists them so).
     registrations: Vec<Registration>,
     reservation: Option<Reservation>,
-    /// The holder of the SPC-2 RESERVE(6) reservation.
+    /// The last valid APTPL bit received (REGISTER, REGISTER AND IGNORE EXISTING KEY,
+    /// REGISTER AND MOVE): the persistent state survives a power loss when set.
+    aptpl: bool,
+    /// The version of the stored record the persistent state was loaded from or stored as.
+    version: RecordVersion,
+    /// The holder of the SPC-2 RESERVE(6) reservation. Not persistent, not shared: it lives
+    /// in the process that serves the nexus.
     reserved_by: Option<Nexus>,
 }
 
 impl Reservations {
+    /// The persistent state as a record for the store.
+    pub(crate) fn record(&self) -> ReservationRecord {
+        ReservationRecord {
+            generation: self.generation,
+            registrations: self
+                .registrations
+                .iter()
+                .map(|r| RegistrationRecord {
+                    nexus: r.nexus.clone(),
+                    key: r.key,
+                    all_target_ports: r.all_target_ports,
+                })
+                .collect(),
+            reservation: self.reservation.as_ref().map(|r| ReservationHolder {
+                holder: r.holder.clone(),
+                type_code: r.kind.code(),
+            }),
+            aptpl: self.aptpl,
+        }
+    }
+
+    /// Replace the persistent state with a stored `record` of `version`, after checking it
+    /// keeps this module's invariants; the RESERVE(6) reservation stays. `Err` says what is
+    /// wrong with the record, and leaves `self` as it was.
+    pub(crate) fn load(
+        &mut self,
+        record: ReservationRecord,
+        version: RecordVersion,
+    ) -> Result<(), String> {
+        if record.registrations.len() > REGISTRATIONS_MAX {
+            return Err(format!(
+                "{} registrations, at most {REGISTRATIONS_MAX}",
+                record.registrations.len()
+            ));
+        }
+        let mut registrations: Vec<Registration> = Vec::with_capacity(record.registrations.len());
+        for r in record.registrations {
+            if r.key == 0 {
+                return Err("a registration with key 0".into());
+            }
+            if registrations.iter().any(|seen| seen.nexus == r.nexus) {
+                return Err(format!("{} registered twice", r.nexus.initiator_port));
+            }
+            registrations.push(Registration {
+                nexus: r.nexus,
+                key: r.key,
+                all_target_ports: r.all_target_ports,
+            });
+        }
+        let reservation = match record.reservation {
+            None => None,
+            Some(r) => {
+                let kind = ReservationType::from_code(r.type_code)
+                    .ok_or_else(|| format!("reservation type {:#x}", r.type_code))?;
+                let holder_registered = registrations.iter().any(|reg| reg.nexus == r.holder);
+                let held = if kind.all_registrants() {
+                    !registrations.is_empty()
+                } else {
+                    holder_registered
+                };
+                if !held {
+                    return Err("a reservation without a registered holder".into());
+                }
+                Some(Reservation {
+                    holder: r.holder,
+                    kind,
+                })
+            }
+        };
+        self.generation = record.generation;
+        self.registrations = registrations;
+        self.reservation = reservation;
+        self.aptpl = record.aptpl;
+        self.version = version;
+        Ok(())
+    }
+
+    /// The store version of the persistent state.
+    pub(crate) fn version(&self) -> RecordVersion {
+        self.version
+    }
+
+    /// The persistent state is now stored as `version`.
+    pub(crate) fn set_version(&mut self, version: RecordVersion) {
+        self.version = version;
+    }
+
+    /// The last valid APTPL bit received.
+    pub(crate) fn aptpl(&self) -> bool {
+        self.aptpl
+    }
+
+    /// A REGISTER-family service action carried APTPL.
+    pub(crate) fn set_aptpl(&mut self, aptpl: bool) {
+        self.aptpl = aptpl;
+    }
+
     /// Whether a command of class `access` from `nexus` meets RESERVATION CONFLICT.
     pub(crate) fn conflicts(&self, nexus: &Nexus, access: Access) -> bool {
         if let Some(holder) = &self.reserved_by {

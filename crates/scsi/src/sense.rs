@@ -7,7 +7,7 @@
 //! Invariant kept by the constructors: a [`Response`] with `CheckCondition` carries sense and no
 //! data; every other status carries no sense (RESERVATION CONFLICT carries nothing).
 
-use crate::lun::MediumError;
+use crate::medium::MediumError;
 
 /// Sense keys (SPC-4 table 27).
 pub mod key {
@@ -46,6 +46,9 @@ pub mod key {
 /// Additional sense code and qualifier pairs (SPC-4 table 28) this crate reports.
 pub mod asc {
     pub const NO_ADDITIONAL_SENSE: (u8, u8) = (0x00, 0x00);
+    pub const ASYMMETRIC_ACCESS_STATE_TRANSITION: (u8, u8) = (0x04, 0x0a);
+    pub const TARGET_PORT_IN_STANDBY_STATE: (u8, u8) = (0x04, 0x0b);
+    pub const TARGET_PORT_IN_UNAVAILABLE_STATE: (u8, u8) = (0x04, 0x0c);
     pub const WRITE_ERROR: (u8, u8) = (0x0c, 0x00);
     pub const UNRECOVERED_READ_ERROR: (u8, u8) = (0x11, 0x00);
     pub const PARAMETER_LIST_LENGTH_ERROR: (u8, u8) = (0x1a, 0x00);
@@ -61,6 +64,7 @@ pub mod asc {
     pub const RESERVATIONS_PREEMPTED: (u8, u8) = (0x2a, 0x03);
     pub const RESERVATIONS_RELEASED: (u8, u8) = (0x2a, 0x04);
     pub const REGISTRATIONS_PREEMPTED: (u8, u8) = (0x2a, 0x05);
+    pub const ASYMMETRIC_ACCESS_STATE_CHANGED: (u8, u8) = (0x2a, 0x06);
     pub const SAVING_PARAMETERS_NOT_SUPPORTED: (u8, u8) = (0x39, 0x00);
     pub const INTERNAL_TARGET_FAILURE: (u8, u8) = (0x44, 0x00);
     pub const INSUFFICIENT_REGISTRATION_RESOURCES: (u8, u8) = (0x55, 0x04);
@@ -92,6 +96,16 @@ pub mod asc {
             SAVING_PARAMETERS_NOT_SUPPORTED => "SAVING PARAMETERS NOT SUPPORTED",
             (0x3f, 0x0e) => "REPORTED LUNS DATA HAS CHANGED",
             INTERNAL_TARGET_FAILURE => "INTERNAL TARGET FAILURE",
+            ASYMMETRIC_ACCESS_STATE_TRANSITION => {
+                "LOGICAL UNIT NOT ACCESSIBLE, ASYMMETRIC ACCESS STATE TRANSITION"
+            }
+            TARGET_PORT_IN_STANDBY_STATE => {
+                "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE"
+            }
+            TARGET_PORT_IN_UNAVAILABLE_STATE => {
+                "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE"
+            }
+            ASYMMETRIC_ACCESS_STATE_CHANGED => "ASYMMETRIC ACCESS STATE CHANGED",
             (0x47, 0x00) => "SCSI PARITY ERROR",
             (0x4b, 0x00) => "DATA PHASE ERROR",
             (0x4b, 0x05) => "DATA OFFSET ERROR",

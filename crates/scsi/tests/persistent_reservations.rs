@@ -2,10 +2,16 @@
 //! two or three I_T nexuses sharing one `LunState` over a `MemLun`, each command through
 //! `execute`, unit attentions through `LunState::unit_attention`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use weft_scsi::build;
 use weft_scsi::opcode;
 use weft_scsi::sense::{asc, key};
-use weft_scsi::{execute, LunState, MemLun, Nexus, Response, Status};
+use weft_scsi::{
+    execute, LunState, MemLun, MemReservationStore, Nexus, RecordVersion, ReservationRecord,
+    ReservationStore, Response, Status, StoreError,
+};
 
 const WE: u8 = 0x1;
 const EA: u8 = 0x3;
@@ -33,6 +39,14 @@ impl Lu {
     fn new() -> Lu {
         Lu {
             state: LunState::new(),
+            lu: MemLun::with_blocks(512, 64),
+        }
+    }
+
+    /// The LU as another process serving it sees it: its own state over `store`.
+    fn over(store: Arc<dyn ReservationStore>) -> Lu {
+        Lu {
+            state: LunState::with_reservation_store(store),
             lu: MemLun::with_blocks(512, 64),
         }
     }
@@ -193,7 +207,7 @@ fn report_capabilities_and_full_status() {
     let lu = Lu::new();
     let (a, b) = (host("a", 1), host("b", 2));
     let caps = lu.prin(&a, opcode::SA_REPORT_CAPABILITIES);
-    assert_eq!(caps, vec![0, 8, 0x04, 0xb0, 0xea, 0x01, 0, 0]);
+    assert_eq!(caps, vec![0, 8, 0x05, 0xb0, 0xea, 0x01, 0, 0]);
     lu.register(&a, 0xa);
     lu.register(&b, 0xb);
     good(&lu.reserve(&b, 0xb, WE_RO));
@@ -491,11 +505,9 @@ fn malformed_commands_and_parameter_lists() {
         lu.run(&a, &with_len(opcode::SA_REGISTER, 0, 24), &list[..10]),
         asc::INVALID_FIELD_IN_CDB,
     );
-    // SPEC_I_PT and APTPL are not supported.
-    for flags in [0x08, 0x01] {
-        let r = lu.prout_flags(&a, opcode::SA_REGISTER, 0, 0, 0xa, flags);
-        illegal(r, asc::INVALID_FIELD_IN_PARAMETER_LIST);
-    }
+    // SPEC_I_PT is not supported.
+    let r = lu.prout_flags(&a, opcode::SA_REGISTER, 0, 0, 0xa, 0x08);
+    illegal(r, asc::INVALID_FIELD_IN_PARAMETER_LIST);
     assert_eq!(lu.keys(&a), (0, vec![]), "nothing registered");
     lu.register(&a, 0xa);
     // Scope other than LU, reserved types.
@@ -678,4 +690,140 @@ fn preempt_waits_for_commands_already_running() {
         good(&fence.join().expect("fence"));
     });
     conflict(&execute(&state, &lu, &victim, &write, &[9; 512]));
+}
+
+#[test]
+fn aptpl_is_kept_in_the_record_and_reported_active() {
+    let store = MemReservationStore::shared();
+    let lu = Lu::over(store.clone());
+    let a = host("a", 1);
+    good(&lu.prout_flags(&a, opcode::SA_REGISTER, 0, 0, 0xa, 0x01));
+    good(&lu.reserve(&a, 0xa, EA));
+    let caps = lu.prin(&a, opcode::SA_REPORT_CAPABILITIES);
+    assert_eq!((caps[2], caps[3]), (0x05, 0xb1), "PTPL_C and PTPL_A");
+    let (record, _) = store.load().expect("load");
+    assert!(record.aptpl);
+    assert_eq!(record.registrations.len(), 1);
+    assert_eq!(record.reservation.as_ref().map(|r| r.type_code), Some(EA));
+    // After a power loss (every process gone) the state comes back from the record.
+    let survivor = record.after_power_loss().expect("APTPL kept it");
+    let restarted = MemReservationStore::shared();
+    restarted.store(&survivor, 0).expect("store");
+    let lu = Lu::over(restarted);
+    let b = host("b", 1);
+    conflict(&lu.write(&b));
+    assert_eq!(lu.reservation(&b), Some((0xa, EA)));
+    // A later REGISTER with APTPL clear is the last valid value: the state would not survive.
+    good(&lu.prout_flags(&a, opcode::SA_REGISTER, 0, 0xa, 0xaa, 0));
+    let caps = lu.prin(&a, opcode::SA_REPORT_CAPABILITIES);
+    assert_eq!(caps[3], 0xb0, "PTPL_A clear");
+}
+
+#[test]
+fn two_processes_sharing_a_store_see_each_others_reservations() {
+    let store = MemReservationStore::shared();
+    let (one, two) = (Lu::over(store.clone()), Lu::over(store.clone()));
+    let (a, b) = (host("a", 1), host("b", 2));
+    one.register(&a, 0xa);
+    two.register(&b, 0xb);
+    assert_eq!(one.keys(&a), (2, vec![0xa, 0xb]), "PR IN reads the store");
+    good(&one.reserve(&a, 0xa, WE));
+    // `two` checked nothing since it registered b: its cache is older than the store until
+    // the server tells it so.
+    good(&two.write(&b));
+    two.state.invalidate_reservations();
+    conflict(&two.write(&b));
+    good(&two.read(&b));
+    // b preempts a through the other process; `one` learns of it on its next PR command.
+    good(&two.prout(&b, opcode::SA_PREEMPT, EA, 0xb, 0xa));
+    assert_eq!(one.reservation(&a), Some((0xb, EA)));
+    conflict(&one.write(&a));
+    assert_eq!(one.keys(&a).1, vec![0xb]);
+}
+
+/// A store another process writes to between each of our loads and stores, a few times.
+#[derive(Debug)]
+struct Contended {
+    inner: Arc<MemReservationStore>,
+    races_left: std::sync::atomic::AtomicUsize,
+    raced: AtomicBool,
+}
+
+impl ReservationStore for Contended {
+    fn load(&self) -> Result<(ReservationRecord, RecordVersion), StoreError> {
+        self.inner.load()
+    }
+
+    fn store(
+        &self,
+        record: &ReservationRecord,
+        expected: RecordVersion,
+    ) -> Result<RecordVersion, StoreError> {
+        if self.races_left.load(Ordering::SeqCst) > 0 {
+            self.races_left.fetch_sub(1, Ordering::SeqCst);
+            self.raced.store(true, Ordering::SeqCst);
+            // The other process registers one more nexus meanwhile.
+            let (mut theirs, version) = self.inner.load()?;
+            let n = theirs.registrations.len();
+            theirs.generation += 1;
+            theirs.registrations.push(weft_scsi::RegistrationRecord {
+                nexus: host(&format!("other{n}"), 1),
+                key: 0x100 + n as u64,
+                all_target_ports: false,
+            });
+            self.inner.store(&theirs, version)?;
+        }
+        self.inner.store(record, expected)
+    }
+}
+
+#[test]
+fn a_register_racing_another_process_retries_and_keeps_both() {
+    let inner = MemReservationStore::shared();
+    let store = Arc::new(Contended {
+        inner: inner.clone(),
+        races_left: 3.into(),
+        raced: AtomicBool::new(false),
+    });
+    let lu = Lu::over(store.clone());
+    let a = host("a", 1);
+    lu.register(&a, 0xa);
+    assert!(store.raced.load(Ordering::SeqCst));
+    let (generation, keys) = lu.keys(&a);
+    assert_eq!(
+        keys,
+        vec![0x100, 0x101, 0x102, 0xa],
+        "nothing lost either way"
+    );
+    assert_eq!(generation, 4);
+}
+
+/// A store that cannot be reached.
+#[derive(Debug)]
+struct Unreachable;
+
+impl ReservationStore for Unreachable {
+    fn load(&self) -> Result<(ReservationRecord, RecordVersion), StoreError> {
+        Err(StoreError::Unavailable("etcd is down".into()))
+    }
+
+    fn store(&self, _: &ReservationRecord, _: RecordVersion) -> Result<RecordVersion, StoreError> {
+        Err(StoreError::Unavailable("etcd is down".into()))
+    }
+}
+
+#[test]
+fn an_unreachable_store_fails_the_commands_that_need_it_only() {
+    let lu = Lu::over(Arc::new(Unreachable));
+    let a = host("a", 1);
+    let failed = |r: Response| check(&r, key::HARDWARE_ERROR, (0x44, 0));
+    failed(lu.prout(&a, opcode::SA_REGISTER, 0, 0, 0xa));
+    failed(lu.run(
+        &a,
+        &build::persistent_reserve_in(opcode::SA_READ_KEYS, 64),
+        &[],
+    ));
+    failed(lu.write(&a));
+    let inquiry = lu.run(&a, &[opcode::INQUIRY, 0, 0, 0, 96, 0], &[]);
+    good(&inquiry);
 }

@@ -60,6 +60,8 @@ pub struct ApiState {
     pub io: Arc<crate::io_stats::IoStats>,
     /// The live client sessions of the front ends.
     pub sessions: Arc<crate::sessions::Sessions>,
+    /// The SCSI reservation records, removed with their exports.
+    pub reservations: crate::reservation_records::ReservationRecords,
 }
 
 /// An API error: status and message.
@@ -438,6 +440,7 @@ async fn delete_volume(
     .await?;
     let engine = state.engine.clone();
     blocking(move || engine.delete_volume(&name, query.with_snapshots)).await?;
+    forget_reservations(&state, exports).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -567,8 +570,24 @@ async fn delete_snapshot(
     QueryArgs(query): QueryArgs<DeleteSnapshotQuery>,
 ) -> Result<StatusCode, ApiError> {
     let engine = state.engine.clone();
+    let export = name.clone();
     blocking(move || engine.delete_snapshot(&name, query.keep_hidden)).await?;
+    forget_reservations(&state, vec![export]).await;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The SCSI reservation records of deleted exports go. The delete is done whatever happens
+/// here: a record left behind is dropped at the next start (it names no export).
+async fn forget_reservations(state: &ApiState, exports: Vec<String>) {
+    let records = state.reservations.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        for export in exports {
+            if let Err(error) = records.remove(&export) {
+                tracing::warn!(%export, %error, "could not remove the reservation record of a deleted export");
+            }
+        }
+    })
+    .await;
 }
 
 /// Clone a snapshot into a new writable, thin volume.

@@ -7,9 +7,10 @@
 //!   c.node's), fences every family at that epoch on every d.node (so an older c.node still
 //!   running can no longer write or delete chunks), then recovers from the d.nodes.
 //!
-//! Opens (or creates) the data dir (journal, API token, lock), creates the default volume when
-//! the datastore is new (never again, so a deleted default volume stays deleted), binds the
-//! NBD, iSCSI and API listeners, says how to connect, and runs until SIGINT/SIGTERM.
+//! Opens (or creates) the data dir (journal, API token, lock; the SCSI reservation records of
+//! a single-process server), creates the default volume when the datastore is new (never
+//! again, so a deleted default volume stays deleted), binds the NBD, iSCSI and API
+//! listeners, says how to connect, and runs until SIGINT/SIGTERM.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ use crate::engine_backend::EngineBackend;
 pub use crate::ha::takeover::HaConfig;
 use crate::ha::takeover::{exit_when_ownership_lost, own_the_cluster, Who};
 use crate::io_stats::{IoStats, MeteredBackend, Protocol};
+use crate::reservation_records::ReservationRecords;
 
 /// The token file, mode 0600, created at first start.
 pub const TOKEN_FILE: &str = "api-token";
@@ -197,6 +199,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         cluster,
         ownership,
         compute,
+        kv: cluster_kv,
     } = tokio::task::spawn_blocking(move || {
         open_engine(engine_config, backend, &placement_slot, who)
     })
@@ -213,6 +216,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             .create_volume(&config.default_volume, config.default_volume_size_bytes)
             .with_context(|| format!("creating the default volume {}", config.default_volume))?;
     }
+    let reservations = open_reservation_records(&data_dir, cluster_kv, &engine).await?;
 
     let nbd = TcpListener::bind(config.nbd_listen)
         .await
@@ -281,6 +285,10 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         open_network: config.iscsi_open_network,
         nop_interval: config.iscsi_nop_interval,
         sessions: Arc::clone(&sessions),
+        reservations: reservations.clone(),
+        // One c.node today: one group of its portals, every LU active/optimized. A cluster
+        // layer keeps this handle and feeds it the c.nodes and the volumes' owners.
+        port_groups: Some(crate::iscsi_listener::single_port_groups(iscsi.len())),
     };
     let iscsi_task = (!iscsi.is_empty()).then(|| {
         tokio::spawn(crate::iscsi_listener::run(
@@ -300,6 +308,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         array_target: array_target.clone().into(),
         io: Arc::clone(&io),
         sessions,
+        reservations,
     };
     let _ = metrics_slot.set(crate::metrics::router(crate::metrics::MetricsSource {
         engine: engine.clone(),
@@ -461,7 +470,47 @@ fn load_or_create_array_id(data_dir: &Path) -> anyhow::Result<String> {
     load_or_create_id(data_dir, ARRAY_ID_FILE)
 }
 
-/// Open the engine on its backend; in cluster mode also the placement.
+/// The SCSI reservation records: in the cluster's metadata store (`cluster_kv`), or in the
+/// data dir of a single-process server. A single-process start is a power-on for the LUs, so
+/// records without APTPL go; a c.node start is a failover (another c.node served the LUs, or
+/// will after it), so they stay.
+async fn open_reservation_records(
+    data_dir: &Path,
+    cluster_kv: Option<Arc<dyn weft_meta::MetaStore>>,
+    engine: &Arc<Engine>,
+) -> anyhow::Result<ReservationRecords> {
+    let data_dir = data_dir.to_path_buf();
+    let engine = Arc::clone(engine);
+    tokio::task::spawn_blocking(move || {
+        let failover = cluster_kv.is_some();
+        let records = match cluster_kv {
+            Some(kv) => ReservationRecords::new(kv),
+            None => ReservationRecords::open_local(&data_dir).with_context(|| {
+                format!(
+                    "opening the reservation records in {}",
+                    data_dir
+                        .join(crate::reservation_records::RESERVATIONS_DIR)
+                        .display()
+                )
+            })?,
+        };
+        let exports = engine.list_images().into_iter().map(|i| i.name).collect();
+        let dropped = records
+            .power_on(&exports, failover)
+            .context("clearing the SCSI reservations a restart ends")?;
+        if dropped > 0 {
+            tracing::info!(
+                records = dropped,
+                "scsi reservations without APTPL (or of deleted volumes) cleared at start"
+            );
+        }
+        Ok(records)
+    })
+    .await?
+}
+
+/// Open the engine on its backend; in cluster mode also the placement, the ownership and
+/// the cluster's metadata store.
 fn open_engine(
     config: EngineConfig,
     backend: Backend,
@@ -478,6 +527,7 @@ fn open_engine(
                 cluster: None,
                 ownership: None,
                 compute: None,
+                kv: None,
             });
         }
         Backend::Cluster(c) => c,
@@ -524,7 +574,7 @@ fn open_engine(
     );
     let backends = Backends {
         placement: placement.clone(),
-        metastore: kv,
+        metastore: kv.clone(),
         write_log: Some(write_log),
         epoch,
     };
@@ -539,6 +589,7 @@ fn open_engine(
         cluster: Some(placement),
         ownership: Some(ownership),
         compute: Some(compute),
+        kv: Some(kv),
     })
 }
 
@@ -548,6 +599,8 @@ struct Opened {
     cluster: Option<Arc<ClusterPlacement>>,
     ownership: Option<Arc<crate::ha::ownership::Ownership>>,
     compute: Option<Arc<crate::ha::ComputeInfo>>,
+    /// The cluster's metadata store (`None`: single-process mode).
+    kv: Option<Arc<dyn weft_meta::MetaStore>>,
 }
 
 async fn wait_for_signal() {

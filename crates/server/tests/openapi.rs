@@ -140,6 +140,7 @@ async fn every_documented_operation_reaches_a_handler() {
         array_target: "iqn.2026-11.dev.weft:array".into(),
         io: weft_server::io_stats::IoStats::new(),
         sessions: weft_server::sessions::Sessions::new(),
+        reservations: weft_server::reservation_records::ReservationRecords::in_memory(),
     });
     for (method, path) in documented() {
         // Path parameters name nothing that exists: handlers answer 404 with a JSON error.
@@ -183,6 +184,7 @@ async fn the_document_is_served_without_a_token() {
         array_target: "iqn.2026-11.dev.weft:array".into(),
         io: weft_server::io_stats::IoStats::new(),
         sessions: weft_server::sessions::Sessions::new(),
+        reservations: weft_server::reservation_records::ReservationRecords::in_memory(),
     });
     let request = Request::get("/api/v1/openapi.json")
         .body(Body::empty())

@@ -12,32 +12,13 @@ use tracing::{debug, info};
 use weft_iscsi::wire::TEXT_MAX_BYTES;
 use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Login, LoginProgress, Parse, Request};
 
+use super::shared::{ConnError, READ_BUFFER_BYTES};
 use super::targets::Viewer;
 use super::Portal;
 use crate::access::connection_is_open;
 
 /// An initiator has this long to log in.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
-/// Read buffer growth step.
-pub(super) const READ_BUFFER_BYTES: usize = 256 * 1024;
-
-/// Why a connection ended early; logged, never propagated.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum ConnError {
-    #[error("socket: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("framing: {0}")]
-    Frame(#[from] weft_iscsi::FrameError),
-    #[error("login timed out")]
-    LoginTimeout,
-    #[error("login refused with status {0:#06x}")]
-    LoginRefused(u16),
-    #[error("a PDU other than Login Request during login")]
-    NotLogin,
-    #[error("protocol: {0}")]
-    Protocol(&'static str),
-}
-
 /// Serve one connection that came in on the portal with relative target port `port`.
 pub(super) async fn serve(
     mut stream: TcpStream,

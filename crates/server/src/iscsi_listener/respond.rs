@@ -5,7 +5,7 @@
 use weft_iscsi::request::ScsiCommand;
 use weft_iscsi::response::{self, DataIn, Status};
 
-use super::session::Shared;
+use super::shared::Shared;
 
 /// Sense key ABORTED COMMAND, and the ASC/ASCQ of a Data-Out out of sequence or offset.
 pub(super) const ABORTED_COMMAND: u8 = 0x0b;

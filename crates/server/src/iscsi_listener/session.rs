@@ -28,15 +28,15 @@ use weft_iscsi::response::{self, ReadyToTransfer};
 use weft_iscsi::session::{CmdSnCheck, Sequence};
 use weft_iscsi::text::{parse_pairs, push_pair};
 use weft_iscsi::wire::*;
-use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Numbers, Parse, Request, SessionParams};
+use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Parse, Request};
 use weft_scsi::{LogicalUnit, Nexus};
 
-use super::connection::{ConnError, READ_BUFFER_BYTES};
 use super::keepalive::{Due, Keepalive};
 use super::lun::ExportLun;
 use super::respond::{
     respond, transfer, Transfer, ABORTED_COMMAND, DATA_OFFSET_ERROR, DATA_PHASE_ERROR,
 };
+use super::shared::{ConnError, Shared, READ_BUFFER_BYTES};
 use super::targets::Viewer;
 use super::{Portal, SharedLu};
 use crate::api::types::SessionProtocol;
@@ -52,38 +52,6 @@ const WRITE_GATHER_MAX_BYTES: u32 = weft_scsi::limits::MAX_TRANSFER_BYTES;
 const INLINE_TRANSFER_MAX_BYTES: u32 = 64 * 1024;
 /// Opcode of REPORT LUNS, which the transport answers (it knows the LUN list).
 const REPORT_LUNS: u8 = 0xa0;
-
-/// What the reader and the command jobs share.
-pub(super) struct Shared {
-    pub(super) sequence: Mutex<Sequence>,
-    pub(super) tx: mpsc::UnboundedSender<Vec<u8>>,
-    pub(super) digests: Digests,
-    pub(super) params: SessionParams,
-    /// Cancelled when the session must end (export gone, logout).
-    closing: CancellationToken,
-    /// Tags of commands handed to the pool and not yet answered, and a wake-up when one is:
-    /// task management waits for them so no response follows its own.
-    executing: Mutex<std::collections::HashSet<u32>>,
-    answered: tokio::sync::Notify,
-}
-
-impl Shared {
-    /// Encode a PDU that carries status (takes the next StatSN) and queue it.
-    fn send_status(&self, encode: impl FnOnce(Numbers, &mut Vec<u8>)) {
-        let mut sequence = self.sequence.lock();
-        let mut out = Vec::new();
-        encode(sequence.next_status(), &mut out);
-        let _ = self.tx.send(out);
-    }
-
-    /// Encode a PDU that carries no status (R2T) and queue it.
-    fn send_plain(&self, encode: impl FnOnce(Numbers, &mut Vec<u8>)) {
-        let sequence = self.sequence.lock();
-        let mut out = Vec::new();
-        encode(sequence.current(), &mut out);
-        let _ = self.tx.send(out);
-    }
-}
 
 /// A session's LUN.
 struct Lun {
@@ -160,8 +128,6 @@ struct Reader<'a> {
     departed: Vec<Arc<SharedLu>>,
     /// The connection sees unmapped exports ([`crate::access`]).
     open: bool,
-    /// The relative target port of the portal the session came in on.
-    port: u16,
     discovery: bool,
     target: Option<String>,
     local: std::net::SocketAddr,
@@ -211,7 +177,6 @@ pub(super) async fn run(
         nexus: Arc::new(Nexus::iscsi(&login.initiator, login.isid, port)),
         departed: Vec::new(),
         open,
-        port,
         discovery: login.target.is_none(),
         target: login.target.clone(),
         local,
@@ -316,12 +281,14 @@ fn open_lun(
     portal: &Portal,
     export: &str,
     target: &str,
-    port: u16,
+    nexus: &Nexus,
     origin: &SessionOrigin,
 ) -> Option<Arc<Lun>> {
     let handle = portal.backend.open(export).ok()?;
     let handle = portal.sessions.track(handle, origin.clone());
     let shared = portal.shared_lu(export);
+    // From now on this nexus hears of the LU's access state changes.
+    shared.state.nexus_joined(nexus);
     let resets_seen = AtomicU64::new(shared.resets.load(Ordering::Acquire));
     Some(Arc::new(Lun {
         export: export.to_string(),
@@ -331,8 +298,8 @@ fn open_lun(
         lu: Arc::new(ExportLun::new(
             handle,
             target,
-            super::PORTAL_GROUP_TAG,
-            port,
+            portal.port_group,
+            nexus.relative_target_port,
             portal.ports.clone(),
         )),
     }))
@@ -677,7 +644,7 @@ impl Reader<'_> {
         for (n, export) in wanted {
             let lun = match self.luns.get(&n) {
                 Some(l) if l.export == export => Some(Arc::clone(l)),
-                _ => open_lun(self.portal, &export, target, self.port, &origin),
+                _ => open_lun(self.portal, &export, target, &self.nexus, &origin),
             };
             if let Some(lun) = lun {
                 lun.luns_changed.store(!first, Ordering::Release);
