@@ -447,6 +447,14 @@ fn recover_family(
             tracing::warn!(family = fid.0, segment, error = %e, "could not delete stripe");
         }
     }
+    // A checkpointed segment that no store listed and no block points into after the replay
+    // above was reclaimed by GC after the checkpoint (its relocations were replayed): it is
+    // forgotten, as GC forgets it. Proof: no live block is in it, so nothing can be lost;
+    // if a store that did not answer still holds a stripe of it, that stripe is below the
+    // next checkpoint and goes as finished GC.
+    sealed.retain(|id, _| {
+        listing.stripes.contains_key(&id.0) || family.table.segment_usage(*id).live_bytes > 0
+    });
     // Segments the checkpoint holds stay, readable or not: a d.node that is down now may
     // hold them, and the repairer rebuilds them once it is back. Reads of their blocks fail
     // with EIO meanwhile.
