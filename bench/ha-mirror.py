@@ -357,7 +357,8 @@ def render(meta: dict, results: dict) -> str:
     if single or mirr:
         L.append("`single` = the owner c.node without a partner; `mirrored` = the same c.node (same data "
                  "dir, same volume) with `--partner` and a caught-up standby. Latency is write + flush "
-                 "(fio `fsync=1`: mean of each summed, p99 = sum of the p99s). c.node CPU: 100% = one "
+                 "(fio `fsync=1`: mean / p50 / p99, each the sum of the write's and the flush's; the "
+                 "ratio and the goal are on the mean). c.node CPU: 100% = one "
                  "core, owner + partner when mirrored; CPU-s/GB = c.node CPU-seconds per GB (10^9 B) "
                  "the host wrote in the measured window.")
         L.append("")
@@ -416,8 +417,7 @@ def render(meta: dict, results: dict) -> str:
                            ("nbd_read_s", "**standby answers an NBD read** (failover time)"),
                            ("serve_json_s", "serve.json names the standby"),
                            ("ready_s", "standby prints `ready`"),
-                           ("resync_s", "killed c.node restarted → `mirrored` again (from its restart)"),
-                           ("kill_to_mirrored_s", "kill → `mirrored` again")):
+                           ("resync_s", "killed c.node restarted → `mirrored` again (from its restart)")):
             xs = [k[key] for k in kills if k.get(key) is not None]
             if xs:
                 L.append(f"| {title} | {statistics.median(xs):.2f} | {max(xs):.2f} | {min(xs):.2f} |")
@@ -452,6 +452,16 @@ def render(meta: dict, results: dict) -> str:
         if a and b and nc.ok(a) and nc.ok(b) and a["iops"]:
             L.append("")
             L.append(f"After / before: {b['iops'] / a['iops']:.2f}x.")
+        parts = []
+        for key, when in (("full_read_before", "before the first kill"), ("full_read_after", "after the last kill")):
+            r = rd.get(key)
+            if r:
+                owner = f" ({r['owner']})" if r.get("owner") else ""
+                parts.append(f"{when}{owner}: {benchlib.gib(r.get('read_bytes'))} read, "
+                             f"{r.get('total_err')} errors")
+        if parts:
+            L.append("")
+            L.append("Whole volume read (1M QD8, `continue_on_error=read`): " + "; ".join(parts) + ".")
         ra = rd.get("repair_after") or {}
         if ra:
             L.append("")
@@ -480,7 +490,8 @@ def cost_cell(job, r: dict | None) -> str:
         return "FAILED"
     us = nc.fmt_us
     if job.fsync:
-        return f"{us(r['lat_mean_us'])} / p99 {us(r['lat_p99_us'])} ({r['iops']:.0f}/s)"
+        return (f"{us(r['lat_mean_us'])} / p50 {us(r.get('lat_p50_us'))} / p99 {us(r['lat_p99_us'])} "
+                f"({r['iops']:.0f}/s)")
     return f"{r['bw_MBps']:.0f} MB/s" if job.is_seq else f"{r['iops']:.0f} IOPS"
 
 
@@ -684,7 +695,8 @@ def run(run_dir: Path, args: argparse.Namespace, parts: set[str], results: dict)
     mirrored = Target("mirrored", cl, c1, c2)
     if "reads" in parts:
         results["reads"] = {"before_owner": c1.name, "repair_before": repair_state(c1),
-                            "before": run_jobs(mirrored, [READ_JOB], args, tag="-before")[READ_JOB.name]}
+                            "before": run_jobs(mirrored, [READ_JOB], args, tag="-before")[READ_JOB.name],
+                            "full_read_before": full_read(mirrored, args, "before")}
     owner, standby = c1, c2
     fo: dict = {"lease_ttl": args.cnode_lease_ttl, "kills": []}
     results["failover"] = fo
@@ -704,7 +716,32 @@ def run(run_dir: Path, args: argparse.Namespace, parts: set[str], results: dict)
             results["reads"]["repair_after"] = repair_state(owner)
             results["reads"]["after"] = run_jobs(t, [READ_JOB], args, tag="-after")[READ_JOB.name]
             results["reads"]["repair_after_job"] = repair_state(owner)
+    if "reads" in parts:
+        results["reads"]["full_read_after"] = full_read(Target("final-owner", cl, owner, standby), args,
+                                                        f"after-{kills}-kills")
+        results["reads"]["full_read_after"]["owner"] = owner.name
     return 0
+
+
+def full_read(t: Target, args: argparse.Namespace, tag: str) -> dict:
+    """Every byte of vol0 read (1M, QD8) through the owner, going on after an error: does any
+    block read fail (EIO) — e.g. one mapped to a segment the new owner found unreadable?"""
+    out = t.dir / f"fio-full-read-{tag}.json"
+    cmd = nc.fio_base(t.uri, "full-read") + ["--rw=read", "--bs=1M", "--iodepth=8", f"--size={args.size}",
+                                             "--continue_on_error=read", f"--output={out}"]
+    log(f"{t.name}: read all of vol0 ({tag})")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.size / (5 << 20) + 300)
+    res: dict = {"rc": p.returncode, "cmd": shlex.join(cmd),
+                 "io_u_errors_in_stderr": p.stderr.count("io_u error"), "stderr_tail": p.stderr[-600:]}
+    try:
+        j = nc.load_fio_json(out)["jobs"][0]
+        res.update({"read_bytes": j["read"]["io_bytes"], "MBps": j["read"]["bw_bytes"] / 1e6,
+                    "total_err": j.get("total_err"), "first_error": j.get("first_error")})
+    except (OSError, RuntimeError, ValueError, KeyError, IndexError) as e:
+        res["json_error"] = str(e)
+    log(f"{t.name}: read {res.get('read_bytes')} bytes, errors: {res.get('total_err')} "
+        f"({res['io_u_errors_in_stderr']} io_u errors)")
+    return res
 
 
 def repair_state(c: Cnode) -> dict | None:
