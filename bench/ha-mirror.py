@@ -272,11 +272,13 @@ def one_failover(i: int, owner: Cnode, standby: Cnode, args: argparse.Namespace,
     if args.load_iops:
         cmd.append(f"--rate_iops={args.load_iops}")
     res["load_cmd"] = shlex.join(cmd)
-    load = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    errf = run_dir / f"fio-load-{i + 1}.stderr"  # a file: fio's error lines after the kill never block it
+    with open(errf, "wb") as ef:
+        load = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=ef)
     try:
         time.sleep(args.load_seconds)
         if load.poll() is not None:
-            raise RuntimeError(f"load fio exited before the kill: {load.communicate()[1][-500:]}")
+            raise RuntimeError(f"load fio exited before the kill: {errf.read_text(errors='replace')[-500:]}")
         log(f"kill {i + 1}/{args.kills}: kill -9 {owner.name} (pid {owner.pid}) under load; "
             f"{standby.name} (pid {standby.pid}) should take over")
         t_kill_wall, t_kill = time.time(), time.monotonic()
@@ -310,7 +312,7 @@ def one_failover(i: int, owner: Cnode, standby: Cnode, args: argparse.Namespace,
         res["recovery_elapsed_ms"] = tl.get("recovery_elapsed_ms")
         res["unreadable_segments_logged"] = tl.get("unreadable_segments")
     finally:
-        # fio's nbd engine may sit on the dead connection: its job is done once the kill is.
+        # The load's job is done once the kill is; fio may still be retrying the dead server.
         if load.poll() is None:
             load.send_signal(signal.SIGINT)
             try:
