@@ -25,6 +25,7 @@ import argparse
 import datetime as dt
 import importlib.util
 import json
+import os
 import re
 import shlex
 import shutil
@@ -273,8 +274,8 @@ def one_failover(i: int, owner: Cnode, standby: Cnode, args: argparse.Namespace,
         cmd.append(f"--rate_iops={args.load_iops}")
     res["load_cmd"] = shlex.join(cmd)
     errf = run_dir / f"fio-load-{i + 1}.stderr"  # a file: fio's error lines after the kill never block it
-    with open(errf, "wb") as ef:
-        load = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=ef)
+    with open(errf, "wb") as ef:  # own process group: fio forks a process per job
+        load = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=ef, start_new_session=True)
     try:
         time.sleep(args.load_seconds)
         if load.poll() is not None:
@@ -313,13 +314,18 @@ def one_failover(i: int, owner: Cnode, standby: Cnode, args: argparse.Namespace,
         res["unreadable_segments_logged"] = tl.get("unreadable_segments")
     finally:
         # The load's job is done once the kill is; fio may still be retrying the dead server.
+        # SIGKILL goes to its process group (its job processes too, or they would linger).
         if load.poll() is None:
             load.send_signal(signal.SIGINT)
             try:
                 load.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                load.send_signal(signal.SIGKILL)
+                os.killpg(load.pid, signal.SIGKILL)
                 load.wait()
+        try:
+            os.killpg(load.pid, signal.SIGKILL)  # a job process left behind by fio's exit
+        except ProcessLookupError:
+            pass
     res["load_rc"] = load.returncode
     try:
         j = nc.load_fio_json(out)["jobs"][0]["write"]
