@@ -533,6 +533,7 @@ class Cluster:
         self.cnode: Proc | None = None
         self.cdir = dir / "cnode"
         self.uri = ""
+        self.etcd_url = ""
         self.cmds: dict[str, str] = {}
 
     def start(self) -> None:
@@ -560,7 +561,7 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise RuntimeError("etcd not healthy:\n" + self.etcd.log_tail())
             time.sleep(0.1)
-        url = f"etcd://127.0.0.1:{p1}"
+        url = self.etcd_url = f"etcd://127.0.0.1:{p1}"
         lease = getattr(a, "lease_ttl", None)
         for i in range(self.n_dnodes):
             port = free_port()
@@ -574,14 +575,7 @@ class Cluster:
             d.wait_ready(a.start_timeout)
         self.cmds["dnode0"] = shlex.join(self.dnodes[0].cmd)
         nbd, api = free_port(), free_port()
-        cmd = [str(a.weft_bin), "--data-dir", str(self.cdir), "cnode", "--cluster", url,
-               "--nbd-listen", f"127.0.0.1:{nbd}", "--api-listen", f"127.0.0.1:{api}",
-               "--iscsi-listen", "127.0.0.1:0",
-               "--default-volume-size", human_size(self.size), "--wait-for-dnodes", "20s",
-               "--redundancy", self.redundancy]
-        if self.out_grace:
-            cmd += ["--out-grace", self.out_grace]
-        cmd += shlex.split(getattr(a, "cnode_args", "") or "")
+        cmd = self.cnode_cmd(self.cdir, nbd, api)
         self.cnode = Proc("cnode", cmd, self.dir)
         self.cmds["cnode"] = shlex.join(cmd)
         self.cnode.wait_ready(a.start_timeout)
@@ -589,6 +583,19 @@ class Cluster:
         self.uri = f"nbd://127.0.0.1:{nbd}/vol0"
         log(f"{self.name}: c.node pid {self.cnode.pid}, d.node pids "
             f"{[d.pid for d in self.dnodes]}, etcd pid {self.etcd.pid}; {self.uri}")
+
+    def cnode_cmd(self, data_dir: Path, nbd_port: int, api_port: int,
+                  extra: list[str] | None = None) -> list[str]:
+        """`weft cnode` against this cluster's etcd on data_dir (args.cnode_args, then extra,
+        appended); also for a second c.node (bench/ha-mirror.py)."""
+        cmd = [str(self.args.weft_bin), "--data-dir", str(data_dir), "cnode", "--cluster", self.etcd_url,
+               "--nbd-listen", f"127.0.0.1:{nbd_port}", "--api-listen", f"127.0.0.1:{api_port}",
+               "--iscsi-listen", "127.0.0.1:0",
+               "--default-volume-size", human_size(self.size), "--wait-for-dnodes", "20s",
+               "--redundancy", self.redundancy]
+        if self.out_grace:
+            cmd += ["--out-grace", self.out_grace]
+        return cmd + shlex.split(getattr(self.args, "cnode_args", "") or "") + list(extra or [])
 
     def pids(self) -> list[int]:
         """The weft processes (c.node + live d.nodes): their CPU is the server CPU."""
