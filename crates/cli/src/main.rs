@@ -16,6 +16,7 @@ mod print;
 mod size;
 mod status_cmd;
 mod top;
+mod volume_cmd;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -418,7 +419,7 @@ fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
             client::print_json(&client.call("GET", "/stats/volumes", None)?)
         }
         Command::Top(args) => top::top(&client, args),
-        command => client::run(&client, command_to_request(command), json),
+        command => volume_cmd::run(&client, command_to_request(command), json),
     }
 }
 
@@ -435,8 +436,8 @@ fn clamp_exit(code: i32) -> u8 {
     u8::try_from(code).unwrap_or(1)
 }
 
-fn command_to_request(command: Command) -> client::Request {
-    use client::Request as R;
+fn command_to_request(command: Command) -> volume_cmd::Request {
+    use volume_cmd::Request as R;
     match command {
         Command::Volume(VolumeCommand::Create {
             name,
