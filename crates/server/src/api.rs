@@ -45,6 +45,8 @@ pub mod types;
 #[derive(Debug, Clone)]
 pub struct ApiState {
     pub engine: Arc<Engine>,
+    /// The used bytes over the last day, for the capacity report's growth rate.
+    pub capacity: Arc<crate::capacity::CapacityHistory>,
     /// The cluster this c.node serves (`None`: single-process mode).
     pub cluster: Option<Arc<ClusterPlacement>>,
     pub token: Arc<str>,
@@ -130,6 +132,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/version", get(version))
         .route("/api/v1/stats", get(stats))
+        .route("/api/v1/capacity", get(capacity))
         .route("/api/v1/stats/volumes", get(stats::volumes))
         .route("/api/v1/stats/stream", get(stats::stream))
         .route("/api/v1/volumes/{name}/stats", get(stats::series))
@@ -691,6 +694,35 @@ async fn refuse_if_busy(
 async fn stats(State(state): State<ApiState>) -> Result<Json<weft_engine::EngineStats>, ApiError> {
     let engine = state.engine.clone();
     Ok(Json(blocking(move || Ok(engine.stats())).await?))
+}
+
+/// Capacity: the free space of the file systems under the data dir and every d.node disk
+/// (each counted once), used, usable after redundancy, overcommit, days to full at the recent
+/// growth, and warnings at 80 % and 90 %.
+#[utoipa::path(
+    get,
+    path = "/api/v1/capacity",
+    tag = "stats",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The capacity report", body = crate::capacity::CapacityReport),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
+async fn capacity(
+    State(state): State<ApiState>,
+) -> Result<Json<crate::capacity::CapacityReport>, ApiError> {
+    Ok(Json(
+        blocking(move || {
+            Ok(crate::capacity::report_now(
+                &state.engine,
+                state.cluster.as_deref(),
+                &state.capacity,
+            ))
+        })
+        .await?,
+    ))
 }
 
 /// Wait until every acknowledged write is in sealed segments.

@@ -268,9 +268,34 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             shutdown.clone(),
         ))
     });
+    let capacity_history = Arc::new(crate::capacity::CapacityHistory::default());
+    let capacity_sampler = {
+        let (engine, cluster, history) = (
+            engine.clone(),
+            cluster.clone(),
+            Arc::clone(&capacity_history),
+        );
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let every = Duration::from_millis(crate::capacity::SAMPLE_INTERVAL_MS);
+            loop {
+                let (engine, cluster, history) =
+                    (engine.clone(), cluster.clone(), Arc::clone(&history));
+                let _ = tokio::task::spawn_blocking(move || {
+                    crate::capacity::report_now(&engine, cluster.as_deref(), &history)
+                })
+                .await;
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(every) => {}
+                }
+            }
+        })
+    };
     let state = ApiState {
         cluster: cluster.clone(),
         engine: engine.clone(),
+        capacity: Arc::clone(&capacity_history),
         token,
         nbd_address: nbd_addr.to_string().into(),
         iscsi_portal: iscsi_addr.map(|a| a.to_string().into()),
@@ -282,6 +307,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         engine: engine.clone(),
         io: Arc::clone(&io),
         cluster: cluster.clone(),
+        capacity: capacity_history,
     }));
     let _ = api_slot.set(api::router(state));
 
@@ -375,6 +401,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         let _ = task.await;
     }
     let _ = api_task.await;
+    let _ = capacity_sampler.await;
     if let Some(task) = metrics_task {
         let _ = task.await;
     }

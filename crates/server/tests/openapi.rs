@@ -133,6 +133,7 @@ async fn every_documented_operation_reaches_a_handler() {
     let router = api::router(ApiState {
         engine,
         cluster: None,
+        capacity: Default::default(),
         token: "secret".into(),
         nbd_address: "127.0.0.1:10809".into(),
         iscsi_portal: None,
@@ -175,6 +176,7 @@ async fn the_document_is_served_without_a_token() {
     let router = api::router(ApiState {
         engine,
         cluster: None,
+        capacity: Default::default(),
         token: "secret".into(),
         nbd_address: "127.0.0.1:10809".into(),
         iscsi_portal: None,

@@ -45,6 +45,7 @@ use super::{cluster, hosts, sessions, stats};
         super::create_clone,
         sessions::of_snapshot,
         super::stats,
+        super::capacity,
         stats::volumes,
         stats::stream,
         stats::series,
