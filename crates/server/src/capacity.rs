@@ -56,9 +56,12 @@ pub struct CapacityReport {
     pub filesystems: Vec<FileSystemSpace>,
     /// Bytes of chunks stored, raw (copies and parity included).
     pub used_bytes: u64,
-    /// Raw bytes the chunk stores can still take: their file systems' free space (each
-    /// counted once), capped by configured limits (`--capacity`).
+    /// Raw bytes host writes can still fill: the free space of the chunk stores' file
+    /// systems (each counted once), capped by configured limits (`--capacity`), less
+    /// `reserved_bytes`.
     pub free_bytes: u64,
+    /// Raw bytes kept for sealing and GC: writes are refused (ENOSPC) before they reach it.
+    pub reserved_bytes: u64,
     /// `used_bytes + free_bytes`: all the raw space weft can fill.
     pub raw_bytes: u64,
     /// `used_bytes` as a share of `raw_bytes`, in percent.
@@ -126,6 +129,8 @@ pub struct Figures {
     pub places: Vec<Place>,
     pub redundancy: Redundancy,
     pub provisioned_bytes: u64,
+    /// See [`weft_engine::space::write_reserve_bytes`].
+    pub reserve_bytes: u64,
 }
 
 /// The used bytes over the last day.
@@ -230,6 +235,7 @@ pub fn gather(engine: &Engine, cluster: Option<&ClusterPlacement>) -> Figures {
         places,
         redundancy,
         provisioned_bytes,
+        reserve_bytes: weft_engine::space::write_reserve_bytes(engine.config()),
     }
 }
 
@@ -294,6 +300,8 @@ pub fn report(figures: &Figures, history: &CapacityHistory, now_ms: u64) -> Capa
             None => free += limited.unwrap_or(0),
         }
     }
+    let reserved = figures.reserve_bytes.min(free);
+    let free = free - reserved;
     let raw = used + free;
     let used_percent = percent(used, raw);
     let overhead = overhead(figures.redundancy);
@@ -342,6 +350,7 @@ pub fn report(figures: &Figures, history: &CapacityHistory, now_ms: u64) -> Capa
         filesystems,
         used_bytes: used,
         free_bytes: free,
+        reserved_bytes: reserved,
         raw_bytes: raw,
         used_percent,
         redundancy: figures.redundancy.to_string(),
@@ -440,6 +449,7 @@ mod tests {
             places,
             redundancy: Redundancy::parse("4+2").unwrap(),
             provisioned_bytes: 60 * GIB,
+            reserve_bytes: 0,
         };
         let r = report(&figures, &CapacityHistory::default(), 0);
         assert_eq!(r.filesystems.len(), 1);
@@ -467,6 +477,7 @@ mod tests {
             )],
             redundancy: Redundancy::None,
             provisioned_bytes: 20 * GIB,
+            reserve_bytes: 0,
         };
         let r = report(&figures(5 * GIB), &history, 1_000);
         assert_eq!((r.free_bytes, r.raw_bytes), (5 * GIB, 10 * GIB));
@@ -498,6 +509,7 @@ mod tests {
             places: vec![store("local /c", fs("m:1", 100 * GIB, 5 * GIB), GIB, None)],
             redundancy: Redundancy::None,
             provisioned_bytes: 0,
+            reserve_bytes: 0,
         };
         let r = report(&figures, &CapacityHistory::default(), 0);
         assert_eq!(r.level, Level::Critical);
@@ -518,6 +530,37 @@ mod tests {
         h.record(HISTORY_WINDOW_MS + 1_000, 100);
         // The first sample is now older than a day.
         assert_eq!(h.samples.lock().front().copied(), Some((2_000, 100)));
+    }
+
+    #[test]
+    fn the_write_reserve_is_not_free() {
+        let figures = Figures {
+            places: vec![store(
+                "local /c",
+                fs("m:1", 100 * GIB, 50 * GIB),
+                0,
+                Some(GIB),
+            )],
+            redundancy: Redundancy::None,
+            provisioned_bytes: GIB,
+            reserve_bytes: 48 << 20,
+        };
+        let r = report(&figures, &CapacityHistory::default(), 0);
+        assert_eq!(r.reserved_bytes, 48 << 20);
+        assert_eq!(r.free_bytes, GIB - (48 << 20));
+        assert_eq!(r.raw_bytes, r.free_bytes);
+        // A store with less room than the reserve has none free, and reserves what there is.
+        let tiny = Figures {
+            places: vec![store(
+                "local /c",
+                fs("m:1", 100 * GIB, 50 * GIB),
+                0,
+                Some(16 << 20),
+            )],
+            ..figures
+        };
+        let r = report(&tiny, &CapacityHistory::default(), 0);
+        assert_eq!((r.free_bytes, r.reserved_bytes), (0, 16 << 20));
     }
 
     #[test]

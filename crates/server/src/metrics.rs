@@ -562,11 +562,6 @@ fn encode_capacity(
                 c.growth_bytes_per_day.unwrap_or(0.0),
             ),
             (
-                "capacity_days_to_full",
-                "Days until the raw space is full at that growth (+Inf: not growing)",
-                c.days_to_full.unwrap_or(f64::INFINITY),
-            ),
-            (
                 "capacity_level",
                 "0 ok, 1 warning (80 % used), 2 critical (90 %): the worst of weft's space and its file systems",
                 match c.level {
@@ -577,6 +572,16 @@ fn encode_capacity(
             ),
         ],
     )?;
+    // Only while growing: a gauge of +Inf would be read as a number by dashboards.
+    let mut f = family(
+        encoder,
+        "capacity_days_to_full",
+        "Days until the raw space is full at the recent growth (absent: not growing)",
+        MetricType::Gauge,
+    )?;
+    if let Some(days) = c.days_to_full {
+        f.gauge(&Vec::new(), days)?;
+    }
     type Get = fn(&crate::capacity::FileSystemSpace) -> f64;
     let per_fs: [(&str, &str, Get); 3] = [
         (
