@@ -252,9 +252,10 @@ fn print_capacity(c: &Value, full: &str) {
     ) {
         (None, _) => "not measured yet (two samples a second apart are needed)".to_string(),
         (Some(g), Some(days)) => format!(
-            "{}/day over the last {}: full in {days:.1} days",
+            "{}/day over the last {}: full in {}",
             signed(g),
-            duration(c["growth_window_s"].as_u64().unwrap_or(0))
+            duration(c["growth_window_s"].as_u64().unwrap_or(0)),
+            full_in(days)
         ),
         (Some(g), None) => format!(
             "{}/day over the last {}: not growing",
@@ -288,6 +289,15 @@ fn print_capacity(c: &Value, full: &str) {
     };
     for w in c["warnings"].as_array().into_iter().flatten() {
         line(level, w.as_str().unwrap_or("-"));
+    }
+}
+
+/// `3.2 days`, or `5.0 hours` under a day.
+fn full_in(days: f64) -> String {
+    if days >= 1.0 {
+        format!("{days:.1} days")
+    } else {
+        format!("{:.1} hours", days * 24.0)
     }
 }
 

@@ -1,7 +1,8 @@
 //! The web UI in headless Chromium, driven over the DevTools protocol (a websocket to the
 //! page): the static files' headers, login with the token (a wrong one refused), the volume
 //! list, the volume page's live charts and heat map moving while fio writes, the list sorted
-//! by IOPS with the busy volume first, the cluster page, and 500 volumes listed and sorted.
+//! by IOPS with the busy volume first, the cluster page (with the capacity of the file
+//! systems), and 500 volumes listed and sorted.
 //!
 //! Screenshots of each page go to `$CARGO_TARGET_TMPDIR/web-ui-screenshots/` (the path is
 //! printed). The page exposes its data for tests as `window.weft` (see ui/app.js).
@@ -544,6 +545,23 @@ fn web_ui_in_headless_chromium() {
          && document.getElementById('cl-throughput-now').textContent.includes('IOPS now')",
         PAGE_TIMEOUT,
     );
+    // Capacity from the file systems: one (data dir and chunk store share it), with its free
+    // space and the growth; no rebuild card in single-process mode.
+    page.wait_for(
+        "the capacity card",
+        "weft.cluster.capacity !== null && weft.cluster.capacity.filesystems.length === 1 \
+         && document.getElementById('cl-capacity').textContent.includes(' free of ') \
+         && document.querySelectorAll('#cl-filesystems tbody tr').length === 1 \
+         && document.querySelector('#cl-filesystems tbody td').textContent.startsWith('data dir ') \
+         && document.getElementById('cl-capacity-kv').textContent.includes('overcommit') \
+         && document.getElementById('cl-rebuild-card').hidden",
+        PAGE_TIMEOUT,
+    );
+    let warnings = page.eval(
+        "weft.cluster.capacity.warnings.length === \
+         document.querySelectorAll('#cl-capacity-warnings li').length",
+    );
+    assert_eq!(warnings, json!(true), "every capacity warning is shown");
     page.screenshot(&shots, "4-cluster", VIEW_HEIGHT_PX);
     assert_no_page_errors(&mut page, "after the fio run");
 
