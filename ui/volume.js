@@ -330,7 +330,7 @@ const VolumePage = (() => {
     const pairs = [
       ['size', Fmt.bytes(info.size_bytes)],
       ['sector', info.logical_block_size + ' B'],
-      ['mapped', Fmt.bytes(sp.mapped_bytes)],
+      ['allocated', Fmt.bytes(sp.mapped_bytes)],
       ['zeroes', Fmt.bytes(sp.zero_bytes)],
       ['own', Fmt.bytes(sp.own_bytes)],
       ['shared', Fmt.bytes(sp.shared_bytes)],
@@ -397,7 +397,7 @@ const VolumePage = (() => {
   function node(info, kind, current) {
     const sp = info.space || {};
     const mapped = sp.mapped_bytes || 0;
-    const bar = Dom.el('span', { class: 'minibar', title: 'own of mapped' });
+    const bar = Dom.el('span', { class: 'minibar', title: 'own of allocated' });
     const fill = Dom.el('span', { class: 'fill' });
     fill.style.width = (mapped ? Math.min(100, (100 * (sp.own_bytes || 0)) / mapped) : 0).toFixed(1) + '%';
     bar.append(fill);
@@ -407,7 +407,7 @@ const VolumePage = (() => {
       link(info.name), ' ', bar,
       Dom.el('span', {
         class: 'space',
-        text: 'mapped ' + Fmt.bytes(mapped) + ' · own ' + Fmt.bytes(sp.own_bytes) + ' · shared '
+        text: 'allocated ' + Fmt.bytes(mapped) + ' · own ' + Fmt.bytes(sp.own_bytes) + ' · shared '
           + Fmt.bytes(sp.shared_bytes) + ' · unique ' + Fmt.bytes(sp.unique_stored_bytes),
       }),
       Dom.el('span', { class: 'when', text: created }));

@@ -118,7 +118,7 @@ fn table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-/// The MAPPED, OWN, SHARED and UNIQUE cells of a volume or snapshot row.
+/// The ALLOCATED, OWN, SHARED and UNIQUE cells of a volume or snapshot row.
 fn space_cells(space: &Value) -> [String; 4] {
     [
         size(&space["mapped_bytes"]),
@@ -137,12 +137,21 @@ pub fn volume_table(list: &Value) {
         .map(|v| {
             let mut row = vec![text(&v["name"]), size(&v["size_bytes"]), text(&v["origin"])];
             row.extend(space_cells(&v["space"]));
+            row.push(host_names(&v["hosts"]));
             row.push(text(&v["nbd_uri"]));
             row
         })
         .collect();
     let headers = [
-        "NAME", "SIZE>", "ORIGIN", "MAPPED>", "OWN>", "SHARED>", "UNIQUE>", "NBD URI",
+        "NAME",
+        "SIZE>",
+        "ORIGIN",
+        "ALLOCATED>",
+        "OWN>",
+        "SHARED>",
+        "UNIQUE>",
+        "HOSTS",
+        "NBD URI",
     ];
     table(&headers, &rows);
 }
@@ -161,7 +170,15 @@ pub fn snapshot_table(list: &Value) {
         })
         .collect();
     let headers = [
-        "NAME", "VOLUME", "SIZE>", "MAPPED>", "OWN>", "SHARED>", "UNIQUE>", "CLONES", "CREATED",
+        "NAME",
+        "VOLUME",
+        "SIZE>",
+        "ALLOCATED>",
+        "OWN>",
+        "SHARED>",
+        "UNIQUE>",
+        "CLONES",
+        "CREATED",
     ];
     table(&headers, &rows);
 }
@@ -223,7 +240,9 @@ fn field(key: &str, value: impl std::fmt::Display) {
 /// The space lines shared by volume and snapshot details.
 fn space(v: &Value) {
     let s = &v["space"];
-    field("mapped", size(&s["mapped_bytes"]));
+    // "Mapped" is what `volume map` does (a host sees it); blocks that read as written are
+    // "allocated" (the API's `mapped_bytes`, kept for compatibility).
+    field("allocated", size(&s["mapped_bytes"]));
     field("  own", size(&s["own_bytes"]));
     field("  zero", size(&s["zero_bytes"]));
     field("  shared", size(&s["shared_bytes"]));
@@ -283,6 +302,8 @@ pub fn volume_details(v: &Value) {
     field("created", date(&v["created_unix_s"]));
     family(v);
     field("nbd uri", text(&v["nbd_uri"]));
+    field("iscsi uri", iscsi_uri(v));
+    hosts(v);
     sessions(v);
 }
 
@@ -298,7 +319,56 @@ pub fn snapshot_details(v: &Value) {
     field("created", date(&v["created_unix_s"]));
     family(v);
     field("nbd uri", format!("{} (read-only)", text(&v["nbd_uri"])));
+    field("iscsi uri", iscsi_uri(v));
+    hosts(v);
     sessions(v);
+}
+
+/// The export's own iSCSI target (LUN 0), for initiators on loopback or an open portal.
+fn iscsi_uri(v: &Value) -> String {
+    match v["iscsi_uri"].as_str() {
+        Some(uri) => format!("{uri} (its own target)"),
+        None => "- (iSCSI off)".into(),
+    }
+}
+
+/// The hosts an export is mapped to: one line each, with the LUN and its URI on the array
+/// target.
+fn hosts(v: &Value) {
+    let list = v["hosts"].as_array().map_or(&[][..], Vec::as_slice);
+    if list.is_empty() {
+        field(
+            "hosts",
+            "none (not mapped: weft volume map NAME --host HOST)",
+        );
+        return;
+    }
+    field("hosts", count(&Value::from(list.len()), "host"));
+    for m in list {
+        println!(
+            "  {}: LUN {}{}",
+            text(&m["host"]),
+            m["lun"],
+            m["iscsi_uri"]
+                .as_str()
+                .map_or(String::new(), |u| format!(", {u}"))
+        );
+    }
+}
+
+/// `db1:0,db2:3` (host:LUN), `-` when mapped to none.
+fn host_names(v: &Value) -> String {
+    let list: Vec<String> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| format!("{}:{}", text(&m["host"]), m["lun"]))
+        .collect();
+    if list.is_empty() {
+        "-".into()
+    } else {
+        list.join(",")
+    }
 }
 
 /// `weft stats` for a person.

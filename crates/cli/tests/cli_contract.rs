@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use cluster_support::{serial, Cluster, ClusterOpts};
 use common::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const USAGE: i32 = 2;
 const UNREACHABLE: i32 = 3;
@@ -136,6 +136,35 @@ fn every_client_command_prints_json() {
     assert_eq!(j(&["host", "info", "db1"])["name"], "db1");
     let v = j(&["volume", "map", "pgdata", "--host", "db1"]);
     assert_eq!(v["lun"], 0, "{v}");
+    // volume info and list say who sees the volume, under which LUN, and the URI to log in to.
+    let array = j(&["host", "info", "db1"])["iscsi_target"].clone();
+    let uri = format!(
+        "iscsi://{}/{}/0",
+        srv.iscsi.unwrap(),
+        array.as_str().unwrap()
+    );
+    let info = j(&["volume", "info", "pgdata"]);
+    assert_eq!(
+        info["hosts"],
+        json!([{"host": "db1", "lun": 0, "iscsi_uri": uri}]),
+        "{info}"
+    );
+    let human = srv.cli_ok(&["volume", "info", "pgdata"]);
+    assert!(human.contains(&format!("  db1: LUN 0, {uri}")), "{human}");
+    assert!(human.contains("hosts        1 host"), "{human}");
+    assert!(human.contains("allocated    "), "{human}");
+    assert!(human.contains("iscsi uri    iscsi://"), "{human}");
+    let list = srv.cli_ok(&["volume", "list"]);
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("pgdata "))
+        .expect("a pgdata row");
+    assert!(row.contains(" db1:0 "), "{list}");
+    assert!(list.lines().next().unwrap().contains("ALLOCATED"), "{list}");
+    j(&["volume", "map", "pgdata@tue", "--host", "db1", "--lun", "3"]);
+    let snap = j(&["snapshot", "info", "pgdata@tue"]);
+    assert_eq!(snap["hosts"][0]["lun"], 3, "{snap}");
+    j(&["volume", "unmap", "pgdata@tue", "--host", "db1"]);
     let v = j(&["volume", "unmap", "pgdata", "--host", "db1"]);
     assert_eq!(v["unmapped"], "pgdata", "{v}");
     assert_eq!(j(&["host", "rm", "db1"])["deleted"], "host");

@@ -178,7 +178,14 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
     // list (human, JSON, of one volume) and info (human, JSON = API)
     let human = srv.cli_ok(&["snapshot", "list"]);
     let columns = [
-        "NAME", "VOLUME", "SIZE", "MAPPED", "OWN", "SHARED", "UNIQUE", "CLONES",
+        "NAME",
+        "VOLUME",
+        "SIZE",
+        "ALLOCATED",
+        "OWN",
+        "SHARED",
+        "UNIQUE",
+        "CLONES",
     ];
     assert_mentions(&human, &columns);
     assert_mentions(&human, &["CREATED"]);
@@ -221,7 +228,10 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
     assert_eq!(clone["origin"], "vol0@s1", "{clone}");
     assert_eq!(clone["family"]["id"], info["family"]["id"], "{clone}");
     let human = srv.cli_ok(&["volume", "list"]);
-    assert_mentions(&human, &["ORIGIN", "MAPPED", "OWN", "SHARED", "UNIQUE"]);
+    assert_mentions(
+        &human,
+        &["ORIGIN", "ALLOCATED", "OWN", "SHARED", "UNIQUE", "HOSTS"],
+    );
     assert!(has_row(&human, "c1", " vol0@s1 "), "{human}");
     let human = srv.cli_ok(&["volume", "info", "c1"]);
     let family = [

@@ -264,21 +264,49 @@ fn iscsi_uri(state: &ApiState, name: &str) -> Option<String> {
 }
 
 fn volume(state: &ApiState, info: VolumeInfo) -> Volume {
+    volume_with(state, info, &state.engine.list_hosts())
+}
+
+/// A volume's JSON, its host mappings found among `hosts` (listed once for a whole list).
+fn volume_with(state: &ApiState, info: VolumeInfo, hosts: &[weft_engine::HostInfo]) -> Volume {
     Volume {
         nbd_uri: nbd_uri(state, &info.name),
         iscsi_uri: iscsi_uri(state, &info.name),
         sessions: state.sessions.of_export(&info.name),
+        hosts: mappings(state, &info.name, hosts),
         info,
     }
 }
 
 fn snapshot(state: &ApiState, info: SnapshotInfo) -> Snapshot {
+    snapshot_with(state, info, &state.engine.list_hosts())
+}
+
+fn snapshot_with(
+    state: &ApiState,
+    info: SnapshotInfo,
+    hosts: &[weft_engine::HostInfo],
+) -> Snapshot {
     Snapshot {
         nbd_uri: nbd_uri(state, &info.name),
         iscsi_uri: iscsi_uri(state, &info.name),
         sessions: state.sessions.of_export(&info.name),
+        hosts: mappings(state, &info.name, hosts),
         info,
     }
+}
+
+fn mappings(
+    state: &ApiState,
+    export: &str,
+    hosts: &[weft_engine::HostInfo],
+) -> Vec<types::HostMapping> {
+    types::HostMapping::of(
+        export,
+        hosts,
+        &state.array_target,
+        state.iscsi_portal.as_deref(),
+    )
 }
 
 /// List the volumes.
@@ -295,9 +323,13 @@ fn snapshot(state: &ApiState, info: SnapshotInfo) -> Snapshot {
 )]
 async fn list_volumes(State(state): State<ApiState>) -> Result<Json<Vec<Volume>>, ApiError> {
     let engine = state.engine.clone();
-    let volumes = blocking(move || Ok(engine.list_volumes())).await?;
+    let (volumes, hosts) =
+        blocking(move || Ok((engine.list_volumes(), engine.list_hosts()))).await?;
     Ok(Json(
-        volumes.into_iter().map(|v| volume(&state, v)).collect(),
+        volumes
+            .into_iter()
+            .map(|v| volume_with(&state, v, &hosts))
+            .collect(),
     ))
 }
 
@@ -517,9 +549,18 @@ async fn list_snapshots(
     QueryArgs(query): QueryArgs<ListSnapshotsQuery>,
 ) -> Result<Json<Vec<Snapshot>>, ApiError> {
     let engine = state.engine.clone();
-    let snapshots = blocking(move || engine.list_snapshots(query.volume.as_deref())).await?;
+    let (snapshots, hosts) = blocking(move || {
+        Ok((
+            engine.list_snapshots(query.volume.as_deref())?,
+            engine.list_hosts(),
+        ))
+    })
+    .await?;
     Ok(Json(
-        snapshots.into_iter().map(|s| snapshot(&state, s)).collect(),
+        snapshots
+            .into_iter()
+            .map(|s| snapshot_with(&state, s, &hosts))
+            .collect(),
     ))
 }
 
