@@ -44,6 +44,16 @@ fn assert_exit(out: &CmdOut, want: i32, what: &str) {
     }
 }
 
+/// `weft --help`, with the exit-code table.
+fn weft_cli_help() -> String {
+    run(
+        Command::new(weft_bin()).arg("--help"),
+        Duration::from_secs(30),
+    )
+    .ok()
+    .stdout
+}
+
 fn json_of(out: &CmdOut) -> Value {
     assert_eq!(
         code(out),
@@ -494,6 +504,11 @@ fn cluster_commands_print_json_and_dnode_out_asks() {
         a.push("--json");
         json_of(&c.cli(&a))
     };
+    // `cluster status` exits 0 once healthy (the first repair scan has run)...
+    poll_until(Duration::from_secs(60), "a healthy cluster", || {
+        let out = c.cli(&["cluster", "status"]);
+        (code(&out) == Some(0)).then_some(())
+    });
     let v = j(&[
         "pool",
         "create",
@@ -539,9 +554,45 @@ fn cluster_commands_print_json_and_dnode_out_asks() {
     assert_eq!(v["id"], ids[0].as_str(), "{v}");
     let v = j(&["dnode", "in", &ids[0]]);
     assert_eq!(v["id"], ids[0].as_str(), "{v}");
-    assert_eq!(j(&["cluster", "status"])["mode"], "cluster");
+    let out = c.cli(&["cluster", "status", "--json"]);
+    let v: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(v["mode"], "cluster");
     let st = j(&["status"]);
     assert_eq!(st["cluster"]["mode"], "cluster", "{st}");
     let out = c.cli_ok(&["status"]);
     assert!(out.contains("d.nodes       3:"), "{out}");
+
+    // ...and 7 (documented) with a pool whose PGs need more d.nodes than there are, saying
+    // what is missing and what to do, in JSON too.
+    j(&["pool", "create", "wide", "--ec", "3+1", "--pg-count", "4"]);
+    // The monitor maps the new pool's PGs at its next round.
+    let out = poll_until(Duration::from_secs(30), "the wide pool's PGs mapped", || {
+        let out = c.cli(&["cluster", "status"]);
+        out.stdout.contains("4 PGs: 0 healthy, 0 degraded, 4 incomplete").then_some(out)
+    });
+    assert_exit(&out, 7, "cluster status with incomplete PGs");
+    assert!(
+        out.stderr.contains("NOT healthy") && out.stderr.contains("pool wide: 4 PGs incomplete"),
+        "{}",
+        out.all()
+    );
+    assert!(
+        out.stdout.contains("min_size 4, 4 PGs:"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("hint: pool wide: 3+1 puts each PG on 4 d.nodes")
+            && out.stdout.contains("add 1 d.node"),
+        "{}",
+        out.stdout
+    );
+    let out = c.cli(&["cluster", "status", "--json"]);
+    assert_exit(&out, 7, "cluster status --json with incomplete PGs");
+    let v: Value = serde_json::from_str(&out.stdout).expect("JSON before the exit code");
+    assert_eq!(v["healthy"], false, "{v}");
+    assert!(
+        weft_cli_help().contains("  7  cluster status: the cluster answered but is NOT healthy")
+    );
 }
