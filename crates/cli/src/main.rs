@@ -93,7 +93,8 @@ enum Command {
     Clone(CloneCommand),
     /// One screen: server, addresses, volumes, space, data reduction, backlog, cluster.
     Status,
-    /// Datastore statistics: data reduction, space, write amplification, GC.
+    /// Datastore statistics: data reduction, space, disk bytes written per host byte, GC
+    /// amplification and the GC's runs, segments reclaimed, bytes moved and freed.
     Stats,
     /// Per-volume IOPS, MB/s and latency, refreshed every second (like iostat); with
     /// --json, one sample of the per-volume statistics.

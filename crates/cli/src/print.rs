@@ -371,6 +371,17 @@ fn host_names(v: &Value) -> String {
     }
 }
 
+/// Bytes written to chunks per byte of new data (what GC moved is written twice); `null`
+/// before anything is written.
+fn gc_amplification(chunk_written: u64, gc_moved: u64) -> Value {
+    let new_data = chunk_written.saturating_sub(gc_moved);
+    if new_data == 0 {
+        return Value::Null;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    Value::from(chunk_written as f64 / new_data as f64)
+}
+
 /// `weft stats` for a person.
 pub fn stats(v: &Value) {
     let r = &v["reduction"];
@@ -402,7 +413,28 @@ pub fn stats(v: &Value) {
             .as_u64()
             .map_or("unlimited".into(), human)
     );
-    println!("write amplif.     {}", ratio(&v["write_amplification"]));
+    let host = v["host_written_bytes"].as_u64().unwrap_or(0);
+    let chunk = v["chunk_written_bytes"].as_u64().unwrap_or(0);
+    let gc = &v["gc"];
+    let moved = gc["bytes_moved"].as_u64().unwrap_or(0);
+    println!(
+        "disk per host    {} ({} written to chunks for {} from hosts; reduction makes it \
+         less than 1, GC and parity more)",
+        ratio(&v["write_amplification"]),
+        human(chunk),
+        human(host)
+    );
+    println!(
+        "GC amplification {} (chunk bytes per byte of new data; 1.00x: GC moved nothing)",
+        ratio(&gc_amplification(chunk, moved))
+    );
+    println!(
+        "gc               {} runs, {} segments reclaimed, {} moved, {} freed",
+        gc["runs"].as_u64().unwrap_or(0),
+        gc["segments_reclaimed"].as_u64().unwrap_or(0),
+        human(moved),
+        human(gc["bytes_reclaimed"].as_u64().unwrap_or(0))
+    );
     println!(
         "write buffer      {}",
         human(v["buffer_bytes"].as_u64().unwrap_or(0))
@@ -435,6 +467,14 @@ mod tests {
         assert_eq!(human(3 << 29), "1.5 GiB");
         assert_eq!(human(10 << 30), "10.0 GiB");
         assert_eq!(human(3 << 39), "1.5 TiB");
+        assert_eq!(human(1 << 62), "4.0 EiB");
+    }
+
+    #[test]
+    fn gc_amplification_counts_moved_bytes_as_written_twice() {
+        assert_eq!(gc_amplification(0, 0), Value::Null);
+        assert_eq!(gc_amplification(100, 0), Value::from(1.0));
+        assert_eq!(gc_amplification(150, 50), Value::from(1.5));
     }
 }
 

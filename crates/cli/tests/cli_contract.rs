@@ -180,6 +180,22 @@ fn every_client_command_prints_json() {
     assert_eq!(j(&["host", "rm", "db1"])["deleted"], "host");
 
     assert!(j(&["stats"])["reduction"].is_object());
+    // Two named figures where one "write amplification" was, and the GC lines help promises.
+    let human = srv.cli_ok(&["stats"]);
+    for line in [
+        "disk per host    ",
+        "GC amplification ",
+        "gc               ",
+    ] {
+        assert!(
+            human.lines().any(|l| l.starts_with(line)),
+            "no {line:?} line:\n{human}"
+        );
+    }
+    assert!(
+        human.contains(" runs, ") && human.contains(" segments reclaimed, "),
+        "{human}"
+    );
     let top = j(&["top"]);
     assert!(top.is_object() || top.is_array(), "top --json: {top}");
     assert_eq!(j(&["sync"])["synced"], true);
@@ -566,21 +582,23 @@ fn cluster_commands_print_json_and_dnode_out_asks() {
     // what is missing and what to do, in JSON too.
     j(&["pool", "create", "wide", "--ec", "3+1", "--pg-count", "4"]);
     // The monitor maps the new pool's PGs at its next round.
-    let out = poll_until(Duration::from_secs(30), "the wide pool's PGs mapped", || {
-        let out = c.cli(&["cluster", "status"]);
-        out.stdout.contains("4 PGs: 0 healthy, 0 degraded, 4 incomplete").then_some(out)
-    });
+    let out = poll_until(
+        Duration::from_secs(30),
+        "the wide pool's PGs mapped",
+        || {
+            let out = c.cli(&["cluster", "status"]);
+            out.stdout
+                .contains("4 PGs: 0 healthy, 0 degraded, 4 incomplete")
+                .then_some(out)
+        },
+    );
     assert_exit(&out, 7, "cluster status with incomplete PGs");
     assert!(
         out.stderr.contains("NOT healthy") && out.stderr.contains("pool wide: 4 PGs incomplete"),
         "{}",
         out.all()
     );
-    assert!(
-        out.stdout.contains("min_size 4, 4 PGs:"),
-        "{}",
-        out.stdout
-    );
+    assert!(out.stdout.contains("min_size 4, 4 PGs:"), "{}", out.stdout);
     assert!(
         out.stdout
             .contains("hint: pool wide: 3+1 puts each PG on 4 d.nodes")
