@@ -331,8 +331,29 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(tls) = &nbd_tls_said {
         writeln!(out, "nbd tls: {tls} (nbds:// URIs)")?;
     }
-    for (name, size_bytes) in engine.volume_sizes() {
-        writeln!(out, "nbd: nbd://{nbd_addr}/{name}  ({size_bytes} bytes)")?;
+    // A volume mapped to a host is served to that host only, even on loopback: the connect
+    // line names one anyone here can open.
+    let hosts = engine.list_hosts();
+    let mapped_to = |name: &str| -> Vec<&str> {
+        hosts
+            .iter()
+            .filter(|h| h.luns.iter().any(|l| l.export == name))
+            .map(|h| h.name.as_str())
+            .collect()
+    };
+    let volumes = engine.volume_sizes();
+    for (name, size_bytes) in &volumes {
+        let mapped = mapped_to(name);
+        let who = if mapped.is_empty() {
+            String::new()
+        } else {
+            format!("; mapped to {}: served to that host only", mapped.join(", "))
+        };
+        writeln!(
+            out,
+            "nbd: nbd://{nbd_addr}/{name}  ({}{who})",
+            crate::capacity::binary(*size_bytes)
+        )?;
         if let Some(portal) = iscsi_addr {
             writeln!(
                 out,
@@ -361,11 +382,20 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "api: http://{api_addr}/api/v1 (token in {})",
         data_dir.join(TOKEN_FILE).display()
     )?;
-    writeln!(
-        out,
-        "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}",
-        name = config.default_volume
-    )?;
+    match volumes.iter().find(|(name, _)| mapped_to(name).is_empty()) {
+        Some((name, _)) => writeln!(
+            out,
+            "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}"
+        )?,
+        None if volumes.is_empty() => writeln!(
+            out,
+            "connect: no volume yet: weft volume create NAME --size SIZE"
+        )?,
+        None => writeln!(
+            out,
+            "connect: every volume is mapped to a host: connect from that host"
+        )?,
+    }
     writeln!(
         out,
         "ui: http://{api_addr}/ (log in with the token in {})",
