@@ -347,7 +347,10 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         let who = if mapped.is_empty() {
             String::new()
         } else {
-            format!("; mapped to {}: served to that host only", mapped.join(", "))
+            format!(
+                "; mapped to {}: served to that host only",
+                mapped.join(", ")
+            )
         };
         writeln!(
             out,
