@@ -443,8 +443,8 @@ pub fn stats(v: &Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::{date, human, ratio};
-    use serde_json::json;
+    use super::{date, gc_amplification, human, ratio};
+    use serde_json::{json, Value};
 
     #[test]
     fn dates_are_rfc3339_in_utc() {

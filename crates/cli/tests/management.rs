@@ -451,7 +451,10 @@ fn a_deleted_default_volume_stays_deleted_after_a_restart() {
     // The banner's connect line names a volume that exists, its size in binary units.
     let banner = srv.server_output();
     let last = banner.rsplit("weft: data dir").next().unwrap();
-    assert!(last.contains(&format!("connect: qemu-img info nbd://{}/pgdata ", srv.nbd)), "{last}");
+    assert!(
+        last.contains(&format!("connect: qemu-img info nbd://{}/pgdata ", srv.nbd)),
+        "{last}"
+    );
     assert!(!last.contains("/vol0"), "{last}");
     assert!(last.contains("/pgdata  (64.0 MiB)"), "{last}");
     // A volume mapped to a host is said to be that host's, and no connect line offers it.
@@ -461,8 +464,14 @@ fn a_deleted_default_volume_stays_deleted_after_a_restart() {
     srv.restart();
     let banner = srv.server_output();
     let last = banner.rsplit("weft: data dir").next().unwrap();
-    assert!(last.contains("/pgdata  (64.0 MiB; mapped to db1: served to that host only)"), "{last}");
-    assert!(last.contains("connect: every volume is mapped to a host"), "{last}");
+    assert!(
+        last.contains("/pgdata  (64.0 MiB; mapped to db1: served to that host only)"),
+        "{last}"
+    );
+    assert!(
+        last.contains("connect: every volume is mapped to a host"),
+        "{last}"
+    );
     srv.cli_ok(&["volume", "unmap", "pgdata", "--host", "db1"]);
     // Even with no volume left, a datastore that had volumes is not new.
     srv.cli_ok(&["volume", "delete", "pgdata", "--yes"]);
@@ -472,5 +481,8 @@ fn a_deleted_default_volume_stays_deleted_after_a_restart() {
     assert!(volume_names(&list).is_empty(), "{list}");
     let banner = srv.server_output();
     let last = banner.rsplit("weft: data dir").next().unwrap();
-    assert!(last.contains("connect: no volume yet: weft volume create NAME --size SIZE"), "{last}");
+    assert!(
+        last.contains("connect: no volume yet: weft volume create NAME --size SIZE"),
+        "{last}"
+    );
 }
