@@ -295,7 +295,7 @@ pub fn volume_details(v: &Value) {
     field("name", text(&v["name"]));
     field("size", size(&v["size_bytes"]));
     field("block size", block_size(&v["logical_block_size"]));
-    field("origin", text(&v["origin"]));
+    field("origin", origin(v));
     field("snapshots", names(&v["snapshots"]));
     field("chain", count(&v["chain_layers"], "layer"));
     space(v);
@@ -305,6 +305,18 @@ pub fn volume_details(v: &Value) {
     field("iscsi uri", iscsi_uri(v));
     hosts(v);
     sessions(v);
+}
+
+/// A volume's origin and what made it: its own snapshot after a rollback, another volume's
+/// for a clone or after a refresh.
+fn origin(v: &Value) -> String {
+    match (v["origin"].as_str(), v["name"].as_str()) {
+        (None, _) => "-".into(),
+        (Some(o), Some(name)) if o.strip_prefix(name).is_some_and(|r| r.starts_with('@')) => {
+            format!("{o} (rolled back to it)")
+        }
+        (Some(o), _) => format!("{o} (a clone of it, or refreshed to it)"),
+    }
 }
 
 /// `weft snapshot info`.

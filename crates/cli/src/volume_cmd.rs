@@ -295,11 +295,12 @@ fn repoint(client: &ApiClient, to: &Repoint<'_>, volume: &str, json: bool) -> an
         } else {
             ""
         };
+        // The snapshot's full name, as the server resolved it (`tue` -> `pgdata@tue`), in
+        // both messages.
         println!(
-            "{} {volume} to snapshot {} (origin now {}){cut}",
+            "{} {volume} to snapshot {}{cut}",
             to.done,
-            to.snapshot,
-            v["origin"].as_str().unwrap_or("-")
+            v["origin"].as_str().unwrap_or(to.snapshot)
         );
     })
 }

@@ -563,6 +563,23 @@ fn web_ui_in_headless_chromium() {
     );
     assert_eq!(warnings, json!(true), "every capacity warning is shown");
     page.screenshot(&shots, "4-cluster", VIEW_HEIGHT_PX);
+
+    // A snapshot's page asks for the snapshot straight away (no 404 from /volumes first),
+    // and a rolled-back volume says so rather than "cloned from".
+    srv.cli_ok(&["snapshot", "create", "vol0", "tuesday"]);
+    page.go("#/volume/vol0%40tuesday");
+    page.wait_for(
+        "the snapshot's page",
+        "document.getElementById('vv-kind').textContent === 'snapshot (read-only)'",
+        PAGE_TIMEOUT,
+    );
+    let asked = page.eval(
+        "performance.getEntriesByType('resource').map((e) => e.name)\
+           .filter((n) => n.endsWith('/api/v1/volumes/vol0%40tuesday'))",
+    );
+    assert_eq!(asked, json!([]), "a snapshot's page asked /volumes for it");
+    page.go("#/cluster");
+    srv.cli_ok(&["snapshot", "delete", "vol0@tuesday", "--yes"]);
     assert_no_page_errors(&mut page, "after the fio run");
 
     let out = fio.wait(Duration::from_secs(u64::from(FIO_RUNTIME_S) + 30));
