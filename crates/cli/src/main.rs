@@ -308,12 +308,15 @@ enum VolumeCommand {
 
 #[derive(Debug, Subcommand)]
 enum SnapshotCommand {
-    /// Snapshot a volume (every write acknowledged before this command is in it).
+    /// Snapshot a volume (every write acknowledged before this command is in it):
+    /// `snapshot create pgdata monday`, or in one argument as zfs and rbd take it,
+    /// `snapshot create pgdata@monday`.
     Create {
-        /// The volume to snapshot.
+        /// The volume to snapshot, or VOLUME@SNAPSHOT.
+        #[arg(value_name = "VOLUME[@SNAPSHOT]")]
         volume: String,
-        /// The new snapshot's name (also its read-only NBD export name).
-        name: String,
+        /// The new snapshot's name (also its read-only NBD export name); not with VOLUME@SNAPSHOT.
+        name: Option<String>,
     },
     /// List snapshots, of all volumes or of one.
     #[command(visible_alias = "ls")]

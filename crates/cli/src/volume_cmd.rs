@@ -6,6 +6,7 @@ use serde_json::json;
 
 use crate::client::{seg, show, ApiClient};
 use crate::confirm;
+use crate::exit_code::Failure;
 use crate::print::{self, human};
 
 /// A request the CLI makes. Whether the answer is printed as JSON is the global `--json`,
@@ -49,8 +50,9 @@ pub enum Request {
         force: bool,
     },
     SnapshotCreate {
+        /// The volume, or `VOLUME@SNAPSHOT` when `name` is `None`.
         volume: String,
-        name: String,
+        name: Option<String>,
     },
     SnapshotList {
         volume: Option<String>,
@@ -197,6 +199,7 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
             repoint(client, &to, &volume, json)?;
         }
         Request::SnapshotCreate { volume, name } => {
+            let (volume, name) = snapshot_names(volume, name)?;
             let path = format!("/volumes/{}/snapshots", seg(&volume));
             let v = client.call("POST", &path, Some(json!({ "name": name })))?;
             show(json, &v, |v| {
@@ -269,6 +272,24 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
     Ok(())
 }
 
+/// `pgdata monday` or `pgdata@monday` (one argument, as zfs and rbd take it): the volume and
+/// the snapshot's name. Both forms at once, or neither, is a usage error.
+fn snapshot_names(volume: String, name: Option<String>) -> anyhow::Result<(String, String)> {
+    let usage = |m: String| anyhow::Error::new(Failure::Usage(m));
+    match (volume.split_once('@'), name) {
+        (None, Some(name)) => Ok((volume, name)),
+        (Some((v, s)), None) if !v.is_empty() && !s.is_empty() => {
+            Ok((v.to_string(), s.to_string()))
+        }
+        (Some(_), Some(name)) => Err(usage(format!(
+            "{volume:?} already names the snapshot: give VOLUME@SNAPSHOT or VOLUME {name}, not both"
+        ))),
+        _ => Err(usage(format!(
+            "which snapshot? weft snapshot create {volume}@NAME (or {volume} NAME)"
+        ))),
+    }
+}
+
 /// What a refresh or rollback asks for.
 struct Repoint<'a> {
     /// The API's verb: `refresh` or `rollback`.
@@ -303,4 +324,29 @@ fn repoint(client: &ApiClient, to: &Repoint<'_>, volume: &str, json: bool) -> an
             v["origin"].as_str().unwrap_or(to.snapshot)
         );
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_is_named_in_two_arguments_or_one_with_an_at() {
+        let ok = |v: &str, n: Option<&str>| snapshot_names(v.into(), n.map(Into::into)).unwrap();
+        assert_eq!(ok("pgdata", Some("wed")), ("pgdata".into(), "wed".into()));
+        assert_eq!(ok("pgdata@wed", None), ("pgdata".into(), "wed".into()));
+        for (v, n) in [
+            ("pgdata", None),
+            ("pgdata@", None),
+            ("@wed", None),
+            ("pgdata@wed", Some("x")),
+        ] {
+            let e = snapshot_names(v.into(), n.map(Into::into)).unwrap_err();
+            assert_eq!(
+                crate::exit_code::of(&e),
+                crate::exit_code::USAGE,
+                "{v} {n:?}"
+            );
+        }
+    }
 }

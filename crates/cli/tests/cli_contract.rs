@@ -136,6 +136,27 @@ fn every_client_command_prints_json() {
     let v = j(&["volume", "refresh", "dev", "--to", "mon", "--yes"]);
     assert_eq!(v["origin"], "pgdata@mon", "{v}");
     j(&["snapshot", "create", "pgdata", "tue"]);
+    // One argument, as zfs and rbd take it.
+    let v = j(&["snapshot", "create", "pgdata@wed"]);
+    assert_eq!(
+        (&v["name"], &v["short_name"]),
+        (&json!("pgdata@wed"), &json!("wed")),
+        "{v}"
+    );
+    assert_eq!(
+        j(&["snapshot", "rm", "pgdata@wed", "--yes"])["deleted"],
+        "snapshot"
+    );
+    assert_exit(
+        &srv.cli(&["snapshot", "create", "pgdata"]),
+        2,
+        "a snapshot without a name",
+    );
+    assert_exit(
+        &srv.cli(&["snapshot", "create", "pgdata@wed", "thu"]),
+        2,
+        "a snapshot named twice",
+    );
     let v = j(&["volume", "rollback", "pgdata", "--to", "tue", "-y"]);
     assert_eq!(v["origin"], "pgdata@tue", "{v}");
 
