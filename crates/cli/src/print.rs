@@ -87,7 +87,7 @@ pub fn date(v: &Value) -> String {
 
 /// Print rows under headers, columns as wide as their widest cell. Headers ending in `>` are
 /// right-aligned (sizes); the last column is not padded.
-fn table(headers: &[&str], rows: &[Vec<String>]) {
+pub fn table(headers: &[&str], rows: &[Vec<String>]) {
     let widths: Vec<usize> = headers
         .iter()
         .enumerate()

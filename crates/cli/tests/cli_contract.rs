@@ -193,6 +193,16 @@ fn every_client_command_prints_json() {
     assert!(row.contains(" db1:0 "), "{list}");
     assert!(list.lines().next().unwrap().contains("ALLOCATED"), "{list}");
     j(&["volume", "map", "pgdata@tue", "--host", "db1", "--lun", "3"]);
+    // host ls has a header row; host info's LUN lines are aligned columns.
+    let ls = srv.cli_ok(&["host", "ls"]);
+    let mut lines = ls.lines();
+    assert!(lines.next().unwrap().starts_with("HOST  LUNS  CHAP"), "{ls}");
+    assert!(lines.next().unwrap().starts_with("db1      2  "), "{ls}");
+    let info = srv.cli_ok(&["host", "info", "db1"]);
+    let luns: Vec<&str> = info.lines().filter(|l| l.starts_with("  LUN ")).collect();
+    assert_eq!(luns.len(), 2, "{info}");
+    assert!(luns[0].starts_with("  LUN   0  pgdata      read-write  iscsi://"), "{info}");
+    assert!(luns[1].starts_with("  LUN   3  pgdata@tue  read-only   iscsi://"), "{info}");
     let snap = j(&["snapshot", "info", "pgdata@tue"]);
     assert_eq!(snap["hosts"][0]["lun"], 3, "{snap}");
     j(&["volume", "unmap", "pgdata@tue", "--host", "db1"]);
