@@ -196,13 +196,22 @@ fn every_client_command_prints_json() {
     // host ls has a header row; host info's LUN lines are aligned columns.
     let ls = srv.cli_ok(&["host", "ls"]);
     let mut lines = ls.lines();
-    assert!(lines.next().unwrap().starts_with("HOST  LUNS  CHAP"), "{ls}");
+    assert!(
+        lines.next().unwrap().starts_with("HOST  LUNS  CHAP"),
+        "{ls}"
+    );
     assert!(lines.next().unwrap().starts_with("db1      2  "), "{ls}");
     let info = srv.cli_ok(&["host", "info", "db1"]);
     let luns: Vec<&str> = info.lines().filter(|l| l.starts_with("  LUN ")).collect();
     assert_eq!(luns.len(), 2, "{info}");
-    assert!(luns[0].starts_with("  LUN   0  pgdata      read-write  iscsi://"), "{info}");
-    assert!(luns[1].starts_with("  LUN   3  pgdata@tue  read-only   iscsi://"), "{info}");
+    assert!(
+        luns[0].starts_with("  LUN   0  pgdata      read-write  iscsi://"),
+        "{info}"
+    );
+    assert!(
+        luns[1].starts_with("  LUN   3  pgdata@tue  read-only   iscsi://"),
+        "{info}"
+    );
     let snap = j(&["snapshot", "info", "pgdata@tue"]);
     assert_eq!(snap["hosts"][0]["lun"], 3, "{snap}");
     j(&["volume", "unmap", "pgdata@tue", "--host", "db1"]);

@@ -34,6 +34,7 @@ use types::{
     ListSnapshotsQuery, NewName, ResizeVolume, Snapshot, Synced, ToSnapshot, Volume,
 };
 
+pub mod audit;
 mod cluster;
 mod hosts;
 pub mod openapi;
@@ -45,6 +46,10 @@ pub mod types;
 #[derive(Debug, Clone)]
 pub struct ApiState {
     pub engine: Arc<Engine>,
+    /// The read-only token (GET only; see [`audit`]).
+    pub read_only_token: Arc<str>,
+    /// Every call that changed something or was refused.
+    pub audit: Arc<audit::AuditLog>,
     /// The used bytes over the last day, for the capacity report's growth rate.
     pub capacity: Arc<crate::capacity::CapacityHistory>,
     /// The cluster this c.node serves (`None`: single-process mode).
@@ -133,6 +138,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/version", get(version))
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/capacity", get(capacity))
+        .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/stats/volumes", get(stats::volumes))
         .route("/api/v1/stats/stream", get(stats::stream))
         .route("/api/v1/volumes/{name}/stats", get(stats::series))
@@ -224,16 +230,45 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    match presented {
-        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => {
-            next.run(request).await
+    let role = match presented {
+        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => audit::Role::Admin,
+        Some(t) if constant_time_eq(t.as_bytes(), state.read_only_token.as_bytes()) => {
+            audit::Role::ReadOnly
         }
-        _ => ApiError(
+        _ => audit::Role::Unknown,
+    };
+    let method = request.method().clone();
+    let reads = method == axum::http::Method::GET || method == axum::http::Method::HEAD;
+    let path = request.uri().path_and_query().map_or_else(
+        || request.uri().path().to_string(),
+        |p| p.as_str().to_string(),
+    );
+    let response = match role {
+        audit::Role::Admin => next.run(request).await,
+        audit::Role::ReadOnly if reads => next.run(request).await,
+        audit::Role::ReadOnly => ApiError(
+            StatusCode::FORBIDDEN,
+            "this token is read-only (api-token-read-only): it may not change anything".into(),
+        )
+        .into_response(),
+        audit::Role::Unknown => ApiError(
             StatusCode::UNAUTHORIZED,
             "missing or wrong bearer token".into(),
         )
         .into_response(),
+    };
+    let status = response.status();
+    // Reads that were allowed are not management calls: the UI polls every two seconds.
+    if !reads || status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+        state.audit.record(audit::AuditEntry {
+            time_ms: crate::io_stats::unix_ms(),
+            role,
+            method: method.to_string(),
+            path,
+            status: status.as_u16(),
+        });
     }
+    response
 }
 
 pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -33,6 +33,9 @@ use crate::io_stats::{IoStats, MeteredBackend, Protocol};
 
 /// The token file, mode 0600, created at first start.
 pub const TOKEN_FILE: &str = "api-token";
+/// The read-only token's file (GET requests only: monitoring, the UI's viewers), mode 0600,
+/// created at first start.
+pub const READ_ONLY_TOKEN_FILE: &str = "api-token-read-only";
 /// The single-process server's array id (the end of its array target's name).
 pub const ARRAY_ID_FILE: &str = "array-id";
 /// Where a running server says where it listens, for the CLI and tests.
@@ -268,6 +271,12 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             shutdown.clone(),
         ))
     });
+    let read_only_token: Arc<str> =
+        load_or_create_token_file(&data_dir, READ_ONLY_TOKEN_FILE)?.into();
+    let audit = Arc::new(
+        api::audit::AuditLog::open(&data_dir)
+            .with_context(|| format!("opening the audit log in {}", data_dir.display()))?,
+    );
     let capacity_history = Arc::new(crate::capacity::CapacityHistory::default());
     let capacity_sampler = {
         let (engine, cluster, history) = (
@@ -296,6 +305,8 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         cluster: cluster.clone(),
         engine: engine.clone(),
         capacity: Arc::clone(&capacity_history),
+        read_only_token,
+        audit,
         token,
         nbd_address: nbd_addr.to_string().into(),
         iscsi_portal: iscsi_addr.map(|a| a.to_string().into()),
@@ -592,7 +603,12 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
 
 /// The API token: read it, or create it (32 random bytes, hex) with mode 0600.
 pub fn load_or_create_token(data_dir: &Path) -> anyhow::Result<String> {
-    let path = data_dir.join(TOKEN_FILE);
+    load_or_create_token_file(data_dir, TOKEN_FILE)
+}
+
+/// The token in `name` (the admin's or the read-only one), created if missing.
+fn load_or_create_token_file(data_dir: &Path, name: &str) -> anyhow::Result<String> {
+    let path = data_dir.join(name);
     match std::fs::read_to_string(&path) {
         Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
         Ok(_) => {}

@@ -334,7 +334,9 @@ mod tests {
         assert_eq!(b[3], (128e-6, 1), "100 µs is in (64, 128]");
         assert!(b.windows(2).all(|w| w[0].0 < w[1].0));
         // At most 2x apart, up to +Inf.
-        assert!(b[..b.len() - 1].windows(2).all(|w| w[1].0 <= 2.0 * w[0].0 * (1.0 + 1e-9)));
+        assert!(b[..b.len() - 1]
+            .windows(2)
+            .all(|w| w[1].0 <= 2.0 * w[0].0 * (1.0 + 1e-9)));
         assert_eq!(b.len(), 22);
         assert_eq!(b.iter().map(|(_, c)| c).sum::<u64>(), 3);
         assert_eq!(*b.last().unwrap(), (f64::INFINITY, 1));
