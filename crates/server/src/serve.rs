@@ -372,7 +372,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             writeln!(
                 out,
                 "iscsi: iscsi://{portal}/{}/0",
-                crate::iscsi_listener::target_name(&name)
+                crate::iscsi_listener::target_name(name)
             )?;
         }
     }
