@@ -472,6 +472,18 @@ fn a_deleted_default_volume_stays_deleted_after_a_restart() {
         last.contains("connect: every volume is mapped to a host"),
         "{last}"
     );
+    // A client asking for an export it may not open is refused, and the server says so.
+    assert!(NbdClient::connect(srv.nbd, "nosuch").is_err());
+    poll_until(Duration::from_secs(10), "the refusal logged", || {
+        srv.server_output()
+            .lines()
+            .any(|l| {
+                l.contains(" WARN ")
+                    && l.contains("nbd export refused")
+                    && l.contains("export=\"nosuch\"")
+            })
+            .then_some(())
+    });
     srv.cli_ok(&["volume", "unmap", "pgdata", "--host", "db1"]);
     // Even with no volume left, a datastore that had volumes is not new.
     srv.cli_ok(&["volume", "delete", "pgdata", "--yes"]);
