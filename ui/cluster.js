@@ -1,4 +1,5 @@
-// The cluster page: capacity, data reduction and its parts, the write path (amplification,
+// The cluster page: capacity (GET /capacity: file systems, overcommit, days to full,
+// warnings), data reduction and its parts, the write path (amplification,
 // write-buffer backlog), GC, rebuild progress, the d.nodes and pools, and the IOPS of all volumes
 // together. Refreshed every two seconds; the IOPS line from the 1 s statistics stream.
 'use strict';
@@ -76,13 +77,15 @@ const ClusterPage = (() => {
     health.classList.toggle('ok', !!healthy);
     health.classList.toggle('bad', !healthy);
 
-    // Capacity.
-    const cap = stats.capacity_bytes;
-    const used = stats.used_bytes;
-    setBar(q('#cl-capacity-bar'), cap ? used / cap : 0, true);
-    q('#cl-capacity-pct').textContent = cap ? ((100 * used) / cap).toFixed(1) + '% used' : Fmt.bytes(used) + ' used';
-    q('#cl-capacity').textContent = Fmt.bytes(used) + ' of ' + (cap ? Fmt.bytes(cap) : 'unlimited (no --capacity)')
-      + ' · ' + stats.volumes + ' volumes, ' + stats.snapshots + ' snapshots';
+    // Capacity: the report of the file systems (servers before it: the engine's figures).
+    let capacity = null;
+    try {
+      capacity = await Api.get('/capacity', signal);
+    } catch (e) {
+      if (e instanceof Api.Unauthorized) throw e;
+    }
+    window.weft.cluster.capacity = capacity;
+    showCapacity(q, stats, capacity);
 
     // Reduction: logical = stored + saved by compression + saved by dedup + zeroes.
     const red = stats.reduction || {};
@@ -104,7 +107,10 @@ const ClusterPage = (() => {
     }
 
     Dom.fillKv(q('#cl-write'), [
-      ['write amplification', stats.write_amplification ? stats.write_amplification.toFixed(2) + '×' : '–'],
+      // Two figures, not one "write amplification": disk bytes per host byte (data reduction
+      // brings it under 1) and what GC adds (moved bytes are written twice).
+      ['disk bytes per host byte', stats.write_amplification ? stats.write_amplification.toFixed(2) + '× (after reduction)' : '–'],
+      ['GC amplification', gcAmplification(stats)],
       ['written by hosts', Fmt.bytes(stats.host_written_bytes)],
       ['written to chunks', Fmt.bytes(stats.chunk_written_bytes)],
       ['write buffer backlog', Fmt.bytes(stats.buffer_bytes) + ' in ' + stats.buffer_records + ' records'],
@@ -119,7 +125,8 @@ const ClusterPage = (() => {
       ['bytes reclaimed', Fmt.bytes(gc.bytes_reclaimed)],
     ]);
 
-    // Rebuild.
+    // Rebuild: only a cluster with redundancy has anything to rebuild.
+    q('#cl-rebuild-card').hidden = single;
     const rep = (cluster && cluster.repair) || stats.repair || {};
     const todo = rep.chunks_to_rebuild || 0;
     const done = rep.chunks_rebuilt || 0;
@@ -133,7 +140,8 @@ const ClusterPage = (() => {
         + (stats.degraded_reads ? ' · ' + stats.degraded_reads + ' degraded reads' : '');
 
     // Nodes and pools.
-    const nodes = cluster ? cluster.nodes : [{ id: 'local', state: 'up', capacity_bytes: cap, used_bytes: used }];
+    const nodes = cluster && cluster.nodes ? cluster.nodes
+      : [{ id: 'local', state: 'up', capacity_bytes: stats.capacity_bytes, used_bytes: stats.used_bytes }];
     const tbody = q('#cl-nodes tbody');
     tbody.replaceChildren(...nodes.map((n) => {
       const bar = Dom.el('div', { class: 'bar small' });
@@ -160,12 +168,69 @@ const ClusterPage = (() => {
       Dom.el('td', { class: 'num' + (p.pgs_incomplete ? ' warn' : ''), text: String(p.pgs_incomplete) }))));
   }
 
+  // Capacity: used of what weft can fill, usable after redundancy, overcommit, growth and
+  // days to full, each file system once, and the 80 % / 90 % warnings.
+  function showCapacity(q, stats, c) {
+    const warnings = q('#cl-capacity-warnings');
+    const fss = q('#cl-filesystems tbody');
+    if (!c) {
+      const cap = stats.capacity_bytes;
+      const used = stats.used_bytes;
+      setBar(q('#cl-capacity-bar'), cap ? used / cap : 0, true);
+      q('#cl-capacity-pct').textContent = cap ? ((100 * used) / cap).toFixed(1) + '% used' : Fmt.bytes(used) + ' used';
+      q('#cl-capacity').textContent = Fmt.bytes(used) + ' of ' + (cap ? Fmt.bytes(cap) : 'no limit');
+      warnings.replaceChildren();
+      fss.replaceChildren();
+      return;
+    }
+    setBar(q('#cl-capacity-bar'), c.raw_bytes ? c.used_bytes / c.raw_bytes : 0, true);
+    q('#cl-capacity-pct').textContent = c.used_percent.toFixed(1) + '% used';
+    const growth = c.growth_bytes_per_day === null || c.growth_bytes_per_day === undefined
+      ? 'growth not measured yet'
+      : (c.growth_bytes_per_day >= 0 ? '+' : '−') + Fmt.bytes(Math.abs(c.growth_bytes_per_day)) + '/day'
+        + (c.days_to_full ? ', full in ' + fullIn(c.days_to_full) : ', not growing');
+    q('#cl-capacity').textContent = Fmt.bytes(c.used_bytes) + ' used, ' + Fmt.bytes(c.free_bytes) + ' free of '
+      + Fmt.bytes(c.raw_bytes) + ' · ' + growth;
+    Dom.fillKv(q('#cl-capacity-kv'), [
+      ['usable (' + c.redundancy + ')', Fmt.bytes(c.usable_bytes) + ', ' + Fmt.bytes(c.usable_free_bytes) + ' free'],
+      ['provisioned', Fmt.bytes(c.provisioned_bytes) + ' in ' + stats.volumes + ' volumes'],
+      ['overcommit', c.overcommit === null || c.overcommit === undefined ? '–' : c.overcommit.toFixed(2) + '×'],
+      ['kept for GC', Fmt.bytes(c.reserved_bytes)],
+    ]);
+    warnings.replaceChildren(...(c.warnings || []).map((w) => Dom.el('li', {
+      class: c.level === 'critical' ? 'bad' : 'warn', text: w,
+    })));
+    fss.replaceChildren(...(c.filesystems || []).map((f) => {
+      const bar = Dom.el('div', { class: 'bar small' });
+      bar.append(Dom.el('div', { class: 'fill' }));
+      setBar(bar, f.used_percent / 100, true);
+      return Dom.el('tr', { 'data-fs': f.fs_id },
+        Dom.el('td', { text: f.paths.join(', ') }),
+        Dom.el('td', {}, bar, Dom.el('span', { text: f.used_percent.toFixed(0) + '%' })),
+        Dom.el('td', { class: 'num', text: Fmt.bytes(f.free_bytes) }),
+        Dom.el('td', { class: 'num', text: Fmt.bytes(f.size_bytes) }),
+        Dom.el('td', { class: 'num', text: Fmt.bytes(f.weft_used_bytes) }));
+    }));
+  }
+
+  // Chunk bytes per byte of new data: 1.00× when GC moved nothing.
+  function gcAmplification(stats) {
+    const chunk = stats.chunk_written_bytes || 0;
+    const moved = (stats.gc && stats.gc.bytes_moved) || 0;
+    return chunk > moved ? (chunk / (chunk - moved)).toFixed(2) + '×' : '–';
+  }
+
+  // `3.2 days`, or `5.0 hours` under a day.
+  function fullIn(days) {
+    return days >= 1 ? days.toFixed(1) + ' days' : (24 * days).toFixed(1) + ' hours';
+  }
+
   // A fill bar; `fullIsBad`: red above 85% (space), else green when complete (progress).
   function setBar(bar, fraction, fullIsBad) {
     const f = Math.max(0, Math.min(1, fraction || 0));
     const fill = bar.querySelector('.fill');
     fill.style.width = (100 * f).toFixed(1) + '%';
-    fill.classList.toggle('high', fullIsBad && f > 0.85);
+    fill.classList.toggle('high', fullIsBad && f >= 0.8);
     fill.classList.toggle('done', !fullIsBad && f >= 1);
   }
 

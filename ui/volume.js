@@ -314,23 +314,24 @@ const VolumePage = (() => {
     return [0, 1, 2].map((k) => Math.round(stops[i][k] + (stops[i + 1][k] - stops[i][k]) * t));
   }
 
+  // `pgdata@tue (rolled back to it)` for a volume's own snapshot, else the snapshot it reads as
+  // (a clone's, or what a refresh pointed it to).
+  function originText(name, origin) {
+    return origin.startsWith(name + '@') ? origin + ' (rolled back to it)' : origin + ' (clone or refresh of it)';
+  }
+
   // The export's figures, and the tree of its family.
   async function loadInfo(q, name, signal) {
-    let info;
-    let isSnapshot = false;
-    try {
-      info = await Api.get('/volumes/' + encodeURIComponent(name), signal);
-    } catch (e) {
-      if (!(e instanceof Api.ApiError) || e.status !== 404) throw e;
-      info = await Api.get('/snapshots/' + encodeURIComponent(name), signal);
-      isSnapshot = true;
-    }
+    // A snapshot's full name has an '@' (no volume's does): ask for it as a snapshot at once,
+    // not after a 404 from /volumes.
+    const isSnapshot = name.includes('@');
+    const info = await Api.get((isSnapshot ? '/snapshots/' : '/volumes/') + encodeURIComponent(name), signal);
     q('#vv-kind').textContent = isSnapshot ? 'snapshot (read-only)' : 'volume';
     const sp = info.space || {};
     const pairs = [
       ['size', Fmt.bytes(info.size_bytes)],
       ['sector', info.logical_block_size + ' B'],
-      ['mapped', Fmt.bytes(sp.mapped_bytes)],
+      ['allocated', Fmt.bytes(sp.mapped_bytes)],
       ['zeroes', Fmt.bytes(sp.zero_bytes)],
       ['own', Fmt.bytes(sp.own_bytes)],
       ['shared', Fmt.bytes(sp.shared_bytes)],
@@ -339,7 +340,7 @@ const VolumePage = (() => {
       ['layers', String(info.chain_layers)],
       ['NBD', info.nbd_uri || ''],
     ];
-    if (info.origin) pairs.splice(1, 0, ['origin', info.origin]);
+    if (info.origin) pairs.splice(1, 0, ['origin', originText(name, info.origin)]);
     if (isSnapshot && info.volume) pairs.splice(1, 0, ['of volume', info.volume]);
     Dom.fillKv(q('#vv-info'), pairs);
 
@@ -353,8 +354,10 @@ const VolumePage = (() => {
     const rootInfo = isSnapshot ? await Api.get('/volumes/' + encodeURIComponent(rootVolume), signal) : info;
     const ul = Dom.el('ul', {});
     if (rootInfo.origin) {
+      // Its own snapshot: it was rolled back to it; another volume's: a clone (or refreshed).
+      const rolledBack = rootInfo.origin.startsWith(rootInfo.name + '@');
       const origin = Dom.el('li', { class: 'origin' },
-        'cloned from snapshot ', link(rootInfo.origin));
+        rolledBack ? 'rolled back to snapshot ' : 'cloned from (or refreshed to) snapshot ', link(rootInfo.origin));
       ul.append(origin);
     }
     ul.append(await volumeNode(rootInfo, name, signal, 0));
@@ -397,7 +400,7 @@ const VolumePage = (() => {
   function node(info, kind, current) {
     const sp = info.space || {};
     const mapped = sp.mapped_bytes || 0;
-    const bar = Dom.el('span', { class: 'minibar', title: 'own of mapped' });
+    const bar = Dom.el('span', { class: 'minibar', title: 'own of allocated' });
     const fill = Dom.el('span', { class: 'fill' });
     fill.style.width = (mapped ? Math.min(100, (100 * (sp.own_bytes || 0)) / mapped) : 0).toFixed(1) + '%';
     bar.append(fill);
@@ -407,7 +410,7 @@ const VolumePage = (() => {
       link(info.name), ' ', bar,
       Dom.el('span', {
         class: 'space',
-        text: 'mapped ' + Fmt.bytes(mapped) + ' · own ' + Fmt.bytes(sp.own_bytes) + ' · shared '
+        text: 'allocated ' + Fmt.bytes(mapped) + ' · own ' + Fmt.bytes(sp.own_bytes) + ' · shared '
           + Fmt.bytes(sp.shared_bytes) + ' · unique ' + Fmt.bytes(sp.unique_stored_bytes),
       }),
       Dom.el('span', { class: 'when', text: created }));

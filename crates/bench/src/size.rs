@@ -6,7 +6,7 @@
 //! CLI did before. Pure: no I/O.
 
 /// Most digits after the decimal point that count: enough for any unit, and
-/// `fraction << 50` stays far below `u128::MAX` (10^18 * 2^50 is about 1.2e33). Digits past
+/// `fraction << 60` stays below `u128::MAX` (10^18 * 2^60 is about 1.2e36). Digits past
 /// these change the result by less than a thousandth of a byte.
 const FRACTION_DIGITS_MAX: usize = 18;
 /// Largest power-of-ten exponent (`1e3k`): 10^30 bytes is far past any size already.
@@ -46,7 +46,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         return Err(not_a_size());
     }
     let shift = unit_shift(unit).ok_or_else(|| {
-        format!("unknown size unit {unit:?} in {text:?} (use b, k, m, g, t or p, {examples})")
+        format!("unknown size unit {unit:?} in {text:?} (use b, k, m, g, t, p or e, {examples})")
     })?;
     let (whole, fraction) = shift_point(mantissa, exponent);
     let whole: u128 = if whole.is_empty() {
@@ -57,7 +57,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     if whole > u128::from(u64::MAX) {
         return Err(too_large());
     }
-    // Cannot overflow: whole < 2^64 and shift <= 50.
+    // Cannot overflow: whole < 2^64 and shift <= 60.
     let mut bytes = whole << shift;
     let fraction = &fraction[..fraction.len().min(FRACTION_DIGITS_MAX)];
     if !fraction.is_empty() {
@@ -124,6 +124,8 @@ fn unit_shift(unit: &str) -> Option<u32> {
         "g" => Some(30),
         "t" => Some(40),
         "p" => Some(50),
+        // Printed as EiB (`human`), so taken back: `16E` is more than a u64 holds, `8E` fits.
+        "e" => Some(60),
         _ => None,
     }
 }
@@ -158,6 +160,16 @@ mod tests {
     }
 
     #[test]
+    fn exbibytes_are_taken_as_they_are_printed() {
+        assert_eq!(parse_size("1E"), Ok(1 << 60));
+        assert_eq!(parse_size("1EiB"), Ok(1 << 60));
+        assert_eq!(parse_size("8e"), Ok(8 << 60));
+        assert_eq!(parse_size("1.5EiB"), Ok(3 << 59));
+        assert_eq!(parse_size("1e3"), Ok(1000), "an exponent still");
+        assert!(parse_size("16EiB").unwrap_err().contains("too large"));
+    }
+
+    #[test]
     fn decimals_are_exact_and_round_to_a_byte() {
         assert_eq!(parse_size("1.5T"), Ok(3 << 39));
         assert_eq!(parse_size("1.5k"), Ok(1536));
@@ -179,7 +191,7 @@ mod tests {
     #[test]
     fn bad_sizes_say_why() {
         for bad in [
-            "", "k", "lots", ".", "1.2.3k", "-1k", "8q", "1e", "1e99", "++1", "inf",
+            "", "k", "lots", ".", "1.2.3k", "-1k", "8q", "16E", "1e99", "++1", "inf",
         ] {
             assert!(parse_size(bad).is_err(), "{bad:?} accepted");
         }

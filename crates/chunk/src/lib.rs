@@ -10,6 +10,8 @@
 //!   d.node's store of chunk files on one disk.
 //! - `recycle`: deleted chunk files kept for later puts to write over (no inode allocation
 //!   per stripe under log-structured churn).
+//! - [`fs_space`]: the file system under a data dir (size, free space, an id shared by every
+//!   path on it), for capacity reports that count a shared file system once.
 //! - [`disk`]: the seam under the local store: [`FileDisk`] (real files) and [`SimDisk`] (in
 //!   memory, with power cuts that lose or tear unsynced writes, and corrupt or misdirected
 //!   reads) for crash and fault tests.
@@ -17,11 +19,13 @@
 pub mod disk;
 pub mod error;
 pub mod format;
+pub mod fs_space;
 pub mod key;
 mod recycle;
 pub mod store;
 
 pub use disk::{Disk, FileDisk, SimDisk};
 pub use error::ChunkError;
+pub use fs_space::{fs_space, FsSpace};
 pub use key::{ChunkInfo, ChunkKey, ChunkMeta, Epoch};
 pub use store::{ChunkStore, LocalChunkStore, ScrubReport, StoreStat};

@@ -272,7 +272,7 @@ fn node_line(n: &Value) -> String {
 
 fn pool_line(p: &Value) -> String {
     format!(
-        "{:<12} {:<6} min size {} {:>4} PGs: {} healthy, {} degraded, {} incomplete (map epoch {})",
+        "{:<12} {:<6} min_size {}, {:>4} PGs: {} healthy, {} degraded, {} incomplete (map epoch {})",
         p["name"].as_str().unwrap_or("?"),
         p["redundancy"].as_str().unwrap_or("?"),
         p["min_size"],
@@ -282,6 +282,145 @@ fn pool_line(p: &Value) -> String {
         p["pgs_incomplete"],
         p["pgmap_epoch"],
     )
+}
+
+/// `weft cluster status` for a person.
+fn print_status(v: &Value) {
+    println!(
+        "mode: {}{}",
+        v["mode"].as_str().unwrap_or("?"),
+        match v["healthy"].as_bool() {
+            Some(true) => ", healthy",
+            Some(false) => ", NOT healthy",
+            None => "",
+        }
+    );
+    if v["mode"].as_str() == Some("recovering") {
+        print_recovery(&v["recovery"]);
+    }
+    if let Some(c) = v.get("compute").filter(|c| c.is_object()) {
+        println!("{}", compute_line(c));
+    }
+    println!("d.nodes:");
+    for n in v["nodes"].as_array().into_iter().flatten() {
+        println!("  {}", node_line(n));
+    }
+    println!("pools:");
+    for p in v["pools"].as_array().into_iter().flatten() {
+        println!("  {}", pool_line(p));
+    }
+    let r = &v["repair"];
+    let (done, total) = (
+        r["chunks_rebuilt"].as_u64().unwrap_or(0),
+        r["chunks_to_rebuild"].as_u64().unwrap_or(0),
+    );
+    if r["running"].as_bool() == Some(true) {
+        println!(
+            "rebuild: {} {done}/{total} chunks, {}/s (limit {}/s), ETA {}s",
+            bar(done, total),
+            human(r["rate_bytes_per_s"].as_u64().unwrap_or(0)),
+            human(r["rate_limit_bytes_per_s"].as_u64().unwrap_or(0)),
+            r["eta_s"].as_u64().map_or("?".into(), |s| s.to_string()),
+        );
+    } else {
+        println!(
+            "rebuild: idle; {} chunks ({}) rebuilt since start, {} failed in the last scan, limit {}/s",
+            r["chunks_rebuilt_total"],
+            human(r["bytes_rebuilt_total"].as_u64().unwrap_or(0)),
+            r["chunks_failed"],
+            human(r["rate_limit_bytes_per_s"].as_u64().unwrap_or(0)),
+        );
+    }
+    println!("degraded reads since start: {}", v["degraded_reads"]);
+    for hint in hints(v) {
+        println!("hint: {hint}");
+    }
+}
+
+/// Why the cluster is not healthy, `None` when it is (or is a single process, which has
+/// nothing to be degraded).
+fn unhealthy(v: &Value) -> Option<String> {
+    match v["mode"].as_str() {
+        Some("recovering") => return Some("the c.node is still recovering".into()),
+        Some("cluster") => {}
+        _ => return None,
+    }
+    if v["healthy"].as_bool() == Some(true) {
+        return None;
+    }
+    let nodes = v["nodes"].as_array().map_or(&[][..], Vec::as_slice);
+    let mut why: Vec<String> = ["down", "out"]
+        .iter()
+        .filter_map(|state| {
+            let ids: Vec<&str> = nodes
+                .iter()
+                .filter(|n| n["state"] == *state)
+                .filter_map(|n| n["id"].as_str())
+                .collect();
+            (!ids.is_empty()).then(|| format!("d.nodes {state}: {}", ids.join(", ")))
+        })
+        .collect();
+    for p in v["pools"].as_array().into_iter().flatten() {
+        for (key, what) in [
+            ("pgs_degraded", "degraded"),
+            ("pgs_incomplete", "incomplete"),
+        ] {
+            match p[key].as_u64() {
+                Some(n) if n > 0 => why.push(format!(
+                    "pool {}: {n} PGs {what}",
+                    p["name"].as_str().unwrap_or("?")
+                )),
+                _ => {}
+            }
+        }
+    }
+    if why.is_empty() {
+        why.push("the rebuild has not caught up with the last change".into());
+    }
+    Some(format!("the cluster is NOT healthy: {}", why.join("; ")))
+}
+
+/// What to do about what `cluster status` shows: incomplete PGs need more d.nodes in more
+/// zones, down d.nodes come back or are marked out.
+fn hints(v: &Value) -> Vec<String> {
+    let nodes = v["nodes"].as_array().map_or(&[][..], Vec::as_slice);
+    let up: Vec<&Value> = nodes.iter().filter(|n| n["state"] == "up").collect();
+    let zones: std::collections::BTreeSet<&str> =
+        up.iter().filter_map(|n| n["zone"].as_str()).collect();
+    let mut out = Vec::new();
+    for p in v["pools"].as_array().into_iter().flatten() {
+        if p["pgs_incomplete"].as_u64().unwrap_or(0) == 0 {
+            continue;
+        }
+        let redundancy = p["redundancy"].as_str().unwrap_or("?");
+        let needed = Redundancy::parse(redundancy).map_or(0, |r| r.total_chunks());
+        let missing = usize::from(needed).saturating_sub(up.len());
+        out.push(format!(
+            "pool {}: {redundancy} puts each PG on {needed} d.nodes (in different zones when \
+             it can); {} are up, in {} zone{}: {}",
+            p["name"].as_str().unwrap_or("?"),
+            up.len(),
+            zones.len(),
+            if zones.len() == 1 { "" } else { "s" },
+            if missing > 0 {
+                format!(
+                    "add {missing} d.node{} (weft dnode run ... --zone ZONE), in zones of their \
+                     own so a zone's loss costs one chunk per stripe",
+                    if missing == 1 { "" } else { "s" }
+                )
+            } else {
+                "bring the down or out d.nodes back, or add d.nodes".to_string()
+            }
+        ));
+    }
+    for n in nodes.iter().filter(|n| n["state"] == "down") {
+        out.push(format!(
+            "d.node {} is down: start it again, or `weft dnode out {}` to rebuild its chunks elsewhere",
+            n["id"].as_str().unwrap_or("?"),
+            n["id"].as_str().unwrap_or("?"),
+        ));
+    }
+    out
 }
 
 /// A 30-character progress bar.
@@ -420,54 +559,14 @@ pub fn cluster(client: &ApiClient, command: ClusterCommand, json: bool) -> anyho
         ClusterCommand::Status => {
             let v = client.call("GET", "/cluster", None)?;
             if json {
-                return print_json(&v);
-            }
-            println!(
-                "mode: {}{}",
-                v["mode"].as_str().unwrap_or("?"),
-                match v["healthy"].as_bool() {
-                    Some(true) => ", healthy",
-                    Some(false) => ", NOT healthy",
-                    None => "",
-                }
-            );
-            if v["mode"].as_str() == Some("recovering") {
-                print_recovery(&v["recovery"]);
-            }
-            if let Some(c) = v.get("compute").filter(|c| c.is_object()) {
-                println!("{}", compute_line(c));
-            }
-            println!("d.nodes:");
-            for n in v["nodes"].as_array().into_iter().flatten() {
-                println!("  {}", node_line(n));
-            }
-            println!("pools:");
-            for p in v["pools"].as_array().into_iter().flatten() {
-                println!("  {}", pool_line(p));
-            }
-            let r = &v["repair"];
-            let (done, total) = (
-                r["chunks_rebuilt"].as_u64().unwrap_or(0),
-                r["chunks_to_rebuild"].as_u64().unwrap_or(0),
-            );
-            if r["running"].as_bool() == Some(true) {
-                println!(
-                    "rebuild: {} {done}/{total} chunks, {}/s (limit {}/s), ETA {}s",
-                    bar(done, total),
-                    human(r["rate_bytes_per_s"].as_u64().unwrap_or(0)),
-                    human(r["rate_limit_bytes_per_s"].as_u64().unwrap_or(0)),
-                    r["eta_s"].as_u64().map_or("?".into(), |s| s.to_string()),
-                );
+                print_json(&v)?;
             } else {
-                println!(
-                    "rebuild: idle; {} chunks ({}) rebuilt since start, {} failed in the last scan, limit {}/s",
-                    r["chunks_rebuilt_total"],
-                    human(r["bytes_rebuilt_total"].as_u64().unwrap_or(0)),
-                    r["chunks_failed"],
-                    human(r["rate_limit_bytes_per_s"].as_u64().unwrap_or(0)),
-                );
+                print_status(&v);
             }
-            println!("degraded reads since start: {}", v["degraded_reads"]);
+            // Scripts and monitoring read the verdict from the exit code (see `unhealthy`).
+            if let Some(why) = unhealthy(&v) {
+                return Err(Failure::Unhealthy(why).into());
+            }
         }
         ClusterCommand::Scrub => {
             let v = client.call("POST", "/cluster/scrub", None)?;
@@ -519,5 +618,53 @@ fn compute_line(c: &Value) -> String {
             "c.node {owner} (owner): {}; losing this machine now loses what its journal holds: {buffered} in the write buffer, plus its open segments",
             c["detail"].as_str().unwrap_or("one copy")
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(healthy: bool, states: &[(&str, &str)], incomplete: u64) -> Value {
+        json!({
+            "mode": "cluster",
+            "healthy": healthy,
+            "nodes": states.iter().map(|(id, state)| json!({
+                "id": id, "state": state, "zone": format!("z-{id}"),
+            })).collect::<Vec<_>>(),
+            "pools": [{ "name": "default", "redundancy": "4+2", "pgs_degraded": 0,
+                        "pgs_incomplete": incomplete }],
+        })
+    }
+
+    #[test]
+    fn a_single_process_or_healthy_cluster_is_healthy() {
+        assert_eq!(unhealthy(&json!({ "mode": "single-process" })), None);
+        assert_eq!(unhealthy(&status(true, &[("a", "up")], 0)), None);
+        assert!(unhealthy(&json!({ "mode": "recovering" })).is_some());
+    }
+
+    #[test]
+    fn an_unhealthy_cluster_says_what_is_missing_and_what_to_do() {
+        let v = status(false, &[("a", "up"), ("b", "up"), ("c", "down")], 64);
+        assert_eq!(
+            unhealthy(&v).unwrap(),
+            "the cluster is NOT healthy: d.nodes down: c; pool default: 64 PGs incomplete"
+        );
+        let hints = hints(&v);
+        assert!(
+            hints[0].starts_with(
+                "pool default: 4+2 puts each PG on 6 d.nodes (in different zones when it can); \
+                 2 are up, in 2 zones: add 4 d.nodes"
+            ),
+            "{hints:?}"
+        );
+        assert!(
+            hints[1].starts_with("d.node c is down: start it again"),
+            "{hints:?}"
+        );
+        // Healthy by its PGs but the rebuild still has work: still not healthy.
+        let v = status(false, &[("a", "up")], 0);
+        assert!(unhealthy(&v).unwrap().contains("rebuild has not caught up"));
     }
 }

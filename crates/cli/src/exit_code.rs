@@ -26,6 +26,10 @@ pub const NOT_FOUND: u8 = 4;
 pub const CONFLICT: u8 = 5;
 /// The server refused the token (HTTP 401, 403).
 pub const DENIED: u8 = 6;
+/// `weft cluster status`: the cluster answered but is not healthy (a d.node down or out,
+/// placement groups degraded or incomplete, a rebuild to finish, still recovering); as
+/// `ceph health` says HEALTH_WARN. Monitoring can alert on it.
+pub const UNHEALTHY: u8 = 7;
 
 /// The table `weft --help` prints after its options (and README.md repeats).
 pub const HELP_TABLE: &str = "\
@@ -38,7 +42,8 @@ Exit codes:
   4  not found (HTTP 404)
   5  conflict: name taken, has snapshots, clones, mappings or connected
      clients (HTTP 409)
-  6  the server refused the token (HTTP 401, 403)";
+  6  the server refused the token (HTTP 401, 403)
+  7  cluster status: the cluster answered but is NOT healthy";
 
 /// An error a script can tell apart by its exit code.
 #[derive(Debug)]
@@ -51,12 +56,17 @@ pub enum Failure {
     Api { status: u16, message: String },
     /// The CLI saw the conflict itself before asking the API (clients have the volume open).
     Conflict(String),
+    /// `cluster status` found the cluster not healthy (the message says why).
+    Unhealthy(String),
 }
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Usage(m) | Failure::Unreachable(m) | Failure::Conflict(m) => f.write_str(m),
+            Failure::Usage(m)
+            | Failure::Unreachable(m)
+            | Failure::Conflict(m)
+            | Failure::Unhealthy(m) => f.write_str(m),
             Failure::Api { status, message } => write!(f, "{message} (HTTP {status})"),
         }
     }
@@ -79,6 +89,7 @@ impl Failure {
             Failure::Usage(_) => USAGE,
             Failure::Unreachable(_) => UNREACHABLE,
             Failure::Conflict(_) => CONFLICT,
+            Failure::Unhealthy(_) => UNHEALTHY,
             Failure::Api { status, .. } => match status {
                 400 => USAGE,
                 401 | 403 => DENIED,
@@ -126,7 +137,16 @@ mod tests {
 
     #[test]
     fn the_help_table_lists_every_code() {
-        for code in [OK, FAILURE, USAGE, UNREACHABLE, NOT_FOUND, CONFLICT, DENIED] {
+        for code in [
+            OK,
+            FAILURE,
+            USAGE,
+            UNREACHABLE,
+            NOT_FOUND,
+            CONFLICT,
+            DENIED,
+            UNHEALTHY,
+        ] {
             assert!(
                 HELP_TABLE.contains(&format!("\n  {code}  ")),
                 "exit code {code} missing from the help table"

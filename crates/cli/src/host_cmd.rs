@@ -142,13 +142,21 @@ pub fn host(client: &ApiClient, command: HostCommand, json: bool) -> anyhow::Res
             if hosts.is_empty() {
                 println!("no hosts (weft host create NAME --iqn IQN)");
             }
-            for h in &hosts {
-                println!(
-                    "{:<20} {:>3} LUNs  {:<8} {}",
-                    h["name"].as_str().unwrap_or(""),
-                    h["luns"].as_array().map_or(0, Vec::len),
-                    chap_kind(h),
-                    names(h)
+            let rows: Vec<Vec<String>> = hosts
+                .iter()
+                .map(|h| {
+                    vec![
+                        h["name"].as_str().unwrap_or("").to_string(),
+                        h["luns"].as_array().map_or(0, Vec::len).to_string(),
+                        chap_kind(h).to_string(),
+                        names(h),
+                    ]
+                })
+                .collect();
+            if !rows.is_empty() {
+                crate::print::table(
+                    &["HOST", "LUNS>", "CHAP", "INITIATORS AND ADDRESSES"],
+                    &rows,
                 );
             }
         }
@@ -266,14 +274,20 @@ fn print_host(v: &Value) {
     if luns.is_empty() {
         println!("  luns:          none (weft volume map VOLUME --host NAME)");
     }
+    // Columns aligned over every LUN: the numbers right, the exports as wide as the widest.
+    let export_width = luns
+        .iter()
+        .map(|l| l["export"].as_str().unwrap_or("").chars().count())
+        .max()
+        .unwrap_or(0);
     for l in &luns {
-        let ro = if l["read_only"].as_bool() == Some(true) {
-            " (read-only)"
+        let access = if l["read_only"].as_bool() == Some(true) {
+            "read-only "
         } else {
-            ""
+            "read-write"
         };
         println!(
-            "  LUN {:<4} {}{ro}  {}",
+            "  LUN {:>3}  {:<export_width$}  {access}  {}",
             l["lun"].as_u64().unwrap_or(0),
             l["export"].as_str().unwrap_or(""),
             l["iscsi_uri"].as_str().unwrap_or("")

@@ -16,6 +16,7 @@ mod print;
 mod size;
 mod status_cmd;
 mod top;
+mod volume_cmd;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -92,7 +93,8 @@ enum Command {
     Clone(CloneCommand),
     /// One screen: server, addresses, volumes, space, data reduction, backlog, cluster.
     Status,
-    /// Datastore statistics: data reduction, space, write amplification, GC.
+    /// Datastore statistics: data reduction, space, disk bytes written per host byte, GC
+    /// amplification and the GC's runs, segments reclaimed, bytes moved and freed.
     Stats,
     /// Per-volume IOPS, MB/s and latency, refreshed every second (like iostat); with
     /// --json, one sample of the per-volume statistics.
@@ -306,12 +308,15 @@ enum VolumeCommand {
 
 #[derive(Debug, Subcommand)]
 enum SnapshotCommand {
-    /// Snapshot a volume (every write acknowledged before this command is in it).
+    /// Snapshot a volume (every write acknowledged before this command is in it):
+    /// `snapshot create pgdata monday`, or in one argument as zfs and rbd take it,
+    /// `snapshot create pgdata@monday`.
     Create {
-        /// The volume to snapshot.
+        /// The volume to snapshot, or VOLUME@SNAPSHOT.
+        #[arg(value_name = "VOLUME[@SNAPSHOT]")]
         volume: String,
-        /// The new snapshot's name (also its read-only NBD export name).
-        name: String,
+        /// The new snapshot's name (also its read-only NBD export name); not with VOLUME@SNAPSHOT.
+        name: Option<String>,
     },
     /// List snapshots, of all volumes or of one.
     #[command(visible_alias = "ls")]
@@ -418,7 +423,7 @@ fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
             client::print_json(&client.call("GET", "/stats/volumes", None)?)
         }
         Command::Top(args) => top::top(&client, args),
-        command => client::run(&client, command_to_request(command), json),
+        command => volume_cmd::run(&client, command_to_request(command), json),
     }
 }
 
@@ -435,8 +440,8 @@ fn clamp_exit(code: i32) -> u8 {
     u8::try_from(code).unwrap_or(1)
 }
 
-fn command_to_request(command: Command) -> client::Request {
-    use client::Request as R;
+fn command_to_request(command: Command) -> volume_cmd::Request {
+    use volume_cmd::Request as R;
     match command {
         Command::Volume(VolumeCommand::Create {
             name,

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 /// Bytes in binary units: `512 B`, `1.5 GiB`.
 pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
     while value >= 1024.0 && unit < UNITS.len() - 1 {
@@ -87,7 +87,7 @@ pub fn date(v: &Value) -> String {
 
 /// Print rows under headers, columns as wide as their widest cell. Headers ending in `>` are
 /// right-aligned (sizes); the last column is not padded.
-fn table(headers: &[&str], rows: &[Vec<String>]) {
+pub fn table(headers: &[&str], rows: &[Vec<String>]) {
     let widths: Vec<usize> = headers
         .iter()
         .enumerate()
@@ -118,7 +118,7 @@ fn table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-/// The MAPPED, OWN, SHARED and UNIQUE cells of a volume or snapshot row.
+/// The ALLOCATED, OWN, SHARED and UNIQUE cells of a volume or snapshot row.
 fn space_cells(space: &Value) -> [String; 4] {
     [
         size(&space["mapped_bytes"]),
@@ -137,12 +137,21 @@ pub fn volume_table(list: &Value) {
         .map(|v| {
             let mut row = vec![text(&v["name"]), size(&v["size_bytes"]), text(&v["origin"])];
             row.extend(space_cells(&v["space"]));
+            row.push(host_names(&v["hosts"]));
             row.push(text(&v["nbd_uri"]));
             row
         })
         .collect();
     let headers = [
-        "NAME", "SIZE>", "ORIGIN", "MAPPED>", "OWN>", "SHARED>", "UNIQUE>", "NBD URI",
+        "NAME",
+        "SIZE>",
+        "ORIGIN",
+        "ALLOCATED>",
+        "OWN>",
+        "SHARED>",
+        "UNIQUE>",
+        "HOSTS",
+        "NBD URI",
     ];
     table(&headers, &rows);
 }
@@ -161,7 +170,15 @@ pub fn snapshot_table(list: &Value) {
         })
         .collect();
     let headers = [
-        "NAME", "VOLUME", "SIZE>", "MAPPED>", "OWN>", "SHARED>", "UNIQUE>", "CLONES", "CREATED",
+        "NAME",
+        "VOLUME",
+        "SIZE>",
+        "ALLOCATED>",
+        "OWN>",
+        "SHARED>",
+        "UNIQUE>",
+        "CLONES",
+        "CREATED",
     ];
     table(&headers, &rows);
 }
@@ -223,7 +240,9 @@ fn field(key: &str, value: impl std::fmt::Display) {
 /// The space lines shared by volume and snapshot details.
 fn space(v: &Value) {
     let s = &v["space"];
-    field("mapped", size(&s["mapped_bytes"]));
+    // "Mapped" is what `volume map` does (a host sees it); blocks that read as written are
+    // "allocated" (the API's `mapped_bytes`, kept for compatibility).
+    field("allocated", size(&s["mapped_bytes"]));
     field("  own", size(&s["own_bytes"]));
     field("  zero", size(&s["zero_bytes"]));
     field("  shared", size(&s["shared_bytes"]));
@@ -276,14 +295,28 @@ pub fn volume_details(v: &Value) {
     field("name", text(&v["name"]));
     field("size", size(&v["size_bytes"]));
     field("block size", block_size(&v["logical_block_size"]));
-    field("origin", text(&v["origin"]));
+    field("origin", origin(v));
     field("snapshots", names(&v["snapshots"]));
     field("chain", count(&v["chain_layers"], "layer"));
     space(v);
     field("created", date(&v["created_unix_s"]));
     family(v);
     field("nbd uri", text(&v["nbd_uri"]));
+    field("iscsi uri", iscsi_uri(v));
+    hosts(v);
     sessions(v);
+}
+
+/// A volume's origin and what made it: its own snapshot after a rollback, another volume's
+/// for a clone or after a refresh.
+fn origin(v: &Value) -> String {
+    match (v["origin"].as_str(), v["name"].as_str()) {
+        (None, _) => "-".into(),
+        (Some(o), Some(name)) if o.strip_prefix(name).is_some_and(|r| r.starts_with('@')) => {
+            format!("{o} (rolled back to it)")
+        }
+        (Some(o), _) => format!("{o} (a clone of it, or refreshed to it)"),
+    }
 }
 
 /// `weft snapshot info`.
@@ -298,7 +331,67 @@ pub fn snapshot_details(v: &Value) {
     field("created", date(&v["created_unix_s"]));
     family(v);
     field("nbd uri", format!("{} (read-only)", text(&v["nbd_uri"])));
+    field("iscsi uri", iscsi_uri(v));
+    hosts(v);
     sessions(v);
+}
+
+/// The export's own iSCSI target (LUN 0), for initiators on loopback or an open portal.
+fn iscsi_uri(v: &Value) -> String {
+    match v["iscsi_uri"].as_str() {
+        Some(uri) => format!("{uri} (its own target)"),
+        None => "- (iSCSI off)".into(),
+    }
+}
+
+/// The hosts an export is mapped to: one line each, with the LUN and its URI on the array
+/// target.
+fn hosts(v: &Value) {
+    let list = v["hosts"].as_array().map_or(&[][..], Vec::as_slice);
+    if list.is_empty() {
+        field(
+            "hosts",
+            "none (not mapped: weft volume map NAME --host HOST)",
+        );
+        return;
+    }
+    field("hosts", count(&Value::from(list.len()), "host"));
+    for m in list {
+        println!(
+            "  {}: LUN {}{}",
+            text(&m["host"]),
+            m["lun"],
+            m["iscsi_uri"]
+                .as_str()
+                .map_or(String::new(), |u| format!(", {u}"))
+        );
+    }
+}
+
+/// `db1:0,db2:3` (host:LUN), `-` when mapped to none.
+fn host_names(v: &Value) -> String {
+    let list: Vec<String> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| format!("{}:{}", text(&m["host"]), m["lun"]))
+        .collect();
+    if list.is_empty() {
+        "-".into()
+    } else {
+        list.join(",")
+    }
+}
+
+/// Bytes written to chunks per byte of new data (what GC moved is written twice); `null`
+/// before anything is written.
+fn gc_amplification(chunk_written: u64, gc_moved: u64) -> Value {
+    let new_data = chunk_written.saturating_sub(gc_moved);
+    if new_data == 0 {
+        return Value::Null;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    Value::from(chunk_written as f64 / new_data as f64)
 }
 
 /// `weft stats` for a person.
@@ -332,17 +425,59 @@ pub fn stats(v: &Value) {
             .as_u64()
             .map_or("unlimited".into(), human)
     );
-    println!("write amplif.     {}", ratio(&v["write_amplification"]));
+    let host = v["host_written_bytes"].as_u64().unwrap_or(0);
+    let chunk = v["chunk_written_bytes"].as_u64().unwrap_or(0);
+    let gc = &v["gc"];
+    let moved = gc["bytes_moved"].as_u64().unwrap_or(0);
+    println!(
+        "disk per host    {} ({} written to chunks for {} from hosts; reduction makes it \
+         less than 1, GC and parity more)",
+        ratio(&v["write_amplification"]),
+        human(chunk),
+        human(host)
+    );
+    println!(
+        "GC amplification {} (chunk bytes per byte of new data; 1.00x: GC moved nothing)",
+        ratio(&gc_amplification(chunk, moved))
+    );
+    println!(
+        "gc               {} runs, {} segments reclaimed, {} moved, {} freed",
+        gc["runs"].as_u64().unwrap_or(0),
+        gc["segments_reclaimed"].as_u64().unwrap_or(0),
+        human(moved),
+        human(gc["bytes_reclaimed"].as_u64().unwrap_or(0))
+    );
     println!(
         "write buffer      {}",
         human(v["buffer_bytes"].as_u64().unwrap_or(0))
     );
 }
 
+/// `nbd 127.0.0.1:53010 since 2026-11-24T06:50:54Z`, `iscsi iqn.x:db1 from 10.0.0.5:40312
+/// (host db1) since ...`, with the snapshot it reads when it is one.
+pub fn session_text(s: &Value) -> String {
+    let mut out = format!(
+        "{} {}",
+        s["protocol"].as_str().unwrap_or("?"),
+        s["client"].as_str().unwrap_or("?")
+    );
+    if s["protocol"] == "iscsi" {
+        out.push_str(&format!(" from {}", s["address"].as_str().unwrap_or("?")));
+    }
+    if let Some(host) = s["host"].as_str() {
+        out.push_str(&format!(" (host {host})"));
+    }
+    if let Some(export) = s["export"].as_str().filter(|e| e.contains('@')) {
+        out.push_str(&format!(" on {export}"));
+    }
+    out.push_str(&format!(" since {}", s["since"].as_str().unwrap_or("-")));
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{date, human, ratio};
-    use serde_json::json;
+    use super::{date, gc_amplification, human, ratio};
+    use serde_json::{json, Value};
 
     #[test]
     fn dates_are_rfc3339_in_utc() {
@@ -365,26 +500,13 @@ mod tests {
         assert_eq!(human(3 << 29), "1.5 GiB");
         assert_eq!(human(10 << 30), "10.0 GiB");
         assert_eq!(human(3 << 39), "1.5 TiB");
+        assert_eq!(human(1 << 62), "4.0 EiB");
     }
-}
 
-/// `nbd 127.0.0.1:53010 since 2026-11-24T06:50:54Z`, `iscsi iqn.x:db1 from 10.0.0.5:40312
-/// (host db1) since ...`, with the snapshot it reads when it is one.
-pub fn session_text(s: &Value) -> String {
-    let mut out = format!(
-        "{} {}",
-        s["protocol"].as_str().unwrap_or("?"),
-        s["client"].as_str().unwrap_or("?")
-    );
-    if s["protocol"] == "iscsi" {
-        out.push_str(&format!(" from {}", s["address"].as_str().unwrap_or("?")));
+    #[test]
+    fn gc_amplification_counts_moved_bytes_as_written_twice() {
+        assert_eq!(gc_amplification(0, 0), Value::Null);
+        assert_eq!(gc_amplification(100, 0), Value::from(1.0));
+        assert_eq!(gc_amplification(150, 50), Value::from(1.5));
     }
-    if let Some(host) = s["host"].as_str() {
-        out.push_str(&format!(" (host {host})"));
-    }
-    if let Some(export) = s["export"].as_str().filter(|e| e.contains('@')) {
-        out.push_str(&format!(" on {export}"));
-    }
-    out.push_str(&format!(" since {}", s["since"].as_str().unwrap_or("-")));
-    out
 }

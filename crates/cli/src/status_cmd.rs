@@ -1,7 +1,8 @@
 //! `weft status`: one screen on the datastore: is the server there, where it listens (from
 //! its serve.json), what it holds, how full it is, its data reduction and destage backlog,
 //! and, in a cluster, its d.nodes and rebuild. Built from existing endpoints only
-//! (`/stats`, `/volumes`, `/cluster`). An unreachable server is said on stdout too (also as
+//! (`/stats`, `/volumes`, `/cluster`, `/capacity`: the real free space of the file systems,
+//! overcommit, days to full and the 80/90 % warnings). An unreachable server is said on stdout too (also as
 //! JSON with `--json`) and exits with the unreachable code.
 //!
 //! The server's version comes from `GET /api/v1/version` (shown beside the CLI's own).
@@ -37,6 +38,8 @@ pub fn status(
         .and_then(|v| v["version"].as_str().map(str::to_string));
     // Optional: a server without the route (or refusing it) still gets a status.
     let cluster = client.call("GET", "/cluster", None).ok();
+    // Optional too: a server from before the capacity report answers 404.
+    let capacity = client.call("GET", "/capacity", None).ok();
     // serve.json describes the server of this data dir: only trust it for the same API.
     let serve_file = serve_file.filter(|v| v["api"].as_str() == Some(client.base()));
     let report = report(
@@ -45,6 +48,7 @@ pub fn status(
         &stats,
         &volumes,
         cluster,
+        capacity,
         server_version.as_deref(),
     );
     if json {
@@ -83,6 +87,7 @@ fn report(
     stats: &Value,
     volumes: &Value,
     cluster: Option<Value>,
+    capacity: Option<Value>,
     server_version: Option<&str>,
 ) -> Value {
     let list = volumes.as_array().map(Vec::as_slice).unwrap_or_default();
@@ -103,6 +108,7 @@ fn report(
         "capacity_bytes": stats["capacity_bytes"],
         "used_bytes": stats["used_bytes"],
         "out_of_space": stats["out_of_space"],
+        "capacity": capacity,
         "reduction": {
             "ratio": r["ratio"],
             "logical_bytes": r["logical_bytes"],
@@ -168,21 +174,22 @@ fn print_report(r: &Value) {
             r["snapshots"]
         ),
     );
-    let used = r["used_bytes"].as_u64().unwrap_or(0);
-    let space = match r["capacity_bytes"].as_u64() {
-        Some(cap) if cap > 0 => {
-            #[allow(clippy::cast_precision_loss)]
-            let pct = used as f64 * 100.0 / cap as f64;
-            format!("{} used of {} ({pct:.1} %)", human(used), human(cap))
-        }
-        _ => format!("{} used, no capacity limit", human(used)),
-    };
     let full = if r["out_of_space"].as_bool() == Some(true) {
         "; OUT OF SPACE: writers get ENOSPC"
     } else {
         ""
     };
-    line("space", format!("{space}{full}"));
+    if r["capacity"].is_object() {
+        print_capacity(&r["capacity"], full);
+    } else {
+        // A server from before the capacity report: its engine's figures.
+        let used = r["used_bytes"].as_u64().unwrap_or(0);
+        let space = match r["capacity_bytes"].as_u64() {
+            Some(cap) if cap > 0 => format!("{} used of {}", human(used), human(cap)),
+            _ => format!("{} used, no capacity limit", human(used)),
+        };
+        line("space", format!("{space}{full}"));
+    }
     let red = &r["reduction"];
     line(
         "reduction",
@@ -203,6 +210,116 @@ fn print_report(r: &Value) {
         ),
     );
     print_cluster(&r["cluster"]);
+}
+
+/// The capacity report (`GET /api/v1/capacity`): space, overcommit, growth, each file
+/// system, and its warnings last, where the eye ends.
+fn print_capacity(c: &Value, full: &str) {
+    line(
+        "space",
+        format!(
+            "{} used, {} free of {} ({:.1} % used; {} more kept for GC){full}",
+            size(&c["used_bytes"]),
+            size(&c["free_bytes"]),
+            size(&c["raw_bytes"]),
+            c["used_percent"].as_f64().unwrap_or(0.0),
+            size(&c["reserved_bytes"])
+        ),
+    );
+    line(
+        "usable",
+        format!(
+            "{} for host data after redundancy {} ({} of it free)",
+            size(&c["usable_bytes"]),
+            c["redundancy"].as_str().unwrap_or("-"),
+            size(&c["usable_free_bytes"])
+        ),
+    );
+    let overcommit = c["overcommit"]
+        .as_f64()
+        .map_or("-".to_string(), |o| format!("{o:.2}x"));
+    line(
+        "overcommit",
+        format!(
+            "{overcommit} ({} provisioned / {} usable)",
+            size(&c["provisioned_bytes"]),
+            size(&c["usable_bytes"])
+        ),
+    );
+    let growth = match (
+        c["growth_bytes_per_day"].as_f64(),
+        c["days_to_full"].as_f64(),
+    ) {
+        (None, _) => "not measured yet (two samples a second apart are needed)".to_string(),
+        (Some(g), Some(days)) => format!(
+            "{}/day over the last {}: full in {}",
+            signed(g),
+            duration(c["growth_window_s"].as_u64().unwrap_or(0)),
+            full_in(days)
+        ),
+        (Some(g), None) => format!(
+            "{}/day over the last {}: not growing",
+            signed(g),
+            duration(c["growth_window_s"].as_u64().unwrap_or(0))
+        ),
+    };
+    line("growth", growth);
+    for fs in c["filesystems"].as_array().into_iter().flatten() {
+        let paths: Vec<&str> = fs["paths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        line(
+            "file system",
+            format!(
+                "{:.0} % full, {} free of {}, weft {}: {}",
+                fs["used_percent"].as_f64().unwrap_or(0.0),
+                size(&fs["free_bytes"]),
+                size(&fs["size_bytes"]),
+                size(&fs["weft_used_bytes"]),
+                paths.join(", ")
+            ),
+        );
+    }
+    let level = match c["level"].as_str() {
+        Some("critical") => "CRITICAL",
+        _ => "WARNING",
+    };
+    for w in c["warnings"].as_array().into_iter().flatten() {
+        line(level, w.as_str().unwrap_or("-"));
+    }
+}
+
+/// `3.2 days`, or `5.0 hours` under a day.
+fn full_in(days: f64) -> String {
+    if days >= 1.0 {
+        format!("{days:.1} days")
+    } else {
+        format!("{:.1} hours", days * 24.0)
+    }
+}
+
+/// `+1.5 GiB` or `-200.0 MiB`.
+fn signed(bytes: f64) -> String {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let magnitude = human(bytes.abs() as u64);
+    if bytes < 0.0 {
+        format!("-{magnitude}")
+    } else {
+        format!("+{magnitude}")
+    }
+}
+
+/// `45 s`, `12 min`, `5.5 h`.
+fn duration(seconds: u64) -> String {
+    match seconds {
+        0..120 => format!("{seconds} s"),
+        120..7200 => format!("{} min", seconds / 60),
+        #[allow(clippy::cast_precision_loss)]
+        _ => format!("{:.1} h", seconds as f64 / 3600.0),
+    }
 }
 
 fn print_cluster(c: &Value) {
@@ -269,6 +386,7 @@ mod tests {
             Some(&serve),
             &stats,
             &volumes,
+            None,
             None,
             Some("9.9.9"),
         );

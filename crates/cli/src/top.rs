@@ -80,14 +80,20 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
     sort(&mut rows, args.sort);
     let total_iops: f64 = stats.volumes.iter().map(iops).sum();
     let total_mbps: f64 = stats.volumes.iter().map(mbps).sum();
+    let snapshots = stats.volumes.iter().filter(|v| v.read_only).count();
+    let sorted_by = args
+        .sort
+        .to_possible_value()
+        .map_or_else(|| format!("{:?}", args.sort), |v| v.get_name().to_string());
     let mut s = format!(
-        "weft top  {}  {} volumes, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by {:?})\n",
+        "weft top  {}  {} volumes, {} snapshots, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by \
+         {sorted_by}; latency is weft's own, request to reply, without network or client queue)\n",
         clock(stats.time_ms),
-        stats.volumes.len(),
+        stats.volumes.len() - snapshots,
+        snapshots,
         stats.volumes.iter().filter(|v| iops(v) > 0.0).count(),
         total_iops,
         total_mbps,
-        args.sort
     );
     s.push_str(&format!(
         "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}\n",
@@ -245,11 +251,25 @@ mod tests {
         let stats = VolumesStats {
             time_ms: 3_723_000,
             window_ms: 1000,
-            volumes: vec![volume("quiet", 5.0, 100.0), volume("busy", 5000.0, 2500.0)],
+            volumes: vec![
+                volume("quiet", 5.0, 100.0),
+                volume("busy", 5000.0, 2500.0),
+                VolumeRate {
+                    read_only: true,
+                    ..volume("busy@mon", 0.0, 0.0)
+                },
+            ],
         };
         let text = render(&stats, &args(SortBy::Iops, false), 100);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].contains("01:02:03 UTC"), "{text}");
+        // Snapshots are not counted as volumes; the sort key is named as the flag takes it;
+        // the latency is said to be the server's.
+        assert!(lines[0].contains(" 2 volumes, 1 snapshots, "), "{text}");
+        assert!(
+            lines[0].contains("(sorted by iops; latency is weft's own"),
+            "{text}"
+        );
         assert!(lines[2].starts_with("busy"), "{text}");
         assert!(
             lines[2].contains("2.5ms") && lines[2].contains("10.0G"),

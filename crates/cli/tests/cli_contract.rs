@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use cluster_support::{serial, Cluster, ClusterOpts};
 use common::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const USAGE: i32 = 2;
 const UNREACHABLE: i32 = 3;
@@ -42,6 +42,16 @@ fn assert_exit(out: &CmdOut, want: i32, what: &str) {
             out.all()
         );
     }
+}
+
+/// `weft --help`, with the exit-code table.
+fn weft_cli_help() -> String {
+    run(
+        Command::new(weft_bin()).arg("--help"),
+        Duration::from_secs(30),
+    )
+    .ok()
+    .stdout
 }
 
 fn json_of(out: &CmdOut) -> Value {
@@ -126,6 +136,27 @@ fn every_client_command_prints_json() {
     let v = j(&["volume", "refresh", "dev", "--to", "mon", "--yes"]);
     assert_eq!(v["origin"], "pgdata@mon", "{v}");
     j(&["snapshot", "create", "pgdata", "tue"]);
+    // One argument, as zfs and rbd take it.
+    let v = j(&["snapshot", "create", "pgdata@wed"]);
+    assert_eq!(
+        (&v["name"], &v["short_name"]),
+        (&json!("pgdata@wed"), &json!("wed")),
+        "{v}"
+    );
+    assert_eq!(
+        j(&["snapshot", "rm", "pgdata@wed", "--yes"])["deleted"],
+        "snapshot"
+    );
+    assert_exit(
+        &srv.cli(&["snapshot", "create", "pgdata"]),
+        2,
+        "a snapshot without a name",
+    );
+    assert_exit(
+        &srv.cli(&["snapshot", "create", "pgdata@wed", "thu"]),
+        2,
+        "a snapshot named twice",
+    );
     let v = j(&["volume", "rollback", "pgdata", "--to", "tue", "-y"]);
     assert_eq!(v["origin"], "pgdata@tue", "{v}");
 
@@ -136,11 +167,75 @@ fn every_client_command_prints_json() {
     assert_eq!(j(&["host", "info", "db1"])["name"], "db1");
     let v = j(&["volume", "map", "pgdata", "--host", "db1"]);
     assert_eq!(v["lun"], 0, "{v}");
+    // volume info and list say who sees the volume, under which LUN, and the URI to log in to.
+    let array = j(&["host", "info", "db1"])["iscsi_target"].clone();
+    let uri = format!(
+        "iscsi://{}/{}/0",
+        srv.iscsi.unwrap(),
+        array.as_str().unwrap()
+    );
+    let info = j(&["volume", "info", "pgdata"]);
+    assert_eq!(
+        info["hosts"],
+        json!([{"host": "db1", "lun": 0, "iscsi_uri": uri}]),
+        "{info}"
+    );
+    let human = srv.cli_ok(&["volume", "info", "pgdata"]);
+    assert!(human.contains(&format!("  db1: LUN 0, {uri}")), "{human}");
+    assert!(human.contains("hosts        1 host"), "{human}");
+    assert!(human.contains("allocated    "), "{human}");
+    assert!(human.contains("iscsi uri    iscsi://"), "{human}");
+    let list = srv.cli_ok(&["volume", "list"]);
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("pgdata "))
+        .expect("a pgdata row");
+    assert!(row.contains(" db1:0 "), "{list}");
+    assert!(list.lines().next().unwrap().contains("ALLOCATED"), "{list}");
+    j(&["volume", "map", "pgdata@tue", "--host", "db1", "--lun", "3"]);
+    // host ls has a header row; host info's LUN lines are aligned columns.
+    let ls = srv.cli_ok(&["host", "ls"]);
+    let mut lines = ls.lines();
+    assert!(
+        lines.next().unwrap().starts_with("HOST  LUNS  CHAP"),
+        "{ls}"
+    );
+    assert!(lines.next().unwrap().starts_with("db1      2  "), "{ls}");
+    let info = srv.cli_ok(&["host", "info", "db1"]);
+    let luns: Vec<&str> = info.lines().filter(|l| l.starts_with("  LUN ")).collect();
+    assert_eq!(luns.len(), 2, "{info}");
+    assert!(
+        luns[0].starts_with("  LUN   0  pgdata      read-write  iscsi://"),
+        "{info}"
+    );
+    assert!(
+        luns[1].starts_with("  LUN   3  pgdata@tue  read-only   iscsi://"),
+        "{info}"
+    );
+    let snap = j(&["snapshot", "info", "pgdata@tue"]);
+    assert_eq!(snap["hosts"][0]["lun"], 3, "{snap}");
+    j(&["volume", "unmap", "pgdata@tue", "--host", "db1"]);
     let v = j(&["volume", "unmap", "pgdata", "--host", "db1"]);
     assert_eq!(v["unmapped"], "pgdata", "{v}");
     assert_eq!(j(&["host", "rm", "db1"])["deleted"], "host");
 
     assert!(j(&["stats"])["reduction"].is_object());
+    // Two named figures where one "write amplification" was, and the GC lines help promises.
+    let human = srv.cli_ok(&["stats"]);
+    for line in [
+        "disk per host    ",
+        "GC amplification ",
+        "gc               ",
+    ] {
+        assert!(
+            human.lines().any(|l| l.starts_with(line)),
+            "no {line:?} line:\n{human}"
+        );
+    }
+    assert!(
+        human.contains(" runs, ") && human.contains(" segments reclaimed, "),
+        "{human}"
+    );
     let top = j(&["top"]);
     assert!(top.is_object() || top.is_array(), "top --json: {top}");
     assert_eq!(j(&["sync"])["synced"], true);
@@ -465,6 +560,11 @@ fn cluster_commands_print_json_and_dnode_out_asks() {
         a.push("--json");
         json_of(&c.cli(&a))
     };
+    // `cluster status` exits 0 once healthy (the first repair scan has run)...
+    poll_until(Duration::from_secs(60), "a healthy cluster", || {
+        let out = c.cli(&["cluster", "status"]);
+        (code(&out) == Some(0)).then_some(())
+    });
     let v = j(&[
         "pool",
         "create",
@@ -510,9 +610,47 @@ fn cluster_commands_print_json_and_dnode_out_asks() {
     assert_eq!(v["id"], ids[0].as_str(), "{v}");
     let v = j(&["dnode", "in", &ids[0]]);
     assert_eq!(v["id"], ids[0].as_str(), "{v}");
-    assert_eq!(j(&["cluster", "status"])["mode"], "cluster");
+    let out = c.cli(&["cluster", "status", "--json"]);
+    let v: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(v["mode"], "cluster");
     let st = j(&["status"]);
     assert_eq!(st["cluster"]["mode"], "cluster", "{st}");
     let out = c.cli_ok(&["status"]);
     assert!(out.contains("d.nodes       3:"), "{out}");
+
+    // ...and 7 (documented) with a pool whose PGs need more d.nodes than there are, saying
+    // what is missing and what to do, in JSON too.
+    j(&["pool", "create", "wide", "--ec", "3+1", "--pg-count", "4"]);
+    // The monitor maps the new pool's PGs at its next round.
+    let out = poll_until(
+        Duration::from_secs(30),
+        "the wide pool's PGs mapped",
+        || {
+            let out = c.cli(&["cluster", "status"]);
+            out.stdout
+                .contains("4 PGs: 0 healthy, 0 degraded, 4 incomplete")
+                .then_some(out)
+        },
+    );
+    assert_exit(&out, 7, "cluster status with incomplete PGs");
+    assert!(
+        out.stderr.contains("NOT healthy") && out.stderr.contains("pool wide: 4 PGs incomplete"),
+        "{}",
+        out.all()
+    );
+    assert!(out.stdout.contains("min_size 4, 4 PGs:"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("hint: pool wide: 3+1 puts each PG on 4 d.nodes")
+            && out.stdout.contains("add 1 d.node"),
+        "{}",
+        out.stdout
+    );
+    let out = c.cli(&["cluster", "status", "--json"]);
+    assert_exit(&out, 7, "cluster status --json with incomplete PGs");
+    let v: Value = serde_json::from_str(&out.stdout).expect("JSON before the exit code");
+    assert_eq!(v["healthy"], false, "{v}");
+    assert!(
+        weft_cli_help().contains("  7  cluster status: the cluster answered but is NOT healthy")
+    );
 }

@@ -146,6 +146,21 @@ fn hosts_see_exactly_their_luns_with_chap_and_strangers_are_refused() {
             out.all()
         );
     }
+    // Each refusal is a warning in the server's log naming the initiator, not an info line.
+    let log = srv.server_output();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("iscsi login refused"))
+        .collect();
+    assert!(refused.len() >= 2, "no refused logins logged:\n{log}");
+    for line in &refused {
+        assert!(
+            line.contains(" WARN ")
+                && line.contains(&format!("initiator=\"{DB1}\""))
+                && line.contains("authentication failed (CHAP)"),
+            "{line}"
+        );
+    }
     // With it, db1 sees the array target and its exports' own targets, and the unmapped
     // exports (this connection is on loopback), but not db2's snapshot.
     let db1 = targets(&discover(&srv, DB1, &format!("db1%{DB1_SECRET}@")).ok());

@@ -448,10 +448,53 @@ fn a_deleted_default_volume_stays_deleted_after_a_restart() {
     srv.restart();
     let list = srv.api_json("GET", "/api/v1/volumes", None);
     assert_eq!(volume_names(&list), vec!["pgdata".to_string()], "{list}");
+    // The banner's connect line names a volume that exists, its size in binary units.
+    let banner = srv.server_output();
+    let last = banner.rsplit("weft: data dir").next().unwrap();
+    assert!(
+        last.contains(&format!("connect: qemu-img info nbd://{}/pgdata ", srv.nbd)),
+        "{last}"
+    );
+    assert!(!last.contains("/vol0"), "{last}");
+    assert!(last.contains("/pgdata  (64.0 MiB)"), "{last}");
+    // A volume mapped to a host is said to be that host's, and no connect line offers it.
+    srv.cli_ok(&["host", "create", "db1", "--iqn", "iqn.2026-11.test:db1"]);
+    srv.cli_ok(&["volume", "map", "pgdata", "--host", "db1"]);
+    srv.stop();
+    srv.restart();
+    let banner = srv.server_output();
+    let last = banner.rsplit("weft: data dir").next().unwrap();
+    assert!(
+        last.contains("/pgdata  (64.0 MiB; mapped to db1: served to that host only)"),
+        "{last}"
+    );
+    assert!(
+        last.contains("connect: every volume is mapped to a host"),
+        "{last}"
+    );
+    // A client asking for an export it may not open is refused, and the server says so.
+    assert!(NbdClient::connect(srv.nbd, "nosuch").is_err());
+    poll_until(Duration::from_secs(10), "the refusal logged", || {
+        srv.server_output()
+            .lines()
+            .any(|l| {
+                l.contains(" WARN ")
+                    && l.contains("nbd export refused")
+                    && l.contains("export=\"nosuch\"")
+            })
+            .then_some(())
+    });
+    srv.cli_ok(&["volume", "unmap", "pgdata", "--host", "db1"]);
     // Even with no volume left, a datastore that had volumes is not new.
     srv.cli_ok(&["volume", "delete", "pgdata", "--yes"]);
     srv.stop();
     srv.restart();
     let list = srv.api_json("GET", "/api/v1/volumes", None);
     assert!(volume_names(&list).is_empty(), "{list}");
+    let banner = srv.server_output();
+    let last = banner.rsplit("weft: data dir").next().unwrap();
+    assert!(
+        last.contains("connect: no volume yet: weft volume create NAME --size SIZE"),
+        "{last}"
+    );
 }

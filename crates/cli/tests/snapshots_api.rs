@@ -178,7 +178,14 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
     // list (human, JSON, of one volume) and info (human, JSON = API)
     let human = srv.cli_ok(&["snapshot", "list"]);
     let columns = [
-        "NAME", "VOLUME", "SIZE", "MAPPED", "OWN", "SHARED", "UNIQUE", "CLONES",
+        "NAME",
+        "VOLUME",
+        "SIZE",
+        "ALLOCATED",
+        "OWN",
+        "SHARED",
+        "UNIQUE",
+        "CLONES",
     ];
     assert_mentions(&human, &columns);
     assert_mentions(&human, &["CREATED"]);
@@ -221,7 +228,10 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
     assert_eq!(clone["origin"], "vol0@s1", "{clone}");
     assert_eq!(clone["family"]["id"], info["family"]["id"], "{clone}");
     let human = srv.cli_ok(&["volume", "list"]);
-    assert_mentions(&human, &["ORIGIN", "MAPPED", "OWN", "SHARED", "UNIQUE"]);
+    assert_mentions(
+        &human,
+        &["ORIGIN", "ALLOCATED", "OWN", "SHARED", "UNIQUE", "HOSTS"],
+    );
     assert!(has_row(&human, "c1", " vol0@s1 "), "{human}");
     let human = srv.cli_ok(&["volume", "info", "c1"]);
     let family = [
@@ -244,14 +254,19 @@ fn snapshot_clone_refresh_rollback_through_the_cli() {
     write(&srv, "c1", off, &c);
     assert_reads(&srv, "c1", off, &c, "the clone takes writes");
     let out = srv.cli_ok(&["volume", "refresh", "c1", "--to", "s1", "--yes"]);
-    assert_mentions(&out, &["origin now vol0@s1"]);
+    // Full names in both messages, whatever name was typed.
+    assert_mentions(&out, &["refreshed c1 to snapshot vol0@s1"]);
+    let human = srv.cli_ok(&["volume", "info", "c1"]);
+    assert_mentions(&human, &["vol0@s1 (a clone of it, or refreshed to it)"]);
     assert_reads(&srv, "c1", off, &a, "refreshed clone reads as s1");
 
     // rollback: vol0 back to its own snapshot s2
     srv.cli_ok(&["snapshot", "create", "vol0", "vol0@s2"]);
     write(&srv, "vol0", off, &d);
     let out = srv.cli_ok(&["volume", "rollback", "vol0", "--to", "s2", "--yes"]);
-    assert_mentions(&out, &["origin now vol0@s2"]);
+    assert_mentions(&out, &["rolled back vol0 to snapshot vol0@s2"]);
+    let human = srv.cli_ok(&["volume", "info", "vol0"]);
+    assert_mentions(&human, &["vol0@s2 (rolled back to it)"]);
     assert_reads(&srv, "vol0", off, &b, "vol0 rolled back to s2");
     let vol0 = srv.cli_json(&["volume", "info", "vol0", "--json"]);
     assert_eq!(vol0["origin"], "vol0@s2", "{vol0}");
@@ -526,7 +541,7 @@ fn volume_at_snapshot_names_over_nbd_iscsi_the_api_and_the_cli() {
     cli_refused(&srv, &["clone", "create", "monday", "dev"], &both);
     // A volume's own snapshot goes first for its rollback.
     let out = srv.cli_ok(&["volume", "rollback", "pgdata", "--to", "monday", "--yes"]);
-    assert_mentions(&out, &["origin now pgdata@monday"]);
+    assert_mentions(&out, &["rolled back pgdata to snapshot pgdata@monday"]);
     assert_reads(
         &srv,
         "pgdata",

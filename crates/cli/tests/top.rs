@@ -72,6 +72,10 @@ fn top_in_a_terminal_shows_the_busy_volume_first() {
     assert!(lines[0].starts_with("weft top"), "{last}");
     assert!(lines[0].contains("UTC"), "times carry their zone: {last}");
     assert!(
+        lines[0].contains("(sorted by iops; latency is weft's own"),
+        "{last}"
+    );
+    assert!(
         lines[1].starts_with("VOLUME") && lines[1].contains("w/s"),
         "{last}"
     );

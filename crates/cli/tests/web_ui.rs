@@ -1,7 +1,8 @@
 //! The web UI in headless Chromium, driven over the DevTools protocol (a websocket to the
 //! page): the static files' headers, login with the token (a wrong one refused), the volume
 //! list, the volume page's live charts and heat map moving while fio writes, the list sorted
-//! by IOPS with the busy volume first, the cluster page, and 500 volumes listed and sorted.
+//! by IOPS with the busy volume first, the cluster page (with the capacity of the file
+//! systems), and 500 volumes listed and sorted.
 //!
 //! Screenshots of each page go to `$CARGO_TARGET_TMPDIR/web-ui-screenshots/` (the path is
 //! printed). The page exposes its data for tests as `window.weft` (see ui/app.js).
@@ -544,7 +545,41 @@ fn web_ui_in_headless_chromium() {
          && document.getElementById('cl-throughput-now').textContent.includes('IOPS now')",
         PAGE_TIMEOUT,
     );
+    // Capacity from the file systems: one (data dir and chunk store share it), with its free
+    // space and the growth; no rebuild card in single-process mode.
+    page.wait_for(
+        "the capacity card",
+        "weft.cluster.capacity !== null && weft.cluster.capacity.filesystems.length === 1 \
+         && document.getElementById('cl-capacity').textContent.includes(' free of ') \
+         && document.querySelectorAll('#cl-filesystems tbody tr').length === 1 \
+         && document.querySelector('#cl-filesystems tbody td').textContent.startsWith('data dir ') \
+         && document.getElementById('cl-capacity-kv').textContent.includes('overcommit') \
+         && document.getElementById('cl-rebuild-card').hidden",
+        PAGE_TIMEOUT,
+    );
+    let warnings = page.eval(
+        "weft.cluster.capacity.warnings.length === \
+         document.querySelectorAll('#cl-capacity-warnings li').length",
+    );
+    assert_eq!(warnings, json!(true), "every capacity warning is shown");
     page.screenshot(&shots, "4-cluster", VIEW_HEIGHT_PX);
+
+    // A snapshot's page asks for the snapshot straight away (no 404 from /volumes first),
+    // and a rolled-back volume says so rather than "cloned from".
+    srv.cli_ok(&["snapshot", "create", "vol0", "tuesday"]);
+    page.go("#/volume/vol0%40tuesday");
+    page.wait_for(
+        "the snapshot's page",
+        "document.getElementById('vv-kind').textContent === 'snapshot (read-only)'",
+        PAGE_TIMEOUT,
+    );
+    let asked = page.eval(
+        "performance.getEntriesByType('resource').map((e) => e.name)\
+           .filter((n) => n.endsWith('/api/v1/volumes/vol0%40tuesday'))",
+    );
+    assert_eq!(asked, json!([]), "a snapshot's page asked /volumes for it");
+    page.go("#/cluster");
+    srv.cli_ok(&["snapshot", "delete", "vol0@tuesday", "--yes"]);
     assert_no_page_errors(&mut page, "after the fio run");
 
     let out = fio.wait(Duration::from_secs(u64::from(FIO_RUNTIME_S) + 30));

@@ -223,6 +223,10 @@ fn disk_records(store: &MultiDiskStore) -> Vec<DiskRecord> {
                 capacity_bytes: d.capacity_bytes,
                 used_bytes: d.stat.used_bytes,
                 chunks: d.stat.chunks,
+                limit_bytes: d.stat.capacity_bytes,
+                fs_id: d.fs.as_ref().map(|f| f.fs_id.clone()).unwrap_or_default(),
+                fs_size_bytes: d.fs.as_ref().map_or(0, |f| f.size_bytes),
+                fs_free_bytes: d.fs.as_ref().map_or(0, |f| f.free_bytes),
             })
             .collect(),
         Err(e) => {

@@ -15,7 +15,6 @@
 pub mod config;
 mod connection;
 pub mod daemon;
-mod disk_space;
 pub mod error;
 mod handler;
 pub mod multi_disk;

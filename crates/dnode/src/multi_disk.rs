@@ -10,16 +10,15 @@
 //! The semantics are [`LocalChunkStore`]'s (`Exists`, `Missing` on delete, fencing to an older
 //! epoch is a no-op); the protocol's differences live in the request handler (`handler.rs`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use weft_chunk::{
-    ChunkError, ChunkInfo, ChunkKey, ChunkMeta, ChunkStore, Epoch, FileDisk, LocalChunkStore,
-    ScrubReport, StoreStat,
+    fs_space, ChunkError, ChunkInfo, ChunkKey, ChunkMeta, ChunkStore, Epoch, FileDisk, FsSpace,
+    LocalChunkStore, ScrubReport, StoreStat,
 };
 
-use crate::disk_space::filesystem_size_bytes;
 use crate::error::DnodeError;
 
 /// Lock stripes serialising puts by key: enough that unrelated puts rarely share one.
@@ -37,8 +36,9 @@ struct DiskSlot {
     /// The data dir, for stats and messages.
     path: String,
     store: LocalChunkStore,
-    /// The file system's size, when the store has no configured capacity.
-    fs_capacity_bytes: Option<u64>,
+    /// The data dir on a real file system (`None`: a simulated disk), asked for its size
+    /// and free space on every report.
+    dir: Option<PathBuf>,
 }
 
 /// One disk's numbers, for `Stat` and the registration record.
@@ -48,6 +48,8 @@ pub struct DiskUsage {
     /// The configured capacity, else the file system's size; 0 if neither is known.
     pub capacity_bytes: u64,
     pub stat: StoreStat,
+    /// The file system under the data dir now (`None`: a simulated disk, or statvfs failed).
+    pub fs: Option<FsSpace>,
 }
 
 impl MultiDiskStore {
@@ -84,7 +86,7 @@ impl MultiDiskStore {
         }
         let mut multi = MultiDiskStore::from_stores(stores);
         for (slot, dir) in multi.disks.iter_mut().zip(dirs) {
-            slot.fs_capacity_bytes = filesystem_size_bytes(Path::new(dir));
+            slot.dir = Some(dir.clone());
         }
         Ok(multi)
     }
@@ -99,7 +101,7 @@ impl MultiDiskStore {
                 .map(|(path, store)| DiskSlot {
                     path,
                     store,
-                    fs_capacity_bytes: None,
+                    dir: None,
                 })
                 .collect(),
             put_locks: (0..PUT_LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
@@ -112,10 +114,15 @@ impl MultiDiskStore {
             .iter()
             .map(|d| {
                 let stat = d.store.stat()?;
+                let fs = d.dir.as_deref().and_then(fs_space);
                 Ok(DiskUsage {
                     path: d.path.clone(),
-                    capacity_bytes: stat.capacity_bytes.or(d.fs_capacity_bytes).unwrap_or(0),
+                    capacity_bytes: stat
+                        .capacity_bytes
+                        .or(fs.as_ref().map(|f| f.size_bytes))
+                        .unwrap_or(0),
                     stat,
+                    fs,
                 })
             })
             .collect()

@@ -34,6 +34,18 @@ pub struct DiskRecord {
     pub capacity_bytes: u64,
     pub used_bytes: u64,
     pub chunks: u64,
+    /// The configured capacity alone (`None`: until the file system is full).
+    #[serde(default)]
+    pub limit_bytes: Option<u64>,
+    /// The file system under the disk: `<machine id>:<device>`, the same for every disk on
+    /// it, so c.nodes count its space once (empty: unknown).
+    #[serde(default)]
+    pub fs_id: String,
+    #[serde(default)]
+    pub fs_size_bytes: u64,
+    /// What a writer without root may still use on it.
+    #[serde(default)]
+    pub fs_free_bytes: u64,
 }
 
 /// The metadata key of a d.node's record.
@@ -56,6 +68,10 @@ mod tests {
                 capacity_bytes: 1000,
                 used_bytes: 10,
                 chunks: 1,
+                limit_bytes: None,
+                fs_id: "m:803".into(),
+                fs_size_bytes: 5000,
+                fs_free_bytes: 4000,
             }],
             started_unix_s: 1_700_000_000,
         };
@@ -66,12 +82,23 @@ mod tests {
                 "id": "dn-0000abcd",
                 "addr": "10.0.0.7:7410",
                 "zone": "rack-1",
-                "disks": [{"path": "/data/0", "capacity_bytes": 1000, "used_bytes": 10, "chunks": 1}],
+                "disks": [{
+                    "path": "/data/0", "capacity_bytes": 1000, "used_bytes": 10, "chunks": 1,
+                    "limit_bytes": null, "fs_id": "m:803", "fs_size_bytes": 5000,
+                    "fs_free_bytes": 4000,
+                }],
                 "started_unix_s": 1_700_000_000u64,
             })
         );
         let back: DnodeRecord = serde_json::from_value(json).expect("parse");
         assert_eq!(back, record);
+        // A record of a d.node from before the file-system fields still parses.
+        let old = serde_json::json!({
+            "id": "dn-1", "addr": "10.0.0.7:7410", "zone": "", "started_unix_s": 1,
+            "disks": [{"path": "/d", "capacity_bytes": 1, "used_bytes": 0, "chunks": 0}],
+        });
+        let old: DnodeRecord = serde_json::from_value(old).expect("old record");
+        assert_eq!(old.disks[0].fs_id, "");
         assert_eq!(dnode_key("dn-1"), "weft/dnodes/dn-1");
     }
 }

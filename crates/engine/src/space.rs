@@ -58,6 +58,15 @@ pub enum DeleteEffect {
     Keep,
 }
 
+/// Raw bytes of the chunk stores that host writes never fill: two segments being sealed
+/// plus what GC moves when pressed (it writes blocks' new segments before it deletes the old
+/// ones, so a store full to the last byte could never free any). Writes are refused (ENOSPC)
+/// when they would reach into it. Must stay the reserve `Engine::admit` keeps; the capacity
+/// report (`weft status`) subtracts it from the free space.
+pub fn write_reserve_bytes(config: &crate::EngineConfig) -> u64 {
+    2 * config.segment_size_bytes as u64 + crate::gc::GC_PRESSED_MOVE_BYTES_MAX
+}
+
 /// Space of the image that reads through `chain` (its own layer first), in one go. The
 /// engine runs the same steps in slices of pages with its lock released in between (see
 /// `catalog::report`), so that reporting never stalls I/O for long.

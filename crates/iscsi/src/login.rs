@@ -125,6 +125,11 @@ impl Login {
         }
     }
 
+    /// The initiator's name, once its first Login Request said it (for logs of a refusal).
+    pub fn initiator(&self) -> Option<&str> {
+        self.started.as_ref().map(|s| s.initiator.as_str())
+    }
+
     /// Handle one Login Request; the Login Response goes to `out`.
     pub fn step(
         &mut self,

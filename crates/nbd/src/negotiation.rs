@@ -155,6 +155,9 @@ pub struct Negotiation {
     structured_replies: bool,
     meta: Option<MetaSelection>,
     options_seen: u32,
+    /// The last export asked for by INFO or GO that the client may not open (unknown, or
+    /// hidden from it), until the listener takes it to log.
+    refused_export: Option<String>,
 }
 
 impl Default for Negotiation {
@@ -168,6 +171,12 @@ impl Negotiation {
         Self::with_tls(TlsMode::Off)
     }
 
+    /// The export the client last asked for and was told does not exist (it is unknown, or
+    /// hidden from this client), once: for the listener's log.
+    pub fn take_refused_export(&mut self) -> Option<String> {
+        self.refused_export.take()
+    }
+
     /// A negotiation that offers (or requires) STARTTLS.
     pub fn with_tls(tls: TlsMode) -> Self {
         Negotiation {
@@ -178,6 +187,7 @@ impl Negotiation {
             structured_replies: false,
             meta: None,
             options_seen: 0,
+            refused_export: None,
         }
     }
 
@@ -429,6 +439,7 @@ impl Negotiation {
         };
         let Some(export) = resolve_export(exports, request.name) else {
             write_option_reply(out, option, REP_ERR_UNKNOWN, b"no such export");
+            self.refused_export = Some(String::from_utf8_lossy(request.name).into_owned());
             return Applied::Continue;
         };
         let agreement = self.agree(export);

@@ -34,6 +34,7 @@ use types::{
     ListSnapshotsQuery, NewName, ResizeVolume, Snapshot, Synced, ToSnapshot, Volume,
 };
 
+pub mod audit;
 mod cluster;
 mod hosts;
 pub mod openapi;
@@ -45,6 +46,12 @@ pub mod types;
 #[derive(Debug, Clone)]
 pub struct ApiState {
     pub engine: Arc<Engine>,
+    /// The read-only token (GET only; see [`audit`]).
+    pub read_only_token: Arc<str>,
+    /// Every call that changed something or was refused.
+    pub audit: Arc<audit::AuditLog>,
+    /// The used bytes over the last day, for the capacity report's growth rate.
+    pub capacity: Arc<crate::capacity::CapacityHistory>,
     /// The cluster this c.node serves (`None`: single-process mode).
     pub cluster: Option<Arc<ClusterPlacement>>,
     /// This c.node's part in the compute layer (`None`: single-process mode).
@@ -134,6 +141,8 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/version", get(version))
         .route("/api/v1/stats", get(stats))
+        .route("/api/v1/capacity", get(capacity))
+        .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/stats/volumes", get(stats::volumes))
         .route("/api/v1/stats/stream", get(stats::stream))
         .route("/api/v1/volumes/{name}/stats", get(stats::series))
@@ -225,16 +234,45 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    match presented {
-        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => {
-            next.run(request).await
+    let role = match presented {
+        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => audit::Role::Admin,
+        Some(t) if constant_time_eq(t.as_bytes(), state.read_only_token.as_bytes()) => {
+            audit::Role::ReadOnly
         }
-        _ => ApiError(
+        _ => audit::Role::Unknown,
+    };
+    let method = request.method().clone();
+    let reads = method == axum::http::Method::GET || method == axum::http::Method::HEAD;
+    let path = request.uri().path_and_query().map_or_else(
+        || request.uri().path().to_string(),
+        |p| p.as_str().to_string(),
+    );
+    let response = match role {
+        audit::Role::Admin => next.run(request).await,
+        audit::Role::ReadOnly if reads => next.run(request).await,
+        audit::Role::ReadOnly => ApiError(
+            StatusCode::FORBIDDEN,
+            "this token is read-only (api-token-read-only): it may not change anything".into(),
+        )
+        .into_response(),
+        audit::Role::Unknown => ApiError(
             StatusCode::UNAUTHORIZED,
             "missing or wrong bearer token".into(),
         )
         .into_response(),
+    };
+    let status = response.status();
+    // Reads that were allowed are not management calls: the UI polls every two seconds.
+    if !reads || status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+        state.audit.record(audit::AuditEntry {
+            time_ms: crate::io_stats::unix_ms(),
+            role,
+            method: method.to_string(),
+            path,
+            status: status.as_u16(),
+        });
     }
+    response
 }
 
 pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -265,21 +303,49 @@ fn iscsi_uri(state: &ApiState, name: &str) -> Option<String> {
 }
 
 fn volume(state: &ApiState, info: VolumeInfo) -> Volume {
+    volume_with(state, info, &state.engine.list_hosts())
+}
+
+/// A volume's JSON, its host mappings found among `hosts` (listed once for a whole list).
+fn volume_with(state: &ApiState, info: VolumeInfo, hosts: &[weft_engine::HostInfo]) -> Volume {
     Volume {
         nbd_uri: nbd_uri(state, &info.name),
         iscsi_uri: iscsi_uri(state, &info.name),
         sessions: state.sessions.of_export(&info.name),
+        hosts: mappings(state, &info.name, hosts),
         info,
     }
 }
 
 fn snapshot(state: &ApiState, info: SnapshotInfo) -> Snapshot {
+    snapshot_with(state, info, &state.engine.list_hosts())
+}
+
+fn snapshot_with(
+    state: &ApiState,
+    info: SnapshotInfo,
+    hosts: &[weft_engine::HostInfo],
+) -> Snapshot {
     Snapshot {
         nbd_uri: nbd_uri(state, &info.name),
         iscsi_uri: iscsi_uri(state, &info.name),
         sessions: state.sessions.of_export(&info.name),
+        hosts: mappings(state, &info.name, hosts),
         info,
     }
+}
+
+fn mappings(
+    state: &ApiState,
+    export: &str,
+    hosts: &[weft_engine::HostInfo],
+) -> Vec<types::HostMapping> {
+    types::HostMapping::of(
+        export,
+        hosts,
+        &state.array_target,
+        state.iscsi_portal.as_deref(),
+    )
 }
 
 /// List the volumes.
@@ -296,9 +362,13 @@ fn snapshot(state: &ApiState, info: SnapshotInfo) -> Snapshot {
 )]
 async fn list_volumes(State(state): State<ApiState>) -> Result<Json<Vec<Volume>>, ApiError> {
     let engine = state.engine.clone();
-    let volumes = blocking(move || Ok(engine.list_volumes())).await?;
+    let (volumes, hosts) =
+        blocking(move || Ok((engine.list_volumes(), engine.list_hosts()))).await?;
     Ok(Json(
-        volumes.into_iter().map(|v| volume(&state, v)).collect(),
+        volumes
+            .into_iter()
+            .map(|v| volume_with(&state, v, &hosts))
+            .collect(),
     ))
 }
 
@@ -519,9 +589,18 @@ async fn list_snapshots(
     QueryArgs(query): QueryArgs<ListSnapshotsQuery>,
 ) -> Result<Json<Vec<Snapshot>>, ApiError> {
     let engine = state.engine.clone();
-    let snapshots = blocking(move || engine.list_snapshots(query.volume.as_deref())).await?;
+    let (snapshots, hosts) = blocking(move || {
+        Ok((
+            engine.list_snapshots(query.volume.as_deref())?,
+            engine.list_hosts(),
+        ))
+    })
+    .await?;
     Ok(Json(
-        snapshots.into_iter().map(|s| snapshot(&state, s)).collect(),
+        snapshots
+            .into_iter()
+            .map(|s| snapshot_with(&state, s, &hosts))
+            .collect(),
     ))
 }
 
@@ -712,6 +791,35 @@ async fn refuse_if_busy(
 async fn stats(State(state): State<ApiState>) -> Result<Json<weft_engine::EngineStats>, ApiError> {
     let engine = state.engine.clone();
     Ok(Json(blocking(move || Ok(engine.stats())).await?))
+}
+
+/// Capacity: the free space of the file systems under the data dir and every d.node disk
+/// (each counted once), used, usable after redundancy, overcommit, days to full at the recent
+/// growth, and warnings at 80 % and 90 %.
+#[utoipa::path(
+    get,
+    path = "/api/v1/capacity",
+    tag = "stats",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The capacity report", body = crate::capacity::CapacityReport),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
+async fn capacity(
+    State(state): State<ApiState>,
+) -> Result<Json<crate::capacity::CapacityReport>, ApiError> {
+    Ok(Json(
+        blocking(move || {
+            Ok(crate::capacity::report_now(
+                &state.engine,
+                state.cluster.as_deref(),
+                &state.capacity,
+            ))
+        })
+        .await?,
+    ))
 }
 
 /// Wait until every acknowledged write is in sealed segments.

@@ -1,4 +1,4 @@
-//! The seam between front ends (NBD now, iSCSI later) and the volume engine.
+//! The seam between the front ends (NBD and iSCSI) and the volume engine.
 //!
 //! Front ends see exports (volumes or snapshots) as byte-addressed devices whose offsets and
 //! lengths are multiples of the export's logical block size: 512 ("512e") or 4096 ("4Kn").

@@ -4,6 +4,7 @@ mod accept;
 pub mod access;
 pub mod api;
 pub mod backend;
+pub mod capacity;
 pub mod cluster;
 mod data_files;
 pub mod engine_backend;

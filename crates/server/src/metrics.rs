@@ -26,6 +26,8 @@ pub struct MetricsSource {
     pub io: Arc<IoStats>,
     pub cluster: Option<Arc<ClusterPlacement>>,
     pub compute: Option<Arc<crate::ha::ComputeInfo>>,
+    /// The used bytes over the last day (shared with the API), for days to full.
+    pub capacity: Arc<crate::capacity::CapacityHistory>,
 }
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -214,6 +216,12 @@ impl Collector for Scrape {
                 ],
             )?;
         }
+        let capacity = crate::capacity::report_now(
+            &source.engine,
+            source.cluster.as_deref(),
+            &source.capacity,
+        );
+        encode_capacity(&mut encoder, &capacity)?;
         Ok(())
     }
 }
@@ -530,6 +538,103 @@ fn encode_engine(encoder: &mut DescriptorEncoder, s: &EngineStats) -> std::fmt::
             ),
         ],
     )
+}
+
+/// The capacity report: the same figures as `GET /api/v1/capacity` and `weft status`.
+#[allow(clippy::cast_precision_loss)]
+fn encode_capacity(
+    encoder: &mut DescriptorEncoder,
+    c: &crate::capacity::CapacityReport,
+) -> std::fmt::Result {
+    use crate::capacity::Level;
+    gauges(
+        encoder,
+        &[
+            (
+                "capacity_raw_bytes",
+                "Raw bytes weft can fill: chunks stored plus the free space of their file systems (each counted once), capped by limits",
+                c.raw_bytes as f64,
+            ),
+            (
+                "capacity_free_bytes",
+                "Raw bytes the chunk stores can still take",
+                c.free_bytes as f64,
+            ),
+            (
+                "capacity_usable_bytes",
+                "Host data that fits in the raw space after redundancy",
+                c.usable_bytes as f64,
+            ),
+            (
+                "capacity_used_ratio",
+                "Chunks stored as a share of the raw space (0 to 1)",
+                c.used_percent / 100.0,
+            ),
+            (
+                "capacity_provisioned_bytes",
+                "Sum of the volumes' sizes",
+                c.provisioned_bytes as f64,
+            ),
+            (
+                "capacity_overcommit_ratio",
+                "Provisioned bytes per usable byte (0: no usable space)",
+                c.overcommit.unwrap_or(0.0),
+            ),
+            (
+                "capacity_growth_bytes_per_day",
+                "Growth of the chunks stored over the last day (or since start), per day",
+                c.growth_bytes_per_day.unwrap_or(0.0),
+            ),
+            (
+                "capacity_level",
+                "0 ok, 1 warning (80 % used), 2 critical (90 %): the worst of weft's space and its file systems",
+                match c.level {
+                    Level::Ok => 0.0,
+                    Level::Warning => 1.0,
+                    Level::Critical => 2.0,
+                },
+            ),
+        ],
+    )?;
+    // Only while growing: a gauge of +Inf would be read as a number by dashboards.
+    let mut f = family(
+        encoder,
+        "capacity_days_to_full",
+        "Days until the raw space is full at the recent growth (absent: not growing)",
+        MetricType::Gauge,
+    )?;
+    if let Some(days) = c.days_to_full {
+        f.gauge(&Vec::new(), days)?;
+    }
+    type Get = fn(&crate::capacity::FileSystemSpace) -> f64;
+    let per_fs: [(&str, &str, Get); 3] = [
+        (
+            "filesystem_size_bytes",
+            "Size of a file system under the data dir or a d.node disk",
+            |f| f.size_bytes as f64,
+        ),
+        (
+            "filesystem_free_bytes",
+            "Free bytes of the file system for a writer without root",
+            |f| f.free_bytes as f64,
+        ),
+        (
+            "filesystem_weft_used_bytes",
+            "Bytes of weft's chunks on the file system",
+            |f| f.weft_used_bytes as f64,
+        ),
+    ];
+    for (name, help, value) in per_fs {
+        let mut f = family(encoder, name, help, MetricType::Gauge)?;
+        for fs in &c.filesystems {
+            let paths = fs.paths.join(", ");
+            f.gauge(
+                &vec![("fs", fs.fs_id.as_str()), ("paths", paths.as_str())],
+                value(fs),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// One row per d.node: the cluster's, or in single-process mode the local store as `local`.

@@ -38,6 +38,9 @@ use crate::reservation_records::ReservationRecords;
 
 /// The token file, mode 0600, created at first start.
 pub const TOKEN_FILE: &str = "api-token";
+/// The read-only token's file (GET requests only: monitoring, the UI's viewers), mode 0600,
+/// created at first start.
+pub const READ_ONLY_TOKEN_FILE: &str = "api-token-read-only";
 /// The single-process server's array id (the end of its array target's name).
 pub const ARRAY_ID_FILE: &str = "array-id";
 /// Where a running server says where it listens, for the CLI and tests.
@@ -298,10 +301,43 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             shutdown.clone(),
         ))
     });
+    let read_only_token: Arc<str> =
+        load_or_create_token_file(&data_dir, READ_ONLY_TOKEN_FILE)?.into();
+    let audit = Arc::new(
+        api::audit::AuditLog::open(&data_dir)
+            .with_context(|| format!("opening the audit log in {}", data_dir.display()))?,
+    );
+    let capacity_history = Arc::new(crate::capacity::CapacityHistory::default());
+    let capacity_sampler = {
+        let (engine, cluster, history) = (
+            engine.clone(),
+            cluster.clone(),
+            Arc::clone(&capacity_history),
+        );
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let every = Duration::from_millis(crate::capacity::SAMPLE_INTERVAL_MS);
+            loop {
+                let (engine, cluster, history) =
+                    (engine.clone(), cluster.clone(), Arc::clone(&history));
+                let _ = tokio::task::spawn_blocking(move || {
+                    crate::capacity::report_now(&engine, cluster.as_deref(), &history)
+                })
+                .await;
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(every) => {}
+                }
+            }
+        })
+    };
     let state = ApiState {
         compute: compute.clone(),
         cluster: cluster.clone(),
         engine: engine.clone(),
+        capacity: Arc::clone(&capacity_history),
+        read_only_token,
+        audit,
         token,
         nbd_address: nbd_addr.to_string().into(),
         iscsi_portal: iscsi_addr.map(|a| a.to_string().into()),
@@ -315,6 +351,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         io: Arc::clone(&io),
         cluster: cluster.clone(),
         compute: compute.clone(),
+        capacity: capacity_history,
     }));
     let _ = api_slot.set(api::router(state));
 
@@ -338,13 +375,37 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(tls) = &nbd_tls_said {
         writeln!(out, "nbd tls: {tls} (nbds:// URIs)")?;
     }
-    for (name, size_bytes) in engine.volume_sizes() {
-        writeln!(out, "nbd: nbd://{nbd_addr}/{name}  ({size_bytes} bytes)")?;
+    // A volume mapped to a host is served to that host only, even on loopback: the connect
+    // line names one anyone here can open.
+    let hosts = engine.list_hosts();
+    let mapped_to = |name: &str| -> Vec<&str> {
+        hosts
+            .iter()
+            .filter(|h| h.luns.iter().any(|l| l.export == name))
+            .map(|h| h.name.as_str())
+            .collect()
+    };
+    let volumes = engine.volume_sizes();
+    for (name, size_bytes) in &volumes {
+        let mapped = mapped_to(name);
+        let who = if mapped.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; mapped to {}: served to that host only",
+                mapped.join(", ")
+            )
+        };
+        writeln!(
+            out,
+            "nbd: nbd://{nbd_addr}/{name}  ({}{who})",
+            crate::capacity::binary(*size_bytes)
+        )?;
         if let Some(portal) = iscsi_addr {
             writeln!(
                 out,
                 "iscsi: iscsi://{portal}/{}/0",
-                crate::iscsi_listener::target_name(&name)
+                crate::iscsi_listener::target_name(name)
             )?;
         }
     }
@@ -368,11 +429,20 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "api: http://{api_addr}/api/v1 (token in {})",
         data_dir.join(TOKEN_FILE).display()
     )?;
-    writeln!(
-        out,
-        "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}",
-        name = config.default_volume
-    )?;
+    match volumes.iter().find(|(name, _)| mapped_to(name).is_empty()) {
+        Some((name, _)) => writeln!(
+            out,
+            "connect: qemu-img info nbd://{nbd_addr}/{name} | nbdinfo nbd://{nbd_addr}/{name}"
+        )?,
+        None if volumes.is_empty() => writeln!(
+            out,
+            "connect: no volume yet: weft volume create NAME --size SIZE"
+        )?,
+        None => writeln!(
+            out,
+            "connect: every volume is mapped to a host: connect from that host"
+        )?,
+    }
     writeln!(
         out,
         "ui: http://{api_addr}/ (log in with the token in {})",
@@ -408,6 +478,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         let _ = task.await;
     }
     let _ = api_task.await;
+    let _ = capacity_sampler.await;
     if let Some(task) = metrics_task {
         let _ = task.await;
     }
@@ -533,7 +604,11 @@ fn open_engine(
         Backend::Cluster(c) => c,
     };
     let kv = weft_meta::connect_etcd(&c.url).with_context(|| format!("connecting to {}", c.url))?;
-    let (ownership, write_log, compute) = own_the_cluster(&kv, &c.ha, &config, who)?;
+    let crate::ha::takeover::Owned {
+        ownership,
+        write_log,
+        compute,
+    } = own_the_cluster(&kv, &c.ha, &config, who)?;
     let (epoch, _) = weft_meta::update_json(&*kv, EPOCH_KEY, |old: Option<u64>| {
         Ok::<_, weft_meta::MetaError>(old.unwrap_or(0) + 1)
     })
@@ -623,7 +698,12 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
 
 /// The API token: read it, or create it (32 random bytes, hex) with mode 0600.
 pub fn load_or_create_token(data_dir: &Path) -> anyhow::Result<String> {
-    let path = data_dir.join(TOKEN_FILE);
+    load_or_create_token_file(data_dir, TOKEN_FILE)
+}
+
+/// The token in `name` (the admin's or the read-only one), created if missing.
+fn load_or_create_token_file(data_dir: &Path, name: &str) -> anyhow::Result<String> {
+    let path = data_dir.join(name);
     match std::fs::read_to_string(&path) {
         Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
         Ok(_) => {}

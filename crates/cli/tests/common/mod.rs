@@ -844,8 +844,12 @@ pub fn try_api_request(
             }
             req.call()
         }
-        "POST" => {
-            let mut req = agent.post(&url);
+        "POST" | "PUT" => {
+            let mut req = if method == "POST" {
+                agent.post(&url)
+            } else {
+                agent.put(&url)
+            };
             if let Some(a) = &auth {
                 req = req.header("Authorization", a);
             }

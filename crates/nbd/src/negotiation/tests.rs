@@ -146,6 +146,9 @@ fn go_on_unknown_export_errors_and_client_may_retry() {
     assert!(matches!(step, Step::Continue { .. }));
     assert_eq!(replies.len(), 1);
     assert_eq!(replies[0].0, REP_ERR_UNKNOWN);
+    // Said once to the listener, for its log.
+    assert_eq!(n.take_refused_export().as_deref(), Some("nope"));
+    assert_eq!(n.take_refused_export(), None);
     let (step, _) = send(&mut n, OPT_GO, &encode_info_request("snap", &[]));
     let Step::Go { agreement, .. } = step else {
         panic!("retry works")

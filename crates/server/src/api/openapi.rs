@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{cluster, hosts, sessions, stats};
+use super::{audit, cluster, hosts, sessions, stats};
 
 /// The document (see [`document`]).
 #[derive(OpenApi)]
@@ -45,6 +45,8 @@ use super::{cluster, hosts, sessions, stats};
         super::create_clone,
         sessions::of_snapshot,
         super::stats,
+        super::capacity,
+        audit::list,
         stats::volumes,
         stats::stream,
         stats::series,

@@ -101,6 +101,44 @@ pub struct Volume {
     /// The clients that have the volume open now (NBD connections, iSCSI sessions).
     #[serde(default)]
     pub sessions: Vec<ExportSession>,
+    /// The hosts it is mapped to (`weft volume map`), with the LUN each sees it under.
+    #[serde(default)]
+    pub hosts: Vec<HostMapping>,
+}
+
+/// A host an export is mapped to: the LUN it sees it under on the array target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HostMapping {
+    pub host: String,
+    pub lun: u64,
+    /// `iscsi://PORTAL/ARRAY-TARGET/LUN`, when iSCSI is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iscsi_uri: Option<String>,
+}
+
+impl HostMapping {
+    /// Every mapping of `export` among `hosts`, by host name.
+    pub fn of(
+        export: &str,
+        hosts: &[HostInfo],
+        iscsi_target: &str,
+        iscsi_portal: Option<&str>,
+    ) -> Vec<HostMapping> {
+        hosts
+            .iter()
+            .flat_map(|h| {
+                h.luns
+                    .iter()
+                    .filter(|l| l.export == export)
+                    .map(|l| HostMapping {
+                        host: h.name.clone(),
+                        lun: l.lun,
+                        iscsi_uri: iscsi_portal
+                            .map(|p| format!("iscsi://{p}/{iscsi_target}/{}", l.lun)),
+                    })
+            })
+            .collect()
+    }
 }
 
 /// A snapshot with the NBD URI it is exported under, read-only (its name).
@@ -115,6 +153,9 @@ pub struct Snapshot {
     /// The clients that have the snapshot open now (NBD connections, iSCSI sessions).
     #[serde(default)]
     pub sessions: Vec<ExportSession>,
+    /// The hosts it is mapped to, read-only, with the LUN each sees it under.
+    #[serde(default)]
+    pub hosts: Vec<HostMapping>,
 }
 
 /// The protocol a client session came in on.

@@ -30,7 +30,7 @@ use weft_meta::{get_json, list_json, MetaStore};
 use crate::cluster::chunk_io::{ChunkIoCounters, ChunkIoTotals, CountingChunkStore};
 use crate::cluster::pgmap::{self, Candidate};
 use crate::cluster::records::{
-    pgmap_key, pool_key, DnodeAdmin, DnodeRecord, PgMap, PoolRecord, DNODES_PREFIX,
+    pgmap_key, pool_key, DiskRecord, DnodeAdmin, DnodeRecord, PgMap, PoolRecord, DNODES_PREFIX,
     DNODE_ADMIN_PREFIX, POOLS_PREFIX,
 };
 
@@ -563,6 +563,17 @@ impl ClusterPlacement {
             }
         }
         count
+    }
+
+    /// The disks of every up d.node, as last registered (for the capacity report).
+    pub fn up_disks(&self) -> Vec<(String, Vec<DiskRecord>)> {
+        self.view
+            .read()
+            .nodes
+            .values()
+            .filter(|n| n.state == NodeState::Up)
+            .map(|n| (n.record.id.clone(), n.record.disks.clone()))
+            .collect()
     }
 
     /// Every d.node this c.node knows, with its state.

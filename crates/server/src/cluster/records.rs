@@ -37,6 +37,17 @@ pub struct DiskRecord {
     pub used_bytes: u64,
     #[serde(default)]
     pub chunks: u64,
+    /// The d.node's configured capacity alone (`None`: until the file system is full).
+    #[serde(default)]
+    pub limit_bytes: Option<u64>,
+    /// The file system under the disk (`<machine id>:<device>`; empty from a d.node that
+    /// does not say): disks on one file system share its free space.
+    #[serde(default)]
+    pub fs_id: String,
+    #[serde(default)]
+    pub fs_size_bytes: u64,
+    #[serde(default)]
+    pub fs_free_bytes: u64,
 }
 
 impl DnodeRecord {

@@ -32,6 +32,14 @@ pub struct HaConfig {
     pub force_takeover: bool,
 }
 
+/// What taking the cluster over gives the c.node.
+pub(crate) struct Owned {
+    pub ownership: Arc<crate::ha::ownership::Ownership>,
+    /// The write log the engine opens (mirrored to the partner, if any).
+    pub write_log: Arc<dyn weft_engine::write_log::WriteLogSource>,
+    pub compute: Arc<crate::ha::ComputeInfo>,
+}
+
 /// How this c.node is reached, for its ownership record.
 #[derive(Debug, Clone)]
 pub(crate) struct Who {
@@ -51,11 +59,7 @@ pub(crate) fn own_the_cluster(
     ha: &HaConfig,
     config: &EngineConfig,
     who: Who,
-) -> anyhow::Result<(
-    Arc<crate::ha::ownership::Ownership>,
-    Arc<dyn weft_engine::write_log::WriteLogSource>,
-    Arc<crate::ha::ComputeInfo>,
-)> {
+) -> anyhow::Result<Owned> {
     use crate::ha::handover::{may_take_over, JournalState, JOURNAL_STATE_KEY};
     use crate::ha::ownership::{OwnerRecord, Ownership};
     use crate::ha::partner::{complete_mirror, Partner};
@@ -147,7 +151,11 @@ pub(crate) fn own_the_cluster(
         status,
         kv: Arc::clone(kv),
     };
-    Ok((ownership, Arc::new(source), info))
+    Ok(Owned {
+        ownership,
+        write_log: Arc::new(source),
+        compute: info,
+    })
 }
 
 /// A c.node whose ownership lease expired may be replaced by its standby at any moment: it

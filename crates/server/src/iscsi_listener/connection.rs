@@ -8,8 +8,8 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
-use weft_iscsi::wire::TEXT_MAX_BYTES;
+use tracing::{debug, info, warn};
+use weft_iscsi::wire::{LOGIN_AUTH_FAILED, LOGIN_FORBIDDEN, TEXT_MAX_BYTES};
 use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Login, LoginProgress, Parse, Request};
 
 use super::shared::{ConnError, READ_BUFFER_BYTES};
@@ -19,6 +19,7 @@ use crate::access::connection_is_open;
 
 /// An initiator has this long to log in.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Serve one connection that came in on the portal with relative target port `port`.
 pub(super) async fn serve(
     mut stream: TcpStream,
@@ -43,6 +44,25 @@ pub(super) async fn serve(
     let logged_in = match logged_in {
         Ok(Some(l)) => l,
         Ok(None) => return,
+        // A wrong CHAP secret or an initiator not allowed in is worth an operator's look
+        // (a misconfigured host, or someone guessing): warn, with who it was (the span has
+        // the peer's address).
+        Err(ConnError::LoginRefused {
+            status: status @ (LOGIN_AUTH_FAILED | LOGIN_FORBIDDEN),
+            initiator,
+        }) => {
+            warn!(
+                initiator = initiator.as_deref().unwrap_or("(unnamed)"),
+                status = format_args!("{status:#06x}"),
+                reason = if status == LOGIN_AUTH_FAILED {
+                    "authentication failed (CHAP)"
+                } else {
+                    "not authorized for the target"
+                },
+                "iscsi login refused"
+            );
+            return;
+        }
         Err(error) => {
             info!(%error, "iscsi login failed, disconnecting");
             return;
@@ -108,7 +128,10 @@ async fn login(
             LoginProgress::Complete(done) => return Ok(Some(done)),
             LoginProgress::Failed(status) => {
                 let _ = stream.shutdown().await;
-                return Err(ConnError::LoginRefused(status));
+                return Err(ConnError::LoginRefused {
+                    status,
+                    initiator: login.initiator().map(str::to_string),
+                });
             }
         }
     }

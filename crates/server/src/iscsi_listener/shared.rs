@@ -23,8 +23,12 @@ pub(super) enum ConnError {
     Frame(#[from] weft_iscsi::FrameError),
     #[error("login timed out")]
     LoginTimeout,
-    #[error("login refused with status {0:#06x}")]
-    LoginRefused(u16),
+    #[error("login refused with status {status:#06x}")]
+    LoginRefused {
+        status: u16,
+        /// The initiator's name, when its first request said it.
+        initiator: Option<String>,
+    },
     #[error("a PDU other than Login Request during login")]
     NotLogin,
     #[error("protocol: {0}")]

@@ -204,6 +204,14 @@ async fn handshake(
                 Step::Incomplete => break,
                 Step::Continue { consumed } => {
                     buf.advance(consumed);
+                    if let Some(export) = negotiation.take_refused_export() {
+                        // A host asking for what it may not see is misconfigured (or probing).
+                        warn!(
+                            export,
+                            tls_names = ?client.tls_names,
+                            "nbd export refused: unknown, or not visible to this client"
+                        );
+                    }
                     stream.write_all(&out).await?;
                 }
                 Step::Abort { consumed } => {
