@@ -2,6 +2,7 @@
 //! owns it (or a previous run of this c.node did); as a standby that takes over on the
 //! owner's mirror once the owner's lease expired; and how it stops when it loses the lease.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,6 @@ use std::time::Duration;
 use weft_engine::EngineConfig;
 
 use crate::data_files::{load_or_create_id, write_atomically};
-use std::net::SocketAddr;
 
 /// A c.node's id in its cluster (ownership, mirrors), made at first start.
 pub const CNODE_ID_FILE: &str = "cnode-id";
