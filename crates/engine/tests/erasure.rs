@@ -163,13 +163,22 @@ fn open_engine(
     stores: &[Arc<Switchable>],
     meta: Arc<dyn weft_meta::MetaStore>,
 ) -> Engine {
+    open_configured(stores, meta, EngineConfig::for_tests(dir)).unwrap()
+}
+
+/// The engine on the six stores with `config` (its data dir included).
+fn open_configured(
+    stores: &[Arc<Switchable>],
+    meta: Arc<dyn weft_meta::MetaStore>,
+    config: EngineConfig,
+) -> Result<Engine, weft_engine::EngineError> {
     let backends = Backends {
         placement: Arc::new(SixStores(stores.to_vec())),
         metastore: meta,
         write_log: None,
         epoch: 0,
     };
-    Engine::open_with(EngineConfig::for_tests(dir), backends).unwrap()
+    Engine::open_with(config, backends)
 }
 
 fn six_stores() -> Vec<Arc<Switchable>> {
@@ -417,18 +426,12 @@ fn a_restart_with_three_stores_down_waits_and_loses_nothing() {
     for s in &stores[3..] {
         s.down.store(true, Ordering::Release);
     }
-    let backends = Backends {
-        placement: Arc::new(SixStores(stores.to_vec())),
-        metastore: meta.clone(),
-        write_log: None,
-        epoch: 0,
-    };
     let config = EngineConfig {
         recovery_wait: Some(Duration::from_secs(3)),
         ..EngineConfig::for_tests(dir.path())
     };
     let status = config.recovery_status.clone();
-    match Engine::open_with(config, backends) {
+    match open_configured(&stores, meta.clone(), config) {
         Err(weft_engine::EngineError::RecoveryBlocked(wait)) => {
             let mut names = wait.waiting_for.clone();
             names.sort();
@@ -471,19 +474,13 @@ fn a_stripe_skipped_at_one_recovery_is_skipped_at_the_next_without_its_evidence(
     // stripe (and delete it as below the checkpoint), hiding the case; in production they
     // come every 4 GiB.
     let open = |wait: Duration| {
-        let backends = Backends {
-            placement: Arc::new(SixStores(stores.to_vec())),
-            metastore: meta.clone(),
-            write_log: None,
-            epoch: 0,
-        };
         let config = EngineConfig {
             recovery_wait: Some(wait),
             checkpoint_every_bytes: 1 << 40,
             gc_interval_ms: 1 << 40,
             ..EngineConfig::for_tests(dir.path())
         };
-        Engine::open_with(config, backends)
+        open_configured(&stores, meta.clone(), config)
     };
     let engine = open(Duration::from_secs(20)).unwrap();
     engine
