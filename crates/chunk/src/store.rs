@@ -64,6 +64,9 @@ pub trait ChunkStore: Send + Sync + std::fmt::Debug {
     fn stat(&self) -> Result<StoreStat, ChunkError>;
     /// Read every chunk (of one family, or all) in full and check it.
     fn scrub(&self, family: Option<u64>) -> Result<ScrubReport, ChunkError>;
+    /// Its d.node registered again: a store that waits before reconnecting after failures
+    /// tries at the next call instead. Local stores have nothing to do.
+    fn reconnect_now(&self) {}
 }
 
 /// A store of chunk files on one disk.

@@ -374,6 +374,18 @@ fn unhealthy(v: &Value) -> Option<String> {
             }
         }
     }
+    let unlisted: Vec<&str> = v["repair"]["unlisted"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if why.is_empty() && !unlisted.is_empty() {
+        why.push(format!(
+            "the rebuild could not list {} yet (their missing chunks are not known)",
+            unlisted.join(", ")
+        ));
+    }
     if why.is_empty() {
         why.push("the rebuild has not caught up with the last change".into());
     }

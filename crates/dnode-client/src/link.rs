@@ -212,6 +212,15 @@ impl Link {
         }
     }
 
+    /// Ends a backoff: the next call connects at once (the d.node registered again, so the
+    /// reason for waiting is gone).
+    pub(crate) fn reconnect_now(&self) {
+        let mut link = self.state.lock();
+        if matches!(&*link, LinkState::Backoff { .. }) {
+            *link = LinkState::Idle;
+        }
+    }
+
     /// `Ok(Some)`: an open connection; `Ok(None)`: connect now; `Err`: backing off.
     fn current(&self) -> Result<Option<Arc<Connection>>, ChunkError> {
         let link = self.state.lock();

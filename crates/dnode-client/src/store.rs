@@ -336,6 +336,10 @@ impl ChunkStore for RemoteChunkStore {
             _ => None,
         })
     }
+
+    fn reconnect_now(&self) {
+        self.link.reconnect_now();
+    }
 }
 
 fn encode(request: &Request, request_id: u64) -> Result<EncodedFrame<'_>, ProtoError> {

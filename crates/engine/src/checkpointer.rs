@@ -49,6 +49,7 @@ pub(crate) fn reap_checkpoint_writer(shared: &Shared, block: bool) -> Result<(),
         meta.commit(next)?;
         old
     };
+    shared.stripes.note_missed_at_write(written.missed_at_write);
     for (fid, r) in old {
         for (segment, _) in r.parts() {
             if let Err(e) = shared.stripes.delete(fid.0, segment.0, r.redundancy.0) {
@@ -130,6 +131,7 @@ pub(crate) fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), Io
     let write = move || -> Result<CheckpointWritten, IoFailure> {
         let mut refs = Vec::new();
         let mut bytes_total = 0;
+        let mut missed_at_write = 0;
         for ((image, next_segment, sealed), generation) in images.into_iter().zip(generations) {
             let fid = image.id;
             let body = checkpoint::encode(next_segment, &image, &sealed);
@@ -138,7 +140,7 @@ pub(crate) fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), Io
             let mut at = 0usize;
             for (segment, len) in checkpoint::checkpoint_parts(generation, body.len() as u64) {
                 let len = usize::try_from(len).expect("bounded part");
-                stripes.put(fid.0, segment.0, redundancy, &body[at..at + len])?;
+                missed_at_write += stripes.put(fid.0, segment.0, redundancy, &body[at..at + len])?;
                 at += len;
             }
             bytes_total += body.len();
@@ -162,6 +164,7 @@ pub(crate) fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), Io
         );
         Ok(CheckpointWritten {
             refs,
+            missed_at_write,
             counters,
             covered,
         })

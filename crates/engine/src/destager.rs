@@ -47,7 +47,7 @@ pub(crate) fn run(shared: &Shared) {
                     tracing::error!(error = %e, "stopping with stripe writes failing; the next start replays the journal");
                     return;
                 }
-                tracing::error!(error = %e, "stripe write failed; writes get ENOSPC/EIO until it succeeds");
+                tracing::error!(error = %e, "stripe write failed; retrying (journaled writes are still acknowledged; writes that must wait for a stripe, write-through or a full write buffer, get ENOSPC/EIO until it succeeds)");
                 last_seal_failure = Some(Instant::now());
                 continue;
             }

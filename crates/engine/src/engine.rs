@@ -781,6 +781,13 @@ fn repair_status(shared: &Shared) -> crate::repair::RepairStatus {
         || (status.scans > 0
             && !status.running
             && status.chunks_failed == 0
+            && status.unlisted.is_empty()
+            && shared.repair.missed_at_write_seen.load(Ordering::Acquire)
+                == shared
+                    .stripes
+                    .counters
+                    .chunks_missed_at_write
+                    .load(Ordering::Acquire)
             && status.scanned_generation >= shared.stripes.placement().generation());
     status
 }

@@ -5,8 +5,10 @@
 //! after a restart picks up where the last one stopped; rebuilding is throttled to a rate
 //! the operator can change, and progress (with an ETA) is reported.
 //!
-//! A d.node that cannot be listed (down) is skipped: its chunks are not rebuilt until it is
-//! out (then its positions point elsewhere) or back (then it is listed).
+//! A d.node that cannot be listed (down, or its link still backing off) is skipped: its
+//! chunks are not rebuilt until it is out (then its positions point elsewhere) or back (then
+//! it is listed). Such a scan is incomplete: the status names the d.node, the repairer has not
+//! caught up (so the cluster is not healthy), and it scans again within [`RESCAN_INCOMPLETE`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -20,6 +22,9 @@ use crate::state::Shared;
 
 /// How often the repairer polls for its next scan or for shutdown.
 const POLL: Duration = Duration::from_millis(100);
+/// How soon a scan that could not list every d.node is repeated (and the soonest a scan
+/// follows a stripe written with chunks missing).
+const RESCAN_INCOMPLETE: Duration = Duration::from_secs(1);
 
 /// A stripe to check: (family, segment, redundancy, stripe length).
 type StripeRef = (u64, u64, Redundancy, u64);
@@ -28,11 +33,25 @@ type StripeRef = (u64, u64, Redundancy, u64);
 pub(crate) fn run_repairer(shared: &Shared) {
     let mut last = Instant::now();
     let mut scanned_generation = None;
+    let mut complete = true;
     loop {
         if shared.shutdown.load(Ordering::Acquire) || shared.abandon.load(Ordering::Acquire) {
             return;
         }
-        let due = last.elapsed() >= Duration::from_millis(shared.config.repair_interval_ms);
+        let interval = if complete {
+            Duration::from_millis(shared.config.repair_interval_ms)
+        } else {
+            RESCAN_INCOMPLETE.min(Duration::from_millis(shared.config.repair_interval_ms))
+        };
+        let missed = shared
+            .stripes
+            .counters
+            .chunks_missed_at_write
+            .load(Ordering::Acquire);
+        let written_degraded =
+            missed != shared.repair.missed_at_write_seen.load(Ordering::Acquire);
+        let due = last.elapsed() >= interval
+            || (written_degraded && last.elapsed() >= RESCAN_INCOMPLETE);
         let kicked = shared.repair.kick.swap(false, Ordering::AcqRel);
         let generation = shared.stripes.placement().generation();
         let moved = scanned_generation != Some(generation);
@@ -42,7 +61,8 @@ pub(crate) fn run_repairer(shared: &Shared) {
         }
         last = Instant::now();
         match scan(shared) {
-            Ok(()) => {
+            Ok(listed_all) => {
+                complete = listed_all;
                 scanned_generation = Some(generation);
                 shared.repair.status.lock().scanned_generation = generation;
             }
@@ -76,14 +96,25 @@ fn stripes_of(shared: &Shared) -> Vec<StripeRef> {
 }
 
 /// One pass over every stripe: find chunks missing from their d.node (or suspected corrupt)
-/// and rebuild them, throttled.
-fn scan(shared: &Shared) -> Result<(), String> {
+/// and rebuild them, throttled. `Ok(false)`: some d.node could not be listed.
+fn scan(shared: &Shared) -> Result<bool, String> {
+    // Before the listings: a stripe written degraded from now on makes the next scan due.
+    let missed = shared
+        .stripes
+        .counters
+        .chunks_missed_at_write
+        .load(Ordering::Acquire);
+    shared
+        .repair
+        .missed_at_write_seen
+        .store(missed, Ordering::Release);
     let stripes = stripes_of(shared);
     let placement = shared.stripes.placement().clone();
     let suspects = shared.stripes.take_suspects();
     // Each reachable store's chunks, per family: store name -> {(segment, index)}.
     let families: HashSet<u64> = stripes.iter().map(|s| s.0).collect();
     let mut listed: HashMap<(String, u64), HashSet<(u64, u8)>> = HashMap::new();
+    let mut unlisted: Vec<String> = Vec::new();
     for store in placement.all_stores() {
         for &family in &families {
             match store.list(family) {
@@ -98,6 +129,7 @@ fn scan(shared: &Shared) -> Result<(), String> {
                 }
                 Err(e) => {
                     tracing::debug!(store = store.name(), error = %e, "cannot list a d.node; its chunks are checked when it is back or out");
+                    unlisted.push(store.name());
                     break;
                 }
             }
@@ -132,6 +164,7 @@ fn scan(shared: &Shared) -> Result<(), String> {
         st.chunks_to_rebuild = todo.len() as u64;
         st.chunks_rebuilt = 0;
         st.chunks_failed = 0;
+        st.unlisted = unlisted.clone();
         st.running = !todo.is_empty();
         st.rate_bytes_per_s = 0;
         st.eta_s = None;
@@ -191,5 +224,5 @@ fn scan(shared: &Shared) -> Result<(), String> {
     let mut st = shared.repair.status.lock();
     st.running = false;
     st.eta_s = Some(0);
-    Ok(())
+    Ok(unlisted.is_empty())
 }

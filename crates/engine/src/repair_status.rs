@@ -27,8 +27,12 @@ pub struct RepairStatus {
     pub eta_s: Option<u64>,
     /// The placement generation the last finished scan started at.
     pub scanned_generation: u64,
-    /// A scan started after the placement's last change has finished: nothing is missing
-    /// that the repairer knows how to rebuild.
+    /// d.nodes (in use, not out) the last scan could not list: whatever they miss is not
+    /// known, so the repairer has not caught up until a scan lists them all.
+    #[serde(default)]
+    pub unlisted: Vec<String>,
+    /// A scan started after the placement's last change has finished, listed every d.node in
+    /// use and rebuilt everything it found missing.
     pub caught_up: bool,
 }
 
@@ -38,4 +42,8 @@ pub(crate) struct RepairControl {
     pub status: Mutex<RepairStatus>,
     /// Run a scan now (an operator asked, or a read found a corrupt chunk).
     pub kick: std::sync::atomic::AtomicBool,
+    /// The stripe store's count of chunks missed at write when the last scan started: a
+    /// stripe written degraded after that is not in the scan's listings, so the repairer has
+    /// not caught up until a later scan starts.
+    pub missed_at_write_seen: std::sync::atomic::AtomicU64,
 }

@@ -120,7 +120,7 @@ pub(crate) fn run_sealer(shared: &Shared) {
                 release_journal(shared);
             }
             Err(e) => {
-                tracing::error!(family = id.0 .0, segment = id.1 .0, error = %e, "stripe write failed; retrying; writes get ENOSPC/EIO meanwhile");
+                tracing::error!(family = id.0 .0, segment = id.1 .0, error = %e, "stripe write failed; retrying (writes that must wait for a stripe get ENOSPC/EIO meanwhile)");
                 {
                     shared.state.lock().segments.write_failed(&e);
                 }
@@ -144,7 +144,7 @@ pub(crate) fn write_stripe(
     bytes: &[u8],
 ) -> Result<(), IoFailure> {
     let (family, segment) = (id.0 .0, id.1 .0);
-    shared.stripes.put(family, segment, redundancy, bytes)?;
+    let missed = shared.stripes.put(family, segment, redundancy, bytes)?;
     note_durable(shared, id)?;
     shared
         .counters
@@ -170,6 +170,8 @@ pub(crate) fn write_stripe(
     };
     if orphan {
         shared.stripes.delete(family, segment, redundancy)?;
+    } else {
+        shared.stripes.note_missed_at_write(missed);
     }
     Ok(())
 }

@@ -79,6 +79,8 @@ impl State {
 pub(crate) struct CheckpointWritten {
     pub refs: Vec<(FamilyId, crate::checkpoint::CheckpointRef)>,
     pub counters: crate::checkpoint::LifetimeCounters,
+    /// Chunks of its stripes left for the repairer (d.nodes that missed the write).
+    pub missed_at_write: u64,
     /// The layer operations it reflects.
     pub covered: Vec<PendingLayerOp>,
 }

@@ -449,14 +449,16 @@ impl StripeStore {
     }
 
     /// Write `bytes` as the stripe of (`family`, `segment`) protected by `redundancy`; durable
-    /// when this returns.
+    /// when this returns. Returns how many of its chunks are missing (left for the repairer):
+    /// the caller passes that to [`StripeStore::note_missed_at_write`] once the stripe is
+    /// where the repairer looks for stripes.
     pub fn put(
         &self,
         family: u64,
         segment: u64,
         redundancy: Redundancy,
         bytes: &[u8],
-    ) -> Result<(), StripeError> {
+    ) -> Result<u64, StripeError> {
         let invalid = |detail: String| StripeError::Invalid {
             family,
             segment,
@@ -507,12 +509,20 @@ impl StripeStore {
             });
         }
         if !failures.is_empty() {
-            self.counters
-                .chunks_missed_at_write
-                .fetch_add(failures.len() as u64, Ordering::Relaxed);
             tracing::warn!(family, segment, failures = %failures.join("; "), "stripe durable with chunks missing; left for repair");
         }
-        Ok(())
+        Ok(failures.len() as u64)
+    }
+
+    /// `missed` chunks of a stripe the repairer can now find (sealed, or a committed
+    /// checkpoint's) were not written: counted only now, so a repair scan that started before
+    /// this cannot pass for caught up (see `repair.rs`).
+    pub fn note_missed_at_write(&self, missed: u64) {
+        if missed > 0 {
+            self.counters
+                .chunks_missed_at_write
+                .fetch_add(missed, Ordering::AcqRel);
+        }
     }
 
     /// Read `buf.len()` bytes of the stripe's data at `offset_bytes`; `stripe_len_bytes` and

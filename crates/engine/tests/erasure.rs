@@ -608,3 +608,68 @@ fn segments_gc_reclaimed_after_the_checkpoint_are_not_missing_after_a_restart() 
     wait_repaired(&engine, "after the restart");
     assert_eq!(engine.repair_status().chunks_failed, 0);
 }
+
+/// The thrasher's fault #146 (seed 1143624605013731795): a d.node missed stripes while it was
+/// down; when it registered again its link was still backing off, so the repair scan could
+/// not list it, skipped it and passed for caught up; two other d.nodes were lost next and the
+/// stripes it missed were short of k chunks. A scan that cannot list a d.node is not caught
+/// up, names it, and the rebuild happens once it answers.
+#[test]
+fn a_scan_that_cannot_list_a_store_is_not_caught_up_and_the_rebuild_follows_its_return() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores = six_stores();
+    let engine = open_engine(
+        dir.path(),
+        &stores,
+        Arc::new(EmbeddedMetaStore::in_memory()),
+    );
+    engine
+        .create_volume("v", BLOCKS * BLOCK_SIZE_BYTES as u64)
+        .unwrap();
+    let id = engine.open_volume("v").unwrap().id;
+    engine.write(id, 0, &data(1), false).unwrap();
+    engine.sync().unwrap();
+    wait_repaired(&engine, "all stores up");
+    assert!(engine.repair_status().caught_up);
+
+    // dn-2 is away while new stripes are written: they are durable on five stores.
+    stores[2].down.store(true, Ordering::Release);
+    let bytes = data(2);
+    engine.write(id, 0, &bytes, false).unwrap();
+    engine.sync().unwrap();
+    assert!(engine.stats().chunks_missed_at_write > 0);
+    let scans = engine.repair_status().scans;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        engine.repair_now();
+        std::thread::sleep(Duration::from_millis(200));
+        let r = engine.repair_status();
+        if r.scans > scans + 1 && !r.running {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no scan: {r:?}");
+    };
+    assert!(!status.caught_up, "caught up without listing dn-2: {status:?}");
+    assert_eq!(status.unlisted, vec!["dn-2".to_string()], "{status:?}");
+
+    // dn-2 answers again: the next scan rebuilds what it missed, and only then caught up.
+    stores[2].down.store(false, Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        engine.repair_now();
+        std::thread::sleep(Duration::from_millis(200));
+        let r = engine.repair_status();
+        if r.caught_up {
+            assert!(r.unlisted.is_empty() && r.chunks_rebuilt_total > 0, "{r:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never caught up: {r:?}");
+    }
+    // Two other stores lost: every stripe still has k chunks.
+    stores[0].down.store(true, Ordering::Release);
+    stores[1].down.store(true, Ordering::Release);
+    assert_eq!(read_all(&engine).unwrap(), bytes);
+    stores[0].down.store(false, Ordering::Release);
+    stores[1].down.store(false, Ordering::Release);
+    engine.shutdown();
+}

@@ -1,7 +1,7 @@
 //! The check after each fault: with the writers paused, read every block of every image
 //! (volumes, the clone, every live snapshot) over NBD and judge it against the model.
 //!
-//! Reads go 16 blocks at a time; a run that fails is read again block by block, so one
+//! Each image is read on its own connection and thread, 16 blocks at a time; a run that fails is read again block by block, so one
 //! unreadable stripe costs only its blocks. An EIO is allowed while more than m d.nodes are
 //! down ([`Expect::EioAllowed`]); otherwise the block is retried for a while (the c.node's links
 //! to restarted d.nodes may still be backing off) and is a problem if it stays unreadable.
@@ -49,6 +49,18 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds what another part of the same check found.
+    fn absorb(&mut self, o: Report) {
+        self.blocks += o.blocks;
+        self.acked_checked += o.acked_checked;
+        self.eio_allowed += o.eio_allowed;
+        self.wrong.extend(o.wrong);
+        self.lost.extend(o.lost);
+        self.unreadable.extend(o.unreadable);
+        self.unreadable_acked += o.unreadable_acked;
+        self.unflushed_gone += o.unflushed_gone;
+    }
+
     pub fn clean(&self) -> bool {
         self.wrong.is_empty() && self.lost.is_empty() && self.unreadable.is_empty()
     }
@@ -92,40 +104,25 @@ pub fn verify(shared: &Shared, nbd: SocketAddr, inc: u64, expect: Expect) -> Rep
             .map(|(i, s)| (Which::Snap(i), s.export.clone(), s.blocks.len() as u64));
         imgs.chain(snaps).collect()
     };
+    // Every image is read on its own connection and thread: the check is round-trip bound.
+    let passes: Vec<(Report, Which, String, Vec<u64>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = list
+            .into_iter()
+            .map(|(which, export, blocks)| {
+                scope.spawn(move || {
+                    let (r, bad) = first_pass(shared, nbd, inc, which, &export, blocks);
+                    (r, which, export, bad)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("verify thread panicked"))
+            .collect()
+    });
     let mut failed: Vec<(Which, String, Vec<u64>)> = Vec::new();
-    for (which, export, blocks) in list {
-        let mut conn = connect(nbd, &export);
-        let mut bad = Vec::new();
-        let mut lba = 0;
-        while lba < blocks {
-            let n = READ_BLOCKS.min(blocks - lba);
-            match read(&mut conn, nbd, &export, lba, n) {
-                Ok(data) => {
-                    for i in 0..n {
-                        let at = (i as usize) * BLOCK_BYTES;
-                        judge(
-                            shared,
-                            which,
-                            &export,
-                            lba + i,
-                            &data[at..at + BLOCK_BYTES],
-                            inc,
-                            &mut report,
-                        );
-                    }
-                }
-                Err(_) => {
-                    for l in lba..lba + n {
-                        match read(&mut conn, nbd, &export, l, 1) {
-                            Ok(data) => judge(shared, which, &export, l, &data, inc, &mut report),
-                            Err(_) => bad.push(l),
-                        }
-                    }
-                }
-            }
-            lba += n;
-        }
-        conn.disconnect();
+    for (r, which, export, bad) in passes {
+        report.absorb(r);
         if !bad.is_empty() {
             failed.push((which, export, bad));
         }
@@ -175,6 +172,44 @@ pub fn verify(shared: &Shared, nbd: SocketAddr, inc: u64, expect: Expect) -> Rep
         }
     }
     report
+}
+
+/// One image read once: what it found, and the blocks that failed with an NBD error.
+fn first_pass(
+    shared: &Shared,
+    nbd: SocketAddr,
+    inc: u64,
+    which: Which,
+    export: &str,
+    blocks: u64,
+) -> (Report, Vec<u64>) {
+    let mut report = Report::default();
+    let mut conn = connect(nbd, export);
+    let mut bad = Vec::new();
+    let mut lba = 0;
+    while lba < blocks {
+        let n = READ_BLOCKS.min(blocks - lba);
+        match read(&mut conn, nbd, export, lba, n) {
+            Ok(data) => {
+                for i in 0..n {
+                    let at = (i as usize) * BLOCK_BYTES;
+                    let block = &data[at..at + BLOCK_BYTES];
+                    judge(shared, which, export, lba + i, block, inc, &mut report);
+                }
+            }
+            Err(_) => {
+                for l in lba..lba + n {
+                    match read(&mut conn, nbd, export, l, 1) {
+                        Ok(data) => judge(shared, which, export, l, &data, inc, &mut report),
+                        Err(_) => bad.push(l),
+                    }
+                }
+            }
+        }
+        lba += n;
+    }
+    conn.disconnect();
+    (report, bad)
 }
 
 fn connect(nbd: SocketAddr, export: &str) -> NbdClient {

@@ -129,4 +129,8 @@ impl ChunkStore for CountingChunkStore {
     fn scrub(&self, family: Option<u64>) -> Result<ScrubReport, ChunkError> {
         self.inner.scrub(family)
     }
+
+    fn reconnect_now(&self) {
+        self.inner.reconnect_now();
+    }
 }

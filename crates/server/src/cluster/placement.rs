@@ -358,6 +358,11 @@ impl ClusterPlacement {
             };
             if state != n.state {
                 tracing::info!(node = %id, from = ?n.state, to = ?state, "d.node state");
+                if state == NodeState::Up {
+                    // Back: whatever backoff its link is in no longer holds (the repairer's
+                    // next listing must reach it).
+                    n.store.reconnect_now();
+                }
                 n.state = state;
                 self.generation.fetch_add(1, Ordering::AcqRel);
             }
