@@ -1,0 +1,89 @@
+//! Two c.nodes, each the other's partner: the setup of the failover tests, and waits for the
+//! mirror and for what the owner says about its write buffer.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use crate::cluster_support::*;
+use crate::common::*;
+
+/// etcd, 6 d.nodes, owner `c1` and standby `c2`, each the other's partner (`--partner`,
+/// `--mirror-listen`), lease 3 s; returns once the standby holds a complete mirror.
+pub fn pair(test: &str) -> (Cluster, Cnode, u64) {
+    let (mut rng, seed) = test_rng(test);
+    let mirror_c1 = format!("127.0.0.1:{}", free_port(&mut rng));
+    let mirror_c2 = format!("127.0.0.1:{}", free_port(&mut rng));
+    let mut opts = ClusterOpts::new(6).volume_size("256M");
+    let args = |partner: &str, listen: &str| -> Vec<String> {
+        let args = ["--partner", partner, "--mirror-listen", listen];
+        args.iter()
+            .chain(&["--lease-ttl", "3s"])
+            .map(|s| s.to_string())
+            .collect()
+    };
+    opts.cnode_args
+        .insert("c1".into(), args(&mirror_c2, &mirror_c1));
+    opts.cnode_args
+        .insert("c2".into(), args(&mirror_c1, &mirror_c2));
+    let c = Cluster::start(test, seed, opts);
+    let mut c = c;
+    let standby = c.spawn_other_cnode("c2");
+    wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &standby);
+    wait_write_buffer(&c, "mirrored");
+    (c, standby, seed)
+}
+
+/// Until `weft cluster status` says the owner's write buffer is `mode`; checks the text
+/// and `/metrics` say the same.
+pub fn wait_write_buffer(c: &Cluster, mode: &str) {
+    poll_until(
+        Duration::from_secs(30),
+        "the owner's write-buffer mode",
+        || {
+            let v = c.cli_json(&["cluster", "status", "--json"]);
+            (v["compute"]["write_buffer"].as_str() == Some(mode)).then_some(())
+        },
+    );
+    let text = c.cli_ok(&["cluster", "status"]);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("c.node "))
+        .unwrap_or_default();
+    match mode {
+        "mirrored" => assert!(line.contains("mirrored to partner"), "{text}"),
+        _ => assert!(line.contains("losing this machine now loses"), "{text}"),
+    }
+    let base = c
+        .cnode
+        .as_ref()
+        .unwrap()
+        .metrics
+        .trim_end_matches("/metrics")
+        .to_string();
+    let (_, metrics) = api_request(&base, "GET", "/metrics", None, None);
+    let want = format!(
+        "weft_write_buffer_mirrored {}",
+        u8::from(mode == "mirrored")
+    );
+    assert!(metrics.contains(&want), "no `{want}` in /metrics");
+    c.step(&format!("the owner says its write buffer is {mode}"));
+}
+
+/// Until `partner` holds a complete mirror of `owner`'s write buffer.
+pub fn wait_for_mirror(c: &Cluster, owner: &Cnode, partner: &Cnode) {
+    let id = std::fs::read_to_string(owner.data_dir.join("cnode-id")).unwrap();
+    let dir = partner.data_dir.join("mirror").join(id.trim());
+    poll_until(
+        Duration::from_secs(30),
+        "the partner to hold a complete mirror",
+        || {
+            std::fs::read_dir(&dir)
+                .ok()?
+                .flatten()
+                .any(|g| g.path().join("complete").exists())
+                .then_some(())
+        },
+    );
+    c.step(&format!("{} holds {}'s mirror", partner.name, owner.name));
+}
+
