@@ -23,9 +23,9 @@ pub const CLUSTER_ID_DEFAULT: &str = "weft";
 /// How a c.node joins its cluster.
 #[derive(Debug, Args)]
 pub struct CnodeClusterArgs {
-    /// The metadata store: etcd://host:port[,host:port...]
+    /// The metadata store: etcd://host:port[,host:port...] (required to run a c.node).
     #[arg(long, env = "WEFT_CLUSTER")]
-    pub cluster: String,
+    pub cluster: Option<String>,
     /// Cluster id; d.nodes of another cluster are refused.
     #[arg(long, default_value = CLUSTER_ID_DEFAULT)]
     pub cluster_id: String,
@@ -136,6 +136,86 @@ pub enum DnodeAction {
         /// The d.node's id (weft dnode list).
         id: String,
     },
+}
+
+/// `weft cnode list|ls`: the c.nodes, through the API.
+#[derive(Debug, Subcommand)]
+pub enum CnodeAction {
+    /// List the c.nodes registered in etcd: which one owns the cluster (and how many
+    /// families), its partner, how its write buffer is protected, their addresses.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Hand the cluster over from its owner to the standby (planned switchover, e.g. before
+    /// maintenance): the owner destages, releases its lease and exits; the standby takes
+    /// over at once; clients reconnect to it. Start the old owner again to make it the new
+    /// owner's standby.
+    Drain {
+        /// The c.node's id (weft cnode list).
+        id: String,
+        /// Drain even though no standby holds an in-sync mirror (I/O stops until a c.node
+        /// takes over).
+        #[arg(long)]
+        force: bool,
+        /// Do not ask (required off a terminal).
+        #[arg(short, long)]
+        yes: bool,
+    },
+}
+
+/// `weft cnode list|drain`.
+pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyhow::Result<()> {
+    match action {
+        CnodeAction::List => {
+            let v = client.call("GET", "/cnodes", None)?;
+            if json {
+                return print_json(&v);
+            }
+            println!(
+                "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {}",
+                "ID", "ROLE", "OWNER", "FAMILIES", "BUFFER", "NBD", "ISCSI", "PARTNER / MIRROR OF"
+            );
+            for c in v.as_array().into_iter().flatten() {
+                let text = |k: &str| c[k].as_str().unwrap_or("-").to_string();
+                let id = if c["this"].as_bool() == Some(true) {
+                    format!("{} *", text("id"))
+                } else {
+                    text("id")
+                };
+                let link = match (c["mirror_of"].as_str(), c["partner"].as_str()) {
+                    (Some(of), _) => format!("holds the mirror of {of}"),
+                    (None, Some(p)) => format!("mirrors to {p}"),
+                    (None, None) => "-".to_string(),
+                };
+                println!(
+                    "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {}",
+                    id,
+                    text("role"),
+                    if c["owner"].as_bool() == Some(true) { "yes" } else { "no" },
+                    c["families"].as_u64().unwrap_or(0),
+                    text("write_buffer"),
+                    text("nbd"),
+                    text("iscsi"),
+                    link
+                );
+            }
+            println!("(* the c.node that answered)");
+            Ok(())
+        }
+        CnodeAction::Drain { id, force, yes } => {
+            confirm::confirm(yes, &format!("drain c.node {id}"), || {
+                confirm::cnode_drain(client, &id)
+            })?;
+            let path = format!(
+                "/cnodes/{}/drain{}",
+                seg(&id),
+                if force { "?force=true" } else { "" }
+            );
+            let v = client.call("POST", &path, None)?;
+            show(json, &v, |v| {
+                println!("{id}: {}", v["message"].as_str().unwrap_or(""));
+            })
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

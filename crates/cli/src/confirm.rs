@@ -192,6 +192,34 @@ pub fn dnode_out(client: &ApiClient, id: &str) -> anyhow::Result<String> {
     ))
 }
 
+/// `weft cnode drain`: what the c.node does now, and who takes over.
+pub fn cnode_drain(client: &ApiClient, id: &str) -> anyhow::Result<String> {
+    let v = client.call("GET", "/cnodes", None)?;
+    let rows = v.as_array().map_or(&[][..], Vec::as_slice);
+    let Some(me) = rows.iter().find(|r| r["id"] == id) else {
+        return Err(Failure::Api {
+            status: 404,
+            message: format!("no c.node {id} is registered (weft cnode list)"),
+        }
+        .into());
+    };
+    if me["owner"] != true {
+        return Ok(format!(
+            "c.node {id} owns nothing ({}); drain it anyway?",
+            me["role"].as_str().unwrap_or("?")
+        ));
+    }
+    let standby = rows
+        .iter()
+        .find(|r| r["mirror_of"].is_string())
+        .and_then(|r| r["id"].as_str())
+        .unwrap_or("no standby");
+    Ok(format!(
+        "Drain c.node {id}, the owner of {} families? Its NBD and iSCSI clients are disconnected and reconnect to the standby ({standby}), which takes over at once.",
+        me["families"].as_u64().unwrap_or(0)
+    ))
+}
+
 fn size_of(v: &Value) -> String {
     v["size_bytes"]
         .as_u64()

@@ -69,7 +69,8 @@ struct GlobalArgs {
 enum Command {
     /// Run the single-process datastore (c.node + local d.node) and serve volumes over NBD.
     Serve(ServeArgs),
-    /// Run a c.node of a cluster: NBD and the API over the d.nodes registered in etcd.
+    /// Run a c.node of a cluster (--cluster): NBD, iSCSI and the API over the d.nodes
+    /// registered in etcd; or list the c.nodes through the API.
     Cnode(CnodeArgs),
     /// Run a d.node (--cluster, --listen, --data), or list|info|out|in through the API.
     Dnode(cluster_cmd::DnodeCommand),
@@ -115,7 +116,10 @@ enum Command {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 struct CnodeArgs {
+    #[command(subcommand)]
+    action: Option<cluster_cmd::CnodeAction>,
     #[command(flatten)]
     daemon: config_file::DaemonArgs,
     #[command(flatten)]
@@ -360,7 +364,7 @@ fn main() -> ExitCode {
     let cli: Cli = config_file::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(&cli.global, args),
-        Command::Cnode(args) => cnode(&cli.global, args),
+        Command::Cnode(args) if args.action.is_none() => cnode(&cli.global, args),
         Command::Dnode(cluster_cmd::DnodeCommand {
             action: None,
             run: Some(args),
@@ -414,6 +418,10 @@ fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
             action: Some(action),
             ..
         }) => cluster_cmd::dnode_admin(&client, action, json),
+        Command::Cnode(CnodeArgs {
+            action: Some(action),
+            ..
+        }) => cluster_cmd::cnode_admin(&client, action, json),
         Command::Pool(c) => cluster_cmd::pool(&client, c, json),
         Command::Host(c) => host_cmd::host(&client, c, json),
         Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a, json),
@@ -605,12 +613,19 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
 fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
     logging::init_logging(args.daemon.log_format);
     let c = args.cluster;
+    let Some(url) = c.cluster else {
+        return Err(exit_code::Failure::Usage(
+            "weft cnode: give --cluster etcd://host:port to run a c.node, or `weft cnode list`"
+                .into(),
+        )
+        .into());
+    };
     let mut engine = engine_config(global, &args.engine)?;
     engine.repair_rate_bytes_per_s = c.rebuild_rate;
     let config = ServeConfig {
         engine,
         backend: Backend::Cluster(ClusterConfig {
-            url: c.cluster,
+            url,
             cluster_id: c.cluster_id,
             options: weft_server::cluster::ClusterOptions {
                 pool: c.pool,

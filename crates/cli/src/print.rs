@@ -303,8 +303,24 @@ pub fn volume_details(v: &Value) {
     family(v);
     field("nbd uri", text(&v["nbd_uri"]));
     field("iscsi uri", iscsi_uri(v));
+    served_by(v);
     hosts(v);
     sessions(v);
+}
+
+/// Cluster mode: the owner c.node and the partner holding its write-buffer mirror.
+fn served_by(v: &Value) {
+    let s = &v["served_by"];
+    let Some(owner) = s["owner"].as_str() else {
+        return;
+    };
+    field("owner c.node", owner.to_string());
+    let partner = match (s["partner"].as_str(), s["write_buffer"].as_str()) {
+        (None, _) => "none: acknowledged writes not yet in stripes are on the owner alone".into(),
+        (Some(p), Some("mirrored")) => format!("{p} (write buffer mirrored)"),
+        (Some(p), _) => format!("{p} (DEGRADED: the mirror is not in sync)"),
+    };
+    field("partner", partner);
 }
 
 /// A volume's origin and what made it: its own snapshot after a rollback, another volume's
@@ -332,6 +348,7 @@ pub fn snapshot_details(v: &Value) {
     family(v);
     field("nbd uri", format!("{} (read-only)", text(&v["nbd_uri"])));
     field("iscsi uri", iscsi_uri(v));
+    served_by(v);
     hosts(v);
     sessions(v);
 }

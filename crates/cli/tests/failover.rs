@@ -109,6 +109,8 @@ fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
     let _serial = serial();
     let (mut c, mut standby, seed) =
         pair("owner_machine_lost_mid_write_standby_serves_every_acknowledged_write");
+    let (c1_id, c2_id) = (cnode_id(c.cnode()), cnode_id(&standby));
+    check_cnode_list(&c, &c1_id, &c2_id);
     // A writer acknowledges as fast as it can, never flushing; the owner's machine goes
     // in the middle of it.
     let (stop, writer) = start_writer(&c, seed, 0);
@@ -149,6 +151,8 @@ fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
     // re-synchronises, and c2's machine goes in turn.
     let mut c1 = c.spawn_other_cnode("c1");
     wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &c1);
+    // c1's machine is new: a new id, the standby of c2 now.
+    check_cnode_list(&c, &c2_id, &cnode_id(&c1));
     let (stop, writer) = start_writer(&c, seed, 1_000_000);
     std::thread::sleep(Duration::from_millis(2000));
     let owner_dir = c.cnode().data_dir.clone();
@@ -168,6 +172,41 @@ fn owner_machine_lost_mid_write_standby_serves_every_acknowledged_write() {
     ));
     c.make_current(c1);
     verify(&c, seed, &acked, &in_flight);
+}
+
+#[test]
+fn a_drained_owner_hands_over_to_its_standby_at_once() {
+    let _serial = serial();
+    let (mut c, mut standby, seed) = pair("a_drained_owner_hands_over_to_its_standby_at_once");
+    let (c1_id, c2_id) = (cnode_id(c.cnode()), cnode_id(&standby));
+    // A standby owns nothing: nothing to drain.
+    let v = c.cli_json(&["cnode", "drain", &c2_id, "--yes", "--json"]);
+    assert_eq!(v["draining"], false, "{v}");
+    let (stop, writer) = start_writer(&c, seed, 0);
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Release);
+    let done = writer.join().unwrap();
+    assert!(done.in_flight.is_none(), "a write failed before the drain");
+    let v = c.cli_json(&["cnode", "drain", &c1_id, "--yes", "--json"]);
+    let drained = Instant::now();
+    assert_eq!(v["draining"], true, "{v}");
+    standby
+        .wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("the standby did not take over after the drain"));
+    let took = drained.elapsed();
+    c.step(&format!(
+        "drained c1: c2 serves {:.1} s later (lease TTL 3 s: no waiting for it)",
+        took.as_secs_f64()
+    ));
+    poll_until(Duration::from_secs(30), "the drained owner to exit", || {
+        (!c.cnode().is_running()).then_some(())
+    });
+    c.make_current(standby);
+    verify(&c, seed, &done.writes, &[]);
+    // The drained c.node restarted on its data dir is the new owner's standby.
+    let c1 = c.spawn_other_cnode("c1");
+    wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &c1);
+    check_cnode_list(&c, &c2_id, &c1_id);
 }
 
 #[test]

@@ -36,6 +36,7 @@ use types::{
 
 pub mod audit;
 mod cluster;
+mod cnodes;
 mod hosts;
 pub mod openapi;
 mod sessions;
@@ -156,6 +157,8 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/cluster/scrub", post(cluster::scrub))
         .route("/api/v1/dnodes", get(cluster::dnodes))
+        .route("/api/v1/cnodes", get(cnodes::list))
+        .route("/api/v1/cnodes/{id}/drain", post(cnodes::drain))
         .route("/api/v1/dnodes/{id}", get(cluster::dnode_info))
         .route("/api/v1/dnodes/{id}/out", post(cluster::dnode_out))
         .route("/api/v1/dnodes/{id}/in", post(cluster::dnode_in))
@@ -313,8 +316,18 @@ fn volume_with(state: &ApiState, info: VolumeInfo, hosts: &[weft_engine::HostInf
         iscsi_uri: iscsi_uri(state, &info.name),
         sessions: state.sessions.of_export(&info.name),
         hosts: mappings(state, &info.name, hosts),
+        served_by: served_by(state),
         info,
     }
+}
+
+/// This c.node owns every family (one owner at a time), with its partner.
+fn served_by(state: &ApiState) -> Option<types::ServedBy> {
+    state.compute.as_ref().map(|c| types::ServedBy {
+        owner: c.id.clone(),
+        partner: c.partner.clone(),
+        write_buffer: c.write_buffer().to_string(),
+    })
 }
 
 fn snapshot(state: &ApiState, info: SnapshotInfo) -> Snapshot {
@@ -331,6 +344,7 @@ fn snapshot_with(
         iscsi_uri: iscsi_uri(state, &info.name),
         sessions: state.sessions.of_export(&info.name),
         hosts: mappings(state, &info.name, hosts),
+        served_by: served_by(state),
         info,
     }
 }

@@ -17,6 +17,7 @@ pub mod handover;
 pub mod mirror;
 pub mod ownership;
 pub mod partner;
+pub mod registry;
 pub mod takeover;
 mod wire;
 
@@ -32,6 +33,11 @@ pub struct ComputeInfo {
     pub partner: Option<String>,
     pub lease_ttl: Duration,
     pub mirror: Arc<mirror::MirrorStatus>,
+    /// This c.node's record in `weft/cnodes/` (kept alive while the process runs).
+    pub registration: Arc<registry::Registration>,
+    /// `weft cnode drain` asked this owner to hand the cluster over: it stops as on SIGTERM
+    /// (destaged, checkpointed, lease released), so its standby takes over at once.
+    pub drain: tokio::sync::Notify,
 }
 
 impl ComputeInfo {

@@ -470,7 +470,16 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     drop(out);
     tracing::info!(nbd = %nbd_addr, iscsi = ?iscsi_addrs, api = %api_addr, "serving");
 
-    wait_for_signal().await;
+    let drained = async {
+        match &compute {
+            Some(c) => c.drain.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = wait_for_signal() => {}
+        () = drained => tracing::warn!("draining at the operator's request (weft cnode drain): handing the cluster over to the standby"),
+    }
     tracing::info!("shutting down: destaging and checkpointing");
     shutdown.cancel();
     let _ = nbd_task.await;
@@ -494,6 +503,9 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(o) = ownership {
         // Everything is destaged: a standby may take over at once.
         o.release();
+    }
+    if let Some(c) = compute {
+        c.registration.stop();
     }
     Ok(())
 }

@@ -87,3 +87,50 @@ pub fn wait_for_mirror(c: &Cluster, owner: &Cnode, partner: &Cnode) {
     c.step(&format!("{} holds {}'s mirror", partner.name, owner.name));
 }
 
+
+/// A c.node's id (its data dir's `cnode-id`).
+pub fn cnode_id(cnode: &Cnode) -> String {
+    std::fs::read_to_string(cnode.data_dir.join("cnode-id"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// `weft cnode list` says `owner` owns the cluster (every family, its write buffer
+/// mirrored) and `standby` holds its mirror in sync; `weft volume info vol0` names the owner.
+pub fn check_cnode_list(c: &Cluster, owner: &str, standby: &str) {
+    let listed = poll_until(
+        Duration::from_secs(30),
+        "weft cnode list to show the owner and its standby",
+        || {
+            let v = c.cli_json(&["cnode", "list", "--json"]);
+            let rows = v.as_array()?.clone();
+            let o = rows.iter().find(|r| r["id"] == owner)?;
+            let s = rows.iter().find(|r| r["id"] == standby)?;
+            (o["owner"] == true
+                && o["role"] == "owner"
+                && o["write_buffer"] == "mirrored"
+                && s["owner"] == false
+                && s["role"] == "standby"
+                && s["mirror_of"] == format!("{owner} (in sync)"))
+            .then_some(rows)
+        },
+    );
+    let families = listed
+        .iter()
+        .find(|r| r["id"] == owner)
+        .and_then(|r| r["families"].as_u64())
+        .unwrap_or(0);
+    assert!(families > 0, "the owner owns no family: {listed:?}");
+    let text = c.cli_ok(&["cnode", "list"]);
+    assert!(
+        text.contains(&format!("holds the mirror of {owner} (in sync)")),
+        "{text}"
+    );
+    let info = c.cli_json(&["volume", "info", "vol0", "--json"]);
+    assert_eq!(info["served_by"]["owner"], owner, "{info}");
+    assert_eq!(info["served_by"]["write_buffer"], "mirrored", "{info}");
+    c.step(&format!(
+        "weft cnode list: {owner} owns {families} families, {standby} holds its mirror in sync"
+    ));
+}

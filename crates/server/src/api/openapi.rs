@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{audit, cluster, hosts, sessions, stats};
+use super::{audit, cluster, cnodes, hosts, sessions, stats};
 
 /// The document (see [`document`]).
 #[derive(OpenApi)]
@@ -58,6 +58,8 @@ use super::{audit, cluster, hosts, sessions, stats};
         cluster::set_repair_rate,
         cluster::scrub,
         cluster::dnodes,
+        cnodes::list,
+        cnodes::drain,
         cluster::dnode_info,
         cluster::dnode_out,
         cluster::dnode_in,

@@ -104,6 +104,22 @@ pub struct Volume {
     /// The hosts it is mapped to (`weft volume map`), with the LUN each sees it under.
     #[serde(default)]
     pub hosts: Vec<HostMapping>,
+    /// The c.node that owns its family, and the partner holding that c.node's write-buffer
+    /// mirror (cluster mode only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<ServedBy>,
+}
+
+/// Which c.node serves an export, and how the writes it acknowledges are protected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ServedBy {
+    /// The owner c.node's id (`weft cnode list`).
+    pub owner: String,
+    /// Its partner's mirror address (`None`: no partner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partner: Option<String>,
+    /// `mirrored`, `degraded` or `single`.
+    pub write_buffer: String,
 }
 
 /// A host an export is mapped to: the LUN it sees it under on the array target.
@@ -156,6 +172,9 @@ pub struct Snapshot {
     /// The hosts it is mapped to, read-only, with the LUN each sees it under.
     #[serde(default)]
     pub hosts: Vec<HostMapping>,
+    /// The c.node that owns its family, and its partner (cluster mode only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<ServedBy>,
 }
 
 /// The protocol a client session came in on.

@@ -158,6 +158,11 @@ impl std::fmt::Debug for ClusterPlacement {
 }
 
 impl ClusterPlacement {
+    /// The cluster's metadata store.
+    pub fn kv(&self) -> &Arc<dyn MetaStore> {
+        &self.kv
+    }
+
     /// Load the pool (creating it if absent), wait up to `wait_for` for at least k+m d.nodes
     /// to register (so the first PG map is balanced), then start the monitor.
     pub fn start(

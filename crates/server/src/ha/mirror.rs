@@ -268,8 +268,16 @@ struct Link {
     status: Arc<MirrorStatus>,
     handover: Arc<Handover>,
     st: Mutex<LinkState>,
-    changed: Condvar,
+    /// The sender waits here for the outbox.
+    outbox_ready: Condvar,
+    /// A writer waiting for seq `s` waits on `answered[s % ANSWER_SLOTS]`, so an answer wakes
+    /// the writers it completes, not all of them (at QD32 waking every waiter on every
+    /// answer cost more CPU than the mirror's I/O).
+    answered: [Condvar; ANSWER_SLOTS],
 }
+
+/// Condition variables the waiting writers are spread over, by seq.
+const ANSWER_SLOTS: usize = 64;
 
 impl Link {
     fn start(
@@ -288,7 +296,8 @@ impl Link {
             status,
             handover,
             st: Mutex::new(LinkState::default()),
-            changed: Condvar::new(),
+            outbox_ready: Condvar::new(),
+            answered: std::array::from_fn(|_| Condvar::new()),
         });
         let runner = Arc::clone(&link);
         std::thread::Builder::new()
@@ -303,7 +312,7 @@ impl Link {
         let mut st = self.st.lock();
         if st.collecting {
             st.outbox.push_back(Out::Record(record));
-            self.changed.notify_all();
+            self.outbox_ready.notify_one();
         }
     }
 
@@ -311,7 +320,7 @@ impl Link {
         let mut st = self.st.lock();
         if st.mirrored {
             st.outbox.push_back(out);
-            self.changed.notify_all();
+            self.outbox_ready.notify_one();
         }
     }
 
@@ -325,7 +334,7 @@ impl Link {
         }
         if matches!(what, Wait::Synced) {
             st.outbox.push_back(Out::Sync(seq));
-            self.changed.notify_all();
+            self.outbox_ready.notify_one();
         }
         let connection = st.connection;
         let deadline = std::time::Instant::now() + MIRROR_ACK_TIMEOUT;
@@ -340,7 +349,8 @@ impl Link {
             if !st.mirrored || st.connection != connection {
                 return false;
             }
-            if self.changed.wait_until(&mut st, deadline).timed_out() {
+            let slot = &self.answered[(seq % ANSWER_SLOTS as u64) as usize];
+            if slot.wait_until(&mut st, deadline).timed_out() {
                 self.end_connection(&mut st, "no answer within the acknowledgement time-out");
                 return false;
             }
@@ -357,7 +367,29 @@ impl Link {
         st.connection += 1;
         self.status.mirrored.store(false, Ordering::Release);
         *self.status.degraded_why.lock() = Some(why.to_string());
-        self.changed.notify_all();
+        self.wake_all();
+    }
+
+    /// The partner's answers moved from `from` to `to`: wake the writers waiting for the
+    /// seqs in between.
+    fn wake_answered(&self, from: u64, to: u64) {
+        if to.saturating_sub(from) >= ANSWER_SLOTS as u64 {
+            self.answered.iter().for_each(|c| {
+                c.notify_all();
+            });
+            return;
+        }
+        for seq in from + 1..=to {
+            self.answered[(seq % ANSWER_SLOTS as u64) as usize].notify_all();
+        }
+    }
+
+    /// The mirror's state changed: every waiter looks again.
+    fn wake_all(&self) {
+        self.outbox_ready.notify_all();
+        self.answered.iter().for_each(|c| {
+            c.notify_all();
+        });
     }
 
     fn run(self: Arc<Self>) {
@@ -421,7 +453,7 @@ impl Link {
                     return Err(std::io::Error::other("the connection was declared dead"));
                 }
                 if st.outbox.is_empty() {
-                    self.changed.wait_for(&mut st, Duration::from_millis(100));
+                    self.outbox_ready.wait_for(&mut st, Duration::from_millis(100));
                 }
                 st.outbox.drain(..).collect()
             };
@@ -457,9 +489,13 @@ impl Link {
                         break "a malformed answer".to_string();
                     };
                     if kind == wire::RECEIVED {
-                        st.received = st.received.max(seq);
+                        let before = st.received;
+                        st.received = before.max(seq);
+                        self.wake_answered(before, st.received);
                     } else {
-                        st.synced = st.synced.max(seq);
+                        let before = st.synced;
+                        st.synced = before.max(seq);
+                        self.wake_answered(before, st.synced);
                         // The first SYNCED answers CAUGHT_UP: the partner holds the whole
                         // journal; from now on acknowledgements wait for it.
                         if !st.mirrored {
@@ -467,7 +503,7 @@ impl Link {
                             self.status.mirrored.store(true, Ordering::Release);
                             *self.status.degraded_why.lock() = None;
                             tracing::info!(partner = %self.partner, "write-buffer mirror caught up: writes are acknowledged in two c.nodes");
-                            self.changed.notify_all();
+                            self.wake_all();
                             let partner_id = st.partner_id.clone();
                             drop(st);
                             // Lock order: the handover's, then the link's.
@@ -478,7 +514,6 @@ impl Link {
                             continue;
                         }
                     }
-                    self.changed.notify_all();
                 }
                 wire::HELLO => {
                     st.partner_id = String::from_utf8_lossy(&body).into_owned();

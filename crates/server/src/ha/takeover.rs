@@ -10,6 +10,7 @@ use std::time::Duration;
 use weft_engine::EngineConfig;
 
 use crate::data_files::{load_or_create_id, write_atomically};
+use crate::ha::registry::{CnodeRecord, CnodeRole, Registration};
 
 /// A c.node's id in its cluster (ownership, mirrors), made at first start.
 pub const CNODE_ID_FILE: &str = "cnode-id";
@@ -86,6 +87,26 @@ pub(crate) fn own_the_cluster(
         }
         _ => None,
     };
+    let registration = Registration::start(
+        Arc::clone(kv),
+        CnodeRecord {
+            id: id.clone(),
+            role: match (&someone_else, &partner) {
+                (None, _) => CnodeRole::Waiting,
+                (Some(_), Some(_)) => CnodeRole::Standby,
+                (Some(_), None) => CnodeRole::Waiting,
+            },
+            api: record.api.clone(),
+            nbd: record.nbd.clone(),
+            iscsi: record.iscsi.clone(),
+            mirror_listen: ha.mirror_listen.map(|a| a.to_string()),
+            partner: ha.partner.clone(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            started_unix_s: record.since_unix_s,
+        },
+        ha.lease_ttl,
+    );
     let holds_mirror_of = |owner: &str| complete_mirror(data_dir, owner).is_some();
     let told = std::sync::atomic::AtomicBool::new(false);
     let may_take = || -> Result<(), String> {
@@ -111,7 +132,9 @@ pub(crate) fn own_the_cluster(
         Some(_) => None,
         None => Some(ha.lease_ttl * 2 + Duration::from_secs(2)),
     };
-    let ownership = Ownership::acquire(kv.clone(), &record, ha.lease_ttl, clock, wait, &may_take)?;
+    let ownership = Ownership::acquire(kv.clone(), &record, ha.lease_ttl, clock, wait, &may_take)
+        .inspect_err(|_| registration.stop())?;
+    registration.set_role(CnodeRole::Owner);
     if let Some(p) = &partner {
         p.stop();
     }
@@ -141,6 +164,8 @@ pub(crate) fn own_the_cluster(
         partner: ha.partner.clone(),
         lease_ttl: ha.lease_ttl,
         mirror: Arc::clone(&status),
+        registration,
+        drain: tokio::sync::Notify::new(),
     });
     let source = crate::ha::mirror::OwnedLogSource {
         dir: journal_dir,

@@ -1,0 +1,209 @@
+//! `GET /api/v1/cnodes`: the cluster's c.nodes (their registrations in etcd, see
+//! [`crate::ha::registry`]), which one owns the cluster (the ownership record, the only
+//! authority), how many families it owns and how its write buffer is protected, and which
+//! c.node holds its mirror. `POST /api/v1/cnodes/{id}/drain[?force=true]`: the owner hands
+//! the cluster over to its standby (a planned switchover, for maintenance).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, ApiState, ErrorBody, QueryArgs};
+use crate::ha::ownership::Ownership;
+use crate::ha::registry::{self, CnodeRole};
+
+/// A c.node as `weft cnode list` shows it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct CnodeStatus {
+    pub id: String,
+    /// What it says it does: owner, standby or waiting.
+    pub role: CnodeRole,
+    /// It holds the ownership lease now (from the ownership record, not its own word).
+    pub owner: bool,
+    /// The c.node answering this request.
+    pub this: bool,
+    pub api: String,
+    pub nbd: String,
+    pub iscsi: String,
+    pub mirror_listen: Option<String>,
+    /// The mirror address it mirrors its write buffer to.
+    pub partner: Option<String>,
+    /// Volume and snapshot families it owns (every one, for the owner: one owner at a time).
+    pub families: u64,
+    /// The owner's write buffer: `mirrored`, `degraded` or `single` (only the owner says).
+    pub write_buffer: Option<String>,
+    /// This c.node is the owner's partner: it holds the owner's write-buffer mirror
+    /// (`in sync` when the owner says `mirrored`).
+    pub mirror_of: Option<String>,
+    pub pid: u32,
+    pub version: String,
+    pub started_unix_s: u64,
+}
+
+/// Every registered c.node.
+#[utoipa::path(
+    get,
+    path = "/api/v1/cnodes",
+    operation_id = "list_cnodes",
+    tag = "cluster",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every registered c.node, the owner first", body = Vec<CnodeStatus>),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 409, description = "Single-process datastore: no cluster", body = ErrorBody),
+        (status = 503, description = "etcd did not answer", body = ErrorBody),
+    ),
+)]
+pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<Vec<CnodeStatus>>, ApiError> {
+    let (Some(cluster), Some(compute)) = (state.cluster.clone(), state.compute.clone()) else {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            "this is a single-process datastore (weft serve): c.nodes belong to a cluster (weft cnode)".into(),
+        ));
+    };
+    let engine = state.engine.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let kv = cluster.kv();
+        let owner = Ownership::owner(&**kv).map_err(|e| format!("{e:#}"))?;
+        let records = registry::list(&**kv).map_err(|e| e.to_string())?;
+        Ok::<_, String>((owner, records, engine.family_ids().len() as u64))
+    })
+    .await
+    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let (owner, records, families) =
+        answer.map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e))?;
+    let owner_id = owner.as_ref().map(|o| o.id.clone());
+    let owner_partner = owner.as_ref().map(|o| o.partner.clone()).filter(|p| !p.is_empty());
+    let answering_is_owner = owner_id.as_deref() == Some(compute.id.as_str());
+    let mut out: Vec<CnodeStatus> = records
+        .into_iter()
+        .map(|r| {
+            let is_owner = owner_id.as_deref() == Some(r.id.as_str());
+            let this = r.id == compute.id;
+            let holds_mirror = !is_owner
+                && r.mirror_listen.is_some()
+                && r.mirror_listen == owner_partner;
+            CnodeStatus {
+                owner: is_owner,
+                this,
+                families: if is_owner { families } else { 0 },
+                write_buffer: (is_owner && this).then(|| compute.write_buffer().to_string()),
+                mirror_of: holds_mirror.then(|| {
+                    let id = owner_id.clone().unwrap_or_default();
+                    match (answering_is_owner, compute.write_buffer()) {
+                        (false, _) => id,
+                        (true, "mirrored") => format!("{id} (in sync)"),
+                        (true, _) => format!("{id} (NOT in sync: the owner's mirror is degraded)"),
+                    }
+                }),
+                id: r.id,
+                role: r.role,
+                api: r.api,
+                nbd: r.nbd,
+                iscsi: r.iscsi,
+                mirror_listen: r.mirror_listen,
+                partner: r.partner,
+                pid: r.pid,
+                version: r.version,
+                started_unix_s: r.started_unix_s,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.owner.cmp(&a.owner).then_with(|| a.id.cmp(&b.id)));
+    Ok(Json(out))
+}
+
+/// `POST /api/v1/cnodes/{id}/drain`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DrainQuery {
+    /// Drain the owner even though no standby holds an in-sync mirror: I/O then stops until
+    /// a c.node takes over (this one restarted, or a standby once it caught up).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// What a drain did.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DrainAnswer {
+    pub id: String,
+    /// The c.node is stopping to hand the cluster over.
+    pub draining: bool,
+    pub message: String,
+}
+
+/// Drain a c.node: the owner destages, checkpoints, releases its ownership lease and exits,
+/// so its standby takes the cluster over at once (no lease time-out); clients reconnect to
+/// the standby. A c.node that owns nothing has nothing to drain.
+#[utoipa::path(
+    post,
+    path = "/api/v1/cnodes/{id}/drain",
+    operation_id = "drain_cnode",
+    tag = "cluster",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "The c.node (weft cnode list)"), DrainQuery),
+    responses(
+        (status = 202, description = "The owner is handing the cluster over", body = DrainAnswer),
+        (status = 200, description = "The c.node owns nothing: nothing to drain", body = DrainAnswer),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such c.node", body = ErrorBody),
+        (status = 409, description = "Single-process datastore; or the owner has no standby with an in-sync mirror (without force); or asked of another owner than this c.node", body = ErrorBody),
+        (status = 503, description = "etcd did not answer", body = ErrorBody),
+    ),
+)]
+pub(super) async fn drain(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    QueryArgs(query): QueryArgs<DrainQuery>,
+) -> Result<(StatusCode, Json<DrainAnswer>), ApiError> {
+    let (Some(cluster), Some(compute)) = (state.cluster.clone(), state.compute.clone()) else {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            "this is a single-process datastore (weft serve): nothing to hand over".into(),
+        ));
+    };
+    let records = tokio::task::spawn_blocking(move || registry::list(&**cluster.kv()))
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    if id != compute.id {
+        let Some(r) = records.iter().find(|r| r.id == id) else {
+            return Err(ApiError(StatusCode::NOT_FOUND, format!("no c.node {id} is registered")));
+        };
+        if r.role == CnodeRole::Owner {
+            return Err(ApiError(
+                StatusCode::CONFLICT,
+                format!("c.node {id} says it owns the cluster, but this c.node ({}) does: ask the owner", compute.id),
+            ));
+        }
+        return Ok((
+            StatusCode::OK,
+            Json(DrainAnswer {
+                id,
+                draining: false,
+                message: "it owns no family: nothing to drain. Stopping it leaves the owner's write buffer unmirrored until it is back (or another standby caught up)".into(),
+            }),
+        ));
+    }
+    if compute.write_buffer() != "mirrored" && !query.force {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!(
+                "no standby holds an in-sync mirror of this c.node's write buffer ({}): nobody would take over, and I/O would stop until this c.node is back. Start a standby first, or drain with force",
+                compute.write_buffer()
+            ),
+        ));
+    }
+    tracing::warn!(cnode = %id, force = query.force, "drain requested");
+    compute.drain.notify_one();
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(DrainAnswer {
+            id,
+            draining: true,
+            message: "destaging, checkpointing and releasing the ownership lease; the standby takes over at once and clients reconnect to it. This process then exits: start it again to make it the new owner's standby".into(),
+        }),
+    ))
+}
