@@ -17,6 +17,8 @@ missing=()
 for tool in "${!needed[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${needed[$tool]}")
 done
+# PostgreSQL's server binaries (initdb, pg_ctl, postgres) are not on PATH on Debian.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   packages=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
