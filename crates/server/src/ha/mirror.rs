@@ -137,11 +137,7 @@ impl LogAppender for Tee<'_> {
     fn append(&mut self, header: RecordHeader, payload: &[u8]) -> Result<u64, IoFailure> {
         let seq = self.inner.append(header, payload)?;
         if let Some(link) = self.link {
-            link.collect(JournalRecord {
-                seq,
-                header,
-                payload: payload.to_vec(),
-            });
+            link.record(seq, header, payload);
         }
         Ok(seq)
     }
@@ -247,8 +243,12 @@ enum Wait {
 
 #[derive(Debug, Default)]
 struct LinkState {
-    /// Records appended from now on go to `outbox` (a connection is starting or up).
+    /// Records appended from now on go to the partner (a connection is starting or up).
     collecting: bool,
+    /// The live stream: the threads that append records, sync and release write them to
+    /// the socket themselves ([`Link::direct`]); before it (the journal resent from disk),
+    /// they go to `outbox` and the sender thread writes them.
+    direct: bool,
     /// Caught up: acknowledgements wait for the partner.
     mirrored: bool,
     /// Bumped when a connection ends, so waiters stop waiting for it.
@@ -268,6 +268,9 @@ struct Link {
     status: Arc<MirrorStatus>,
     handover: Arc<Handover>,
     st: Mutex<LinkState>,
+    /// The live stream's socket once the sender handed it over (lock order: `st`, then
+    /// this). Records are written in seq order because appends hold the journal's lock.
+    direct: Mutex<Option<Direct>>,
     /// The sender waits here for the outbox.
     outbox_ready: Condvar,
     /// A writer waiting for seq `s` waits on `answered[s % ANSWER_SLOTS]`, so an answer wakes
@@ -278,6 +281,13 @@ struct Link {
 
 /// Condition variables the waiting writers are spread over, by seq.
 const ANSWER_SLOTS: usize = 64;
+
+/// The socket of connection `connection`, written by whoever sends.
+#[derive(Debug)]
+struct Direct {
+    connection: u64,
+    out: BufWriter<TcpStream>,
+}
 
 impl Link {
     fn start(
@@ -296,6 +306,7 @@ impl Link {
             status,
             handover,
             st: Mutex::new(LinkState::default()),
+            direct: Mutex::new(None),
             outbox_ready: Condvar::new(),
             answered: std::array::from_fn(|_| Condvar::new()),
         });
@@ -307,20 +318,68 @@ impl Link {
         link
     }
 
-    /// Called with the journal locked, so records enter the outbox in seq order.
-    fn collect(&self, record: JournalRecord) {
+    /// Called with the journal locked, so records go out in seq order: written to the
+    /// socket by this thread on the live stream (no hand-off), else queued for the sender.
+    fn record(&self, seq: u64, header: RecordHeader, payload: &[u8]) {
         let mut st = self.st.lock();
-        if st.collecting {
-            st.outbox.push_back(Out::Record(record));
-            self.outbox_ready.notify_one();
+        if !st.collecting {
+            return;
         }
+        if st.direct {
+            let connection = st.connection;
+            drop(st);
+            self.send_direct(connection, |w| {
+                wire::write_record_parts(w, seq, header, payload)
+            });
+            return;
+        }
+        st.outbox.push_back(Out::Record(JournalRecord {
+            seq,
+            header,
+            payload: payload.to_vec(),
+        }));
+        self.outbox_ready.notify_one();
     }
 
+    /// SYNC or RELEASE, once the partner caught up.
     fn push(&self, out: Out) {
         let mut st = self.st.lock();
-        if st.mirrored {
-            st.outbox.push_back(out);
-            self.outbox_ready.notify_one();
+        if !st.mirrored {
+            return;
+        }
+        if st.direct {
+            let connection = st.connection;
+            drop(st);
+            self.send_direct(connection, |w| match &out {
+                Out::Record(r) => wire::write_record(w, r),
+                Out::Sync(s) => wire::write_seq(w, wire::SYNC, *s),
+                Out::Release(s) => wire::write_seq(w, wire::RELEASE, *s),
+            });
+            return;
+        }
+        st.outbox.push_back(out);
+        self.outbox_ready.notify_one();
+    }
+
+    /// Write a frame on the live stream of `connection` and flush it; a failure ends the
+    /// connection (the mirror degrades; the next connection resends the journal from disk,
+    /// where this record already is).
+    fn send_direct(
+        &self,
+        connection: u64,
+        write: impl FnOnce(&mut BufWriter<TcpStream>) -> std::io::Result<()>,
+    ) {
+        let mut direct = self.direct.lock();
+        let Some(d) = direct.as_mut().filter(|d| d.connection == connection) else {
+            return;
+        };
+        if let Err(e) = write(&mut d.out).and_then(|()| d.out.flush()) {
+            *direct = None;
+            drop(direct);
+            let mut st = self.st.lock();
+            if st.connection == connection {
+                self.end_connection(&mut st, &format!("sending to the partner: {e}"));
+            }
         }
     }
 
@@ -328,13 +387,12 @@ impl Link {
     /// the mirror is degraded, and after degrading it when the partner does not answer in
     /// time.
     fn wait(&self, seq: u64, what: Wait) -> bool {
+        if matches!(what, Wait::Synced) {
+            self.push(Out::Sync(seq));
+        }
         let mut st = self.st.lock();
         if !st.mirrored {
             return false;
-        }
-        if matches!(what, Wait::Synced) {
-            st.outbox.push_back(Out::Sync(seq));
-            self.outbox_ready.notify_one();
         }
         let connection = st.connection;
         let deadline = std::time::Instant::now() + MIRROR_ACK_TIMEOUT;
@@ -363,6 +421,8 @@ impl Link {
         }
         st.collecting = false;
         st.mirrored = false;
+        st.direct = false;
+        *self.direct.lock() = None;
         st.outbox.clear();
         st.connection += 1;
         self.status.mirrored.store(false, Ordering::Release);
@@ -414,6 +474,8 @@ impl Link {
             .ok_or_else(|| std::io::Error::other("the partner address resolves to nothing"))?;
         let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
         stream.set_nodelay(true)?;
+        // A partner that stops reading must not hold the appending threads for ever.
+        stream.set_write_timeout(Some(MIRROR_ACK_TIMEOUT))?;
         Ok(stream)
     }
 
@@ -446,6 +508,8 @@ impl Link {
         wire::write_seq(&mut out, wire::CAUGHT_UP, last_sent)?;
         out.flush()?;
         tracing::info!(partner = %self.partner, records = on_disk.len(), "write-buffer mirror connected; resent the journal");
+        // What was appended meanwhile, from the outbox; then the socket goes to the threads
+        // that append (the live stream), and this thread waits for the connection's end.
         loop {
             let batch: Vec<Out> = {
                 let mut st = self.st.lock();
@@ -453,7 +517,14 @@ impl Link {
                     return Err(std::io::Error::other("the connection was declared dead"));
                 }
                 if st.outbox.is_empty() {
-                    self.outbox_ready.wait_for(&mut st, Duration::from_millis(100));
+                    *self.direct.lock() = Some(Direct { connection, out });
+                    st.direct = true;
+                    loop {
+                        self.outbox_ready.wait_for(&mut st, Duration::from_millis(100));
+                        if st.connection != connection {
+                            return Err(std::io::Error::other("the connection ended"));
+                        }
+                    }
                 }
                 st.outbox.drain(..).collect()
             };

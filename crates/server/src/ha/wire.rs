@@ -47,19 +47,27 @@ pub fn write_seq(w: &mut impl Write, kind: u8, seq: u64) -> std::io::Result<()> 
 }
 
 pub fn write_record(w: &mut impl Write, r: &JournalRecord) -> std::io::Result<()> {
-    let mut head = [0u8; RECORD_HEAD_BYTES];
-    head[0..8].copy_from_slice(&r.seq.to_le_bytes());
-    head[8] = r.header.kind.code();
-    head[9..17].copy_from_slice(&r.header.layer.0.to_le_bytes());
-    head[17..25].copy_from_slice(&r.header.lba.to_le_bytes());
-    head[25..33].copy_from_slice(&r.header.count.to_le_bytes());
-    let len = (RECORD_HEAD_BYTES + r.payload.len()) as u32;
-    let mut frame = [0u8; 5];
-    frame[0] = RECORD;
-    frame[1..].copy_from_slice(&len.to_le_bytes());
-    w.write_all(&frame)?;
+    write_record_parts(w, r.seq, r.header, &r.payload)
+}
+
+/// A `RECORD` frame from its parts (no copy of the payload into a [`JournalRecord`]).
+pub fn write_record_parts(
+    w: &mut impl Write,
+    seq: u64,
+    header: RecordHeader,
+    payload: &[u8],
+) -> std::io::Result<()> {
+    let mut head = [0u8; 5 + RECORD_HEAD_BYTES];
+    head[0] = RECORD;
+    let len = (RECORD_HEAD_BYTES + payload.len()) as u32;
+    head[1..5].copy_from_slice(&len.to_le_bytes());
+    head[5..13].copy_from_slice(&seq.to_le_bytes());
+    head[13] = header.kind.code();
+    head[14..22].copy_from_slice(&header.layer.0.to_le_bytes());
+    head[22..30].copy_from_slice(&header.lba.to_le_bytes());
+    head[30..38].copy_from_slice(&header.count.to_le_bytes());
     w.write_all(&head)?;
-    w.write_all(&r.payload)
+    w.write_all(payload)
 }
 
 /// Read one frame: (type, body).
