@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cluster_support::*;
@@ -123,6 +124,25 @@ fn four_plus_two_survives_a_dnode_killed_mid_write() {
     let test = "four_plus_two_survives_a_dnode_killed_mid_write";
     let (mut rng, seed) = test_rng(test);
     let mut c = Cluster::start(test, seed, ClusterOpts::new(6));
+    // The six d.nodes share one file system: the engine admits writes against its space
+    // once, not six times (cluster/raw_space.rs).
+    let fs_size: u64 = run(
+        Command::new("df")
+            .args(["-B1", "--output=size"])
+            .arg(c.scratch.path()),
+        Duration::from_secs(10),
+    )
+    .stdout
+    .lines()
+    .nth(1)
+    .and_then(|l| l.trim().parse().ok())
+    .expect("df's size");
+    let stats = c.cli_json(&["stats", "--json"]);
+    let capacity = stats["capacity_bytes"].as_u64().unwrap_or(u64::MAX);
+    assert!(
+        capacity <= fs_size,
+        "capacity {capacity} counts the shared file system ({fs_size} bytes) more than once"
+    );
     let victim = rng.random_range(0..6);
     let fio_seed: u64 = rng.random_range(1..1_000_000);
     let kill_after = Duration::from_millis(rng.random_range(1500..3000));

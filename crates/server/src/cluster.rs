@@ -7,6 +7,7 @@
 pub mod chunk_io;
 pub mod pgmap;
 pub mod placement;
+pub mod raw_space;
 pub mod records;
 
 pub use placement::{

@@ -700,12 +700,12 @@ impl Placement for ClusterPlacement {
 
     fn space(&self) -> (Option<u64>, u64) {
         let view = self.view.read();
-        let mut capacity = 0;
-        let mut used = 0;
-        for n in view.nodes.values().filter(|n| n.state == NodeState::Up) {
-            capacity += n.record.capacity_bytes();
-            used += n.record.used_bytes();
-        }
+        let (capacity, used) = super::raw_space::raw_space(
+            view.nodes
+                .values()
+                .filter(|n| n.state == NodeState::Up)
+                .flat_map(|n| n.record.disks.iter()),
+        );
         // Capacity is raw: a pool's usable share is capacity × k / (k + m).
         ((capacity > 0).then_some(capacity), used)
     }
