@@ -22,8 +22,9 @@ use crate::state::Shared;
 
 /// How often the repairer polls for its next scan or for shutdown.
 const POLL: Duration = Duration::from_millis(100);
-/// How soon a scan that could not list every d.node is repeated (and the soonest a scan
-/// follows a stripe written with chunks missing).
+/// How soon a scan that could not list every d.node is repeated, and the soonest a scan
+/// follows a stripe written with chunks missing. Doubled after each scan that still could not
+/// list them all (a d.node down for long is not listed every second), up to the interval.
 const RESCAN_INCOMPLETE: Duration = Duration::from_secs(1);
 
 /// A stripe to check: (family, segment, redundancy, stripe length).
@@ -34,15 +35,12 @@ pub(crate) fn run_repairer(shared: &Shared) {
     let mut last = Instant::now();
     let mut scanned_generation = None;
     let mut complete = true;
+    let mut soon = RESCAN_INCOMPLETE;
     loop {
         if shared.shutdown.load(Ordering::Acquire) || shared.abandon.load(Ordering::Acquire) {
             return;
         }
-        let interval = if complete {
-            Duration::from_millis(shared.config.repair_interval_ms)
-        } else {
-            RESCAN_INCOMPLETE.min(Duration::from_millis(shared.config.repair_interval_ms))
-        };
+        let interval = Duration::from_millis(shared.config.repair_interval_ms);
         let missed = shared
             .stripes
             .counters
@@ -51,7 +49,7 @@ pub(crate) fn run_repairer(shared: &Shared) {
         let written_degraded =
             missed != shared.repair.missed_at_write_seen.load(Ordering::Acquire);
         let due = last.elapsed() >= interval
-            || (written_degraded && last.elapsed() >= RESCAN_INCOMPLETE);
+            || ((written_degraded || !complete) && last.elapsed() >= soon.min(interval));
         let kicked = shared.repair.kick.swap(false, Ordering::AcqRel);
         let generation = shared.stripes.placement().generation();
         let moved = scanned_generation != Some(generation);
@@ -62,6 +60,11 @@ pub(crate) fn run_repairer(shared: &Shared) {
         last = Instant::now();
         match scan(shared) {
             Ok(listed_all) => {
+                soon = if listed_all || complete {
+                    RESCAN_INCOMPLETE
+                } else {
+                    (soon * 2).min(interval)
+                };
                 complete = listed_all;
                 scanned_generation = Some(generation);
                 shared.repair.status.lock().scanned_generation = generation;

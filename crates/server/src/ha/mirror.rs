@@ -474,8 +474,6 @@ impl Link {
             .ok_or_else(|| std::io::Error::other("the partner address resolves to nothing"))?;
         let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
         stream.set_nodelay(true)?;
-        // A partner that stops reading must not hold the appending threads for ever.
-        stream.set_write_timeout(Some(MIRROR_ACK_TIMEOUT))?;
         Ok(stream)
     }
 
@@ -517,6 +515,9 @@ impl Link {
                     return Err(std::io::Error::other("the connection was declared dead"));
                 }
                 if st.outbox.is_empty() {
+                    // A partner that stops reading must not hold the appending threads (and
+                    // the journal's lock) for ever: its connection ends instead.
+                    out.get_ref().set_write_timeout(Some(MIRROR_ACK_TIMEOUT))?;
                     *self.direct.lock() = Some(Direct { connection, out });
                     st.direct = true;
                     loop {
