@@ -70,7 +70,7 @@ enum Command {
     /// Run the single-process datastore (c.node + local d.node) and serve volumes over NBD.
     Serve(ServeArgs),
     /// Run a c.node of a cluster (--cluster): NBD, iSCSI and the API over the d.nodes
-    /// registered in etcd; or list the c.nodes through the API.
+    /// registered in etcd; or list and drain c.nodes through the API.
     Cnode(CnodeArgs),
     /// Run a d.node (--cluster, --listen, --data), or list|info|out|in through the API.
     Dnode(cluster_cmd::DnodeCommand),
