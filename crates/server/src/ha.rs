@@ -15,6 +15,7 @@ use std::time::Duration;
 pub mod clock;
 pub mod handover;
 pub mod mirror;
+mod mirror_link;
 pub mod ownership;
 pub mod partner;
 pub mod registry;
