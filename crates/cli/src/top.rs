@@ -87,7 +87,8 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         .map_or_else(|| format!("{:?}", args.sort), |v| v.get_name().to_string());
     let mut s = format!(
         "weft top  {}  {} volumes, {} snapshots, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by \
-         {sorted_by}; latency is weft's own, request to reply, without network or client queue)\n",
+         {sorted_by}; latency is weft's own, request to reply, without network or client queue; \
+         QD: reads and writes in flight in weft, on average)\n",
         clock(stats.time_ms),
         stats.volumes.len() - snapshots,
         snapshots,
@@ -96,7 +97,7 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         total_mbps,
     );
     s.push_str(&format!(
-        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}\n",
+        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>9} {:>10}\n",
         "VOLUME",
         "r/s",
         "w/s",
@@ -106,12 +107,13 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         "r_p99",
         "w_p50",
         "w_p99",
+        "QD",
         "IOPS/GB",
         "SIZE"
     ));
     for v in rows.iter().take(height.saturating_sub(3)) {
         s.push_str(&format!(
-            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>9.1} {:>10}\n",
+            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>6.1} {:>9.1} {:>10}\n",
             shorten(&v.name, 24),
             v.read.iops,
             v.write.iops,
@@ -121,6 +123,7 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
             latency(v.read.p99_us),
             latency(v.write.p50_us),
             latency(v.write.p99_us),
+            v.read.queue_depth + v.write.queue_depth,
             v.iops_per_gb,
             size(v.size_bytes),
         ));
@@ -226,6 +229,7 @@ mod tests {
                 p50_us: 80.0,
                 p99_us: 200.0,
                 max_us: 900.0,
+                queue_depth: 1.5,
             },
             write: OpRate {
                 iops: 10.0,
@@ -270,7 +274,9 @@ mod tests {
             lines[0].contains("(sorted by iops; latency is weft's own"),
             "{text}"
         );
+        assert!(lines[1].contains(" QD "), "{text}");
         assert!(lines[2].starts_with("busy"), "{text}");
+        assert!(lines[2].contains(" 1.5 "), "reads and writes in flight: {text}");
         assert!(
             lines[2].contains("2.5ms") && lines[2].contains("10.0G"),
             "{text}"

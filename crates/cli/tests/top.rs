@@ -47,6 +47,17 @@ fn top_in_a_terminal_shows_the_busy_volume_first() {
             .any(|x| x["name"] == "vol0" && x["write"]["iops"].as_f64() > Some(0.0))
             .then_some(())
     });
+    // fio keeps up to 4 writes in flight: weft has some of them at any moment.
+    poll_until(Duration::from_secs(30), "vol0's queue depth", || {
+        let v = srv.api_json("GET", "/api/v1/stats/volumes", None);
+        v["volumes"]
+            .as_array()?
+            .iter()
+            .find(|x| x["name"] == "vol0")
+            .and_then(|x| x["write"]["queue_depth"].as_f64())
+            .filter(|qd| *qd > 0.0 && *qd <= 4.5)
+            .map(|_| ())
+    });
 
     let top = format!(
         "{} --data-dir {} top --count 3 --interval 500ms",

@@ -92,6 +92,7 @@ impl ExportSampling {
                 let part = OpInterval {
                     ops: now.ops - last.ops,
                     bytes: now.bytes - last.bytes,
+                    latency_sum_us: now.latency_sum_us - last.latency_sum_us,
                     max_us: counters.latency_max_us.swap(0, Ordering::Relaxed),
                     latency: Some(now.latency.since(&last.latency)),
                 };

@@ -71,6 +71,10 @@ pub struct OpRate {
     pub p50_us: f32,
     pub p99_us: f32,
     pub max_us: f32,
+    /// Average requests in flight in weft over the interval (Little's law: the time the
+    /// interval's requests spent in weft, over the interval's length).
+    #[serde(default)]
+    pub queue_depth: f32,
 }
 
 /// One export over one interval: the three operations and the read+write latency spread.
@@ -103,6 +107,8 @@ impl Sample {
 pub(super) struct OpInterval {
     pub ops: u64,
     pub bytes: u64,
+    /// The requests' latencies added up.
+    pub latency_sum_us: u64,
     pub max_us: u64,
     /// Filled only when `ops > 0`.
     pub latency: Option<Buckets>,
@@ -112,6 +118,7 @@ impl OpInterval {
     pub fn add(&mut self, other: &OpInterval) {
         self.ops += other.ops;
         self.bytes += other.bytes;
+        self.latency_sum_us += other.latency_sum_us;
         self.max_us = self.max_us.max(other.max_us);
         if let Some(b) = &other.latency {
             match &mut self.latency {
@@ -131,6 +138,7 @@ impl OpInterval {
             p50_us: latency.quantile_us(0.50) as f32,
             p99_us: latency.quantile_us(0.99).min(self.max_us.max(1) as f64) as f32,
             max_us: self.max_us as f32,
+            queue_depth: (self.latency_sum_us as f64 / (seconds * 1e6)) as f32,
         }
     }
 }
@@ -240,6 +248,7 @@ mod tests {
         i.ops[0] = OpInterval {
             ops: reads,
             bytes: reads * 4096,
+            latency_sum_us: reads * latency_us,
             max_us: latency_us,
             latency: Some(h.load()),
         };
@@ -254,6 +263,8 @@ mod tests {
         assert_eq!(s.read.bytes_per_s, 4096.0 * 1000.0);
         assert!((48.0..=52.0).contains(&s.read.p50_us), "{:?}", s.read);
         assert_eq!(s.read.max_us, 50.0);
+        // 100 reads of 50 µs in 0.1 s: 0.05 in flight on average.
+        assert!((s.read.queue_depth - 0.05).abs() < 1e-6, "{:?}", s.read);
         assert_eq!(s.write, OpRate::default());
         // 50 µs is in the (32, 64] cell.
         assert_eq!(s.heat[2], 100);
