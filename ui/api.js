@@ -67,6 +67,20 @@ const Api = (() => {
     return (await check(r)).json();
   }
 
+  // POST (or another method) to /api/v1{path} with a JSON body; the answer's JSON, or null
+  // when it has none (204). Errors carry the API's own message (ApiError).
+  async function send(method, path, body) {
+    const h = headers();
+    if (body !== undefined) h['Content-Type'] = 'application/json';
+    const r = await fetch('/api/v1' + path, {
+      method,
+      headers: h,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    await check(r);
+    return r.status === 204 ? null : r.json();
+  }
+
   // Whether `candidate` is accepted, without touching the stored token.
   async function tryToken(candidate) {
     const r = await fetch('/api/v1/stats', { headers: headers(candidate) });
@@ -144,7 +158,7 @@ const Api = (() => {
   }
 
   return {
-    Unauthorized, ApiError, token, setToken, get, tryToken, stream, sleep,
+    Unauthorized, ApiError, token, setToken, get, send, tryToken, stream, sleep,
     set onUnauthorized(f) { onUnauthorized = f; },
   };
 })();

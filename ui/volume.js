@@ -321,6 +321,61 @@ const VolumePage = (() => {
   }
 
   // The export's figures, and the tree of its family.
+  // The page's actions: a volume takes a snapshot or is deleted; a snapshot gives a clone or
+  // is deleted. Deleting asks first, naming the clients that have it open (they are
+  // disconnected: the request says force) and, for a volume, its snapshots (deleted with it).
+  function wireActions(q, name, info) {
+    const isSnapshot = name.includes('@');
+    const newName = q('#vv-new-name');
+    const errorLine = q('#vv-action-error');
+    const confirmBox = q('#vv-confirm');
+    newName.placeholder = isSnapshot ? 'clone name' : 'snapshot name';
+    q('#vv-make').textContent = isSnapshot ? 'Clone' : 'Take snapshot';
+    q('#vv-delete').textContent = isSnapshot ? 'Delete snapshot…' : 'Delete volume…';
+    const fail = (e) => { errorLine.textContent = e.message || String(e); };
+    q('#vv-actions').addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      errorLine.textContent = '';
+      const n = newName.value.trim();
+      if (!n) { errorLine.textContent = 'give a name'; return; }
+      try {
+        const made = isSnapshot
+          ? await Api.send('POST', '/snapshots/' + encodeURIComponent(name) + '/clones', { name: n })
+          : await Api.send('POST', '/volumes/' + encodeURIComponent(name) + '/snapshots', { name: n });
+        location.hash = '#/volume/' + encodeURIComponent(made.name);
+      } catch (e) { fail(e); }
+    });
+    const sessions = info.sessions || [];
+    const snapshots = info.snapshots || [];
+    q('#vv-delete').addEventListener('click', () => {
+      errorLine.textContent = '';
+      const parts = ['Delete ' + name + ' (' + Fmt.bytes(info.size_bytes) + ')'];
+      if (snapshots.length) parts.push('with its ' + snapshots.length + ' snapshot(s)');
+      if (sessions.length) {
+        parts.push('and disconnect ' + sessions.map((s) => s.protocol + ' ' + s.client).join(', '));
+      }
+      q('#vv-confirm-text').textContent = parts.join(' ') + '?';
+      q('#vv-confirm-yes').textContent = sessions.length ? 'Disconnect and delete' : 'Delete';
+      confirmBox.hidden = false;
+    });
+    q('#vv-confirm-no').addEventListener('click', () => { confirmBox.hidden = true; });
+    q('#vv-confirm-yes').addEventListener('click', async () => {
+      const query = [];
+      if (!isSnapshot && snapshots.length) query.push('with_snapshots=true');
+      if (!isSnapshot && sessions.length) query.push('force=true');
+      const path = (isSnapshot ? '/snapshots/' : '/volumes/') + encodeURIComponent(name) +
+        (query.length ? '?' + query.join('&') : '');
+      try {
+        await Api.send('DELETE', path);
+        location.hash = '#/volumes';
+      } catch (e) {
+        confirmBox.hidden = true;
+        fail(e);
+      }
+    });
+    window.weft.volume.actionsReady = true;
+  }
+
   async function loadInfo(q, name, signal) {
     // A snapshot's full name has an '@' (no volume's does): ask for it as a snapshot at once,
     // not after a 404 from /volumes.
@@ -343,6 +398,7 @@ const VolumePage = (() => {
     if (info.origin) pairs.splice(1, 0, ['origin', originText(name, info.origin)]);
     if (isSnapshot && info.volume) pairs.splice(1, 0, ['of volume', info.volume]);
     Dom.fillKv(q('#vv-info'), pairs);
+    wireActions(q, name, info);
 
     // The tree starts at the volume: the page's own, or the snapshot's.
     const rootVolume = isSnapshot ? info.volume : name;

@@ -56,6 +56,23 @@ const VolumesPage = (() => {
     }
     filter.addEventListener('input', applyFilter);
     showSnapshots.addEventListener('change', applyFilter);
+    root.querySelector('#vl-create').addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const errorLine = root.querySelector('#vl-create-error');
+      errorLine.textContent = '';
+      const name = root.querySelector('#vl-new-name').value.trim();
+      const size = parseSize(root.querySelector('#vl-new-size').value);
+      if (!size) {
+        errorLine.textContent = 'size: a number with K, M, G or T (powers of 1024), e.g. 100G';
+        return;
+      }
+      try {
+        const v = await Api.send('POST', '/volumes', { name, size_bytes: size });
+        location.hash = '#/volume/' + encodeURIComponent(v.name);
+      } catch (e) {
+        errorLine.textContent = e.message || String(e);
+      }
+    });
 
     window.weft.volumes = {
       rows: () => order.map((r) => r.name),
@@ -210,6 +227,14 @@ const VolumesPage = (() => {
         r.tr.hidden = (text && !r.name.toLowerCase().includes(text)) || (!snaps && r.readOnly);
       }
     }
+  }
+
+  // `100G`, `512M`, `1.5T`, `10GiB`, or bytes: the CLI's sizes (powers of 1024); 0 if not one.
+  function parseSize(text) {
+    const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$/i.exec(text);
+    if (!m) return 0;
+    const shift = { '': 0, k: 10, m: 20, g: 30, t: 40, p: 50 }[m[2].toLowerCase()];
+    return Math.round(parseFloat(m[1]) * 2 ** shift);
   }
 
   function loadSort() {

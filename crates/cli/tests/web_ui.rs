@@ -585,6 +585,54 @@ fn web_ui_in_headless_chromium() {
     let out = fio.wait(Duration::from_secs(u64::from(FIO_RUNTIME_S) + 30));
     assert_fio_ok(&out, "fio randwrite on vol0");
 
+    // The UI acts: a volume created from the list, a snapshot and a clone taken on their
+    // pages, the clone deleted after the page asked.
+    page.go("#/volumes");
+    page.wait_for("the volumes page", "weft.page === 'volumes'", PAGE_TIMEOUT);
+    page.eval(
+        "document.getElementById('vl-new-name').value = 'ui-made';         document.getElementById('vl-new-size').value = '64M';         document.getElementById('vl-new').click()",
+    );
+    page.wait_for(
+        "the new volume's page",
+        "location.hash === '#/volume/ui-made' && weft.volume && weft.volume.actionsReady === true",
+        PAGE_TIMEOUT,
+    );
+    let made = srv.api_json("GET", "/api/v1/volumes/ui-made", None);
+    assert_eq!(made["size_bytes"], 64u64 << 20, "{made}");
+    page.eval(
+        "document.getElementById('vv-new-name').value = 's1';         document.getElementById('vv-make').click()",
+    );
+    page.wait_for(
+        "the snapshot's page",
+        "location.hash === '#/volume/ui-made%40s1' && weft.volume.actionsReady === true",
+        PAGE_TIMEOUT,
+    );
+    page.eval(
+        "document.getElementById('vv-new-name').value = 'ui-clone';         document.getElementById('vv-make').click()",
+    );
+    page.wait_for(
+        "the clone's page",
+        "location.hash === '#/volume/ui-clone' && weft.volume.actionsReady === true",
+        PAGE_TIMEOUT,
+    );
+    page.eval("document.getElementById('vv-delete').click()");
+    let asked = page.eval("document.getElementById('vv-confirm-text').textContent");
+    assert!(
+        asked.as_str().is_some_and(|t| t.starts_with("Delete ui-clone (64")),
+        "the page asks before deleting: {asked}"
+    );
+    page.eval("document.getElementById('vv-confirm-yes').click()");
+    page.wait_for(
+        "back at the list after the delete",
+        "location.hash === '#/volumes'",
+        PAGE_TIMEOUT,
+    );
+    let (status, _) = srv.api("GET", "/api/v1/volumes/ui-clone", None);
+    assert_eq!(status, 404, "the clone is still there");
+    srv.api_json("GET", "/api/v1/snapshots/ui-made%40s1", None);
+    assert_no_page_errors(&mut page, "after the UI's actions");
+    srv.cli_ok(&["volume", "delete", "ui-made", "--with-snapshots", "--yes"]);
+
     // 500 volumes: every row rendered, a sort completes.
     let have = srv.api_json("GET", "/api/v1/volumes", None);
     let existing = have.as_array().unwrap().len();
