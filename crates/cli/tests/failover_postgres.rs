@@ -167,13 +167,7 @@ fn mount_volume(m: &mut Mounts, uri: &str, mnt: &Path, mkfs: bool) {
     m.expose(uri);
     let dev = m.attach_loop();
     if mkfs {
-        run(
-            Command::new(require_tool("mkfs.ext4"))
-                .args(["-F", "-q"])
-                .arg(&dev),
-            Duration::from_secs(300),
-        )
-        .ok();
+        mkfs_ext4(&dev);
     }
     m.mount();
     run(

@@ -45,13 +45,7 @@ fn ext4_over_nbdfuse_survives_kill9() {
     let size = fs::metadata(m.disk()).unwrap().len();
     assert_eq!(size, 256 << 20, "nbdfuse file size");
     let dev = m.attach_loop();
-    run(
-        Command::new(require_tool("mkfs.ext4"))
-            .args(["-F", "-q"])
-            .arg(&dev),
-        Duration::from_secs(300),
-    )
-    .ok();
+    mkfs_ext4(&dev);
     m.mount();
 
     // Files of assorted sizes, some in subdirectories, one larger than the write buffer is likely to be.
@@ -134,13 +128,7 @@ fn mkfs_ext4_directly_on_a_512e_export_checks_clean() {
         .ok();
     };
     // No loop device: the file system's sub-4 KiB writes reach weft as they are.
-    run(
-        Command::new(require_tool("mkfs.ext4"))
-            .args(["-F", "-q"])
-            .arg(m.disk()),
-        Duration::from_secs(300),
-    )
-    .ok();
+    mkfs_ext4(m.disk());
     e2fsck(&m.disk());
     m.unexpose();
     // What mkfs wrote (read-modify-writes included) is still there after kill -9.

@@ -158,6 +158,17 @@ impl Drop for Mounts {
     }
 }
 
+/// `mkfs.ext4 -F -q TARGET` (a loop device, or the nbdfuse file itself); fails the test if it fails.
+pub fn mkfs_ext4(target: impl AsRef<Path>) {
+    run(
+        Command::new(require_tool("mkfs.ext4"))
+            .args(["-F", "-q"])
+            .arg(target.as_ref()),
+        Duration::from_secs(300),
+    )
+    .ok();
+}
+
 pub fn is_root() -> bool {
     run(Command::new("id").arg("-u"), Duration::from_secs(10))
         .stdout
