@@ -55,6 +55,11 @@ pub struct CnodeClusterArgs {
     /// this one waits as its standby and takes over when the owner's lease expires.
     #[arg(long)]
     pub mirror_listen: Option<SocketAddr>,
+    /// Listen here for other c.nodes' forwarded requests while this one owns the cluster (a
+    /// c.node that does not own it serves its clients through the owner). Default: the NBD
+    /// listener's address, a free port.
+    #[arg(long)]
+    pub forward_listen: Option<SocketAddr>,
     /// The ownership lease: a dead owner's standby takes over this long after its last
     /// renewal (etcd rounds it up to whole seconds, 2 s at least).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
@@ -171,8 +176,8 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                 return print_json(&v);
             }
             println!(
-                "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {}",
-                "ID", "ROLE", "OWNER", "FAMILIES", "BUFFER", "NBD", "ISCSI", "PARTNER / MIRROR OF"
+                "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} PARTNER / MIRROR OF",
+                "ID", "ROLE", "OWNER", "FAMILIES", "BUFFER", "NBD", "ISCSI"
             );
             for c in v.as_array().into_iter().flatten() {
                 let text = |k: &str| c[k].as_str().unwrap_or("-").to_string();
@@ -190,7 +195,11 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                     "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {}",
                     id,
                     text("role"),
-                    if c["owner"].as_bool() == Some(true) { "yes" } else { "no" },
+                    if c["owner"].as_bool() == Some(true) {
+                        "yes"
+                    } else {
+                        "no"
+                    },
                     c["families"].as_u64().unwrap_or(0),
                     text("write_buffer"),
                     text("nbd"),

@@ -66,6 +66,7 @@ struct GlobalArgs {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per run: its size costs nothing
 enum Command {
     /// Run the single-process datastore (c.node + local d.node) and serve volumes over NBD.
     Serve(ServeArgs),
@@ -638,6 +639,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
             ha: weft_server::serve::HaConfig {
                 partner: c.partner,
                 mirror_listen: c.mirror_listen,
+                forward_listen: c.forward_listen,
                 lease_ttl: c.lease_ttl,
                 force_takeover: c.force_takeover,
             },

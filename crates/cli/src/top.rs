@@ -276,7 +276,10 @@ mod tests {
         );
         assert!(lines[1].contains(" QD "), "{text}");
         assert!(lines[2].starts_with("busy"), "{text}");
-        assert!(lines[2].contains(" 1.5 "), "reads and writes in flight: {text}");
+        assert!(
+            lines[2].contains(" 1.5 "),
+            "reads and writes in flight: {text}"
+        );
         assert!(
             lines[2].contains("2.5ms") && lines[2].contains("10.0G"),
             "{text}"

@@ -194,7 +194,14 @@ fn postgres_on_a_cluster_volume_survives_the_owner_machine_loss() {
     if !fs_prerequisites(test) {
         return;
     }
-    require_tools(&["nbdfuse", "fusermount3", "mkfs.ext4", "losetup", "mount", "umount"]);
+    require_tools(&[
+        "nbdfuse",
+        "fusermount3",
+        "mkfs.ext4",
+        "losetup",
+        "mount",
+        "umount",
+    ]);
     let _serial = serial();
     let (mut c, standby, _seed) = pair(test);
     // The postgres user must reach the mount point and the log under the scratch dir.
@@ -233,7 +240,10 @@ fn postgres_on_a_cluster_volume_survives_the_owner_machine_loss() {
     c.step("PostgreSQL initialised on vol0 through c1 (ext4 over nbdfuse and a loop device)");
 
     // TPC-B-like load; each committed transaction adds one pgbench_history row.
-    let bench = Bg::spawn(pg.pgbench().args(["-n", "-c", "4", "-j", "2", "-T", "120", "postgres"]));
+    let bench = Bg::spawn(
+        pg.pgbench()
+            .args(["-n", "-c", "4", "-j", "2", "-T", "120", "postgres"]),
+    );
     std::thread::sleep(LOAD_BEFORE_KILL);
     let owner_dir = c.cnode().data_dir.clone();
     c.cnode().kill9();
@@ -247,8 +257,13 @@ fn postgres_on_a_cluster_volume_survives_the_owner_machine_loss() {
     pg.crash();
     let report = report.all();
     let committed = processed(&report);
-    assert!(committed > 100, "only {committed} transactions before the kill:\n{report}");
-    c.step(&format!("pgbench saw {committed} transactions committed before the kill"));
+    assert!(
+        committed > 100,
+        "only {committed} transactions before the kill:\n{report}"
+    );
+    c.step(&format!(
+        "pgbench saw {committed} transactions committed before the kill"
+    ));
     m.abandon();
 
     let mut standby = standby;
@@ -265,7 +280,10 @@ fn postgres_on_a_cluster_volume_survives_the_owner_machine_loss() {
     let mut m2 = Mounts::new(c.scratch.join("fuse2"), mnt.clone());
     mount_volume(&mut m2, &c.nbd_uri("vol0"), &mnt, false);
     let mut pg = Postgres::start(&data, &logs.join("after.log"), port);
-    let history: u64 = pg.query("SELECT count(*) FROM pgbench_history").parse().unwrap();
+    let history: u64 = pg
+        .query("SELECT count(*) FROM pgbench_history")
+        .parse()
+        .unwrap();
     c.step(&format!(
         "after recovery through c2: {history} pgbench_history rows for {committed} transactions seen committed"
     ));

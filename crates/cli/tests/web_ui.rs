@@ -618,7 +618,9 @@ fn web_ui_in_headless_chromium() {
     page.eval("document.getElementById('vv-delete').click()");
     let asked = page.eval("document.getElementById('vv-confirm-text').textContent");
     assert!(
-        asked.as_str().is_some_and(|t| t.starts_with("Delete ui-clone (64")),
+        asked
+            .as_str()
+            .is_some_and(|t| t.starts_with("Delete ui-clone (64")),
         "the page asks before deleting: {asked}"
     );
     page.eval("document.getElementById('vv-confirm-yes').click()");

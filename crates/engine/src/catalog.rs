@@ -44,7 +44,7 @@ use crate::names::{
 pub use crate::names::{snapshot_short_name, SNAPSHOT_SEPARATOR};
 
 use report::{children_of, clones_of, snapshot_info, volume_info, Child};
-pub use report::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
+pub use report::{image_summaries, FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
 
 /// Largest volume: 2^52 bytes (4 PiB) keeps every LBA and byte offset far from overflow.
 const VOLUME_SIZE_MAX_BYTES: u64 = 1 << 52;

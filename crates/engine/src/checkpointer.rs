@@ -140,7 +140,8 @@ pub(crate) fn take_checkpoint_with(shared: &Shared, wait: bool) -> Result<(), Io
             let mut at = 0usize;
             for (segment, len) in checkpoint::checkpoint_parts(generation, body.len() as u64) {
                 let len = usize::try_from(len).expect("bounded part");
-                missed_at_write += stripes.put(fid.0, segment.0, redundancy, &body[at..at + len])?;
+                missed_at_write +=
+                    stripes.put(fid.0, segment.0, redundancy, &body[at..at + len])?;
                 at += len;
             }
             bytes_total += body.len();

@@ -50,7 +50,8 @@ mod state;
 mod stats;
 
 pub use catalog::{
-    snapshot_short_name, FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo, SNAPSHOT_SEPARATOR,
+    image_summaries, snapshot_short_name, FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo,
+    SNAPSHOT_SEPARATOR,
 };
 pub use engine::{Backends, Engine, EngineConfig, LocalStoreConfig};
 pub use error::{EngineError, IoFailure};

@@ -46,8 +46,7 @@ pub(crate) fn run_repairer(shared: &Shared) {
             .counters
             .chunks_missed_at_write
             .load(Ordering::Acquire);
-        let written_degraded =
-            missed != shared.repair.missed_at_write_seen.load(Ordering::Acquire);
+        let written_degraded = missed != shared.repair.missed_at_write_seen.load(Ordering::Acquire);
         let due = last.elapsed() >= interval
             || ((written_degraded || !complete) && last.elapsed() >= soon.min(interval));
         let kicked = shared.repair.kick.swap(false, Ordering::AcqRel);

@@ -649,7 +649,10 @@ fn a_scan_that_cannot_list_a_store_is_not_caught_up_and_the_rebuild_follows_its_
         }
         assert!(Instant::now() < deadline, "no scan: {r:?}");
     };
-    assert!(!status.caught_up, "caught up without listing dn-2: {status:?}");
+    assert!(
+        !status.caught_up,
+        "caught up without listing dn-2: {status:?}"
+    );
     assert_eq!(status.unlisted, vec!["dn-2".to_string()], "{status:?}");
 
     // dn-2 answers again: the next scan rebuilds what it missed, and only then caught up.

@@ -30,6 +30,11 @@ impl AccessTable {
         AccessTable { generation, hosts }
     }
 
+    /// Every host, as read.
+    pub fn hosts(&self) -> &[HostRecord] {
+        &self.hosts
+    }
+
     /// The host an iSCSI initiator name belongs to (names compare case-insensitively).
     pub fn host_of_initiator(&self, initiator: &str) -> Option<&HostRecord> {
         let initiator = initiator.to_ascii_lowercase();

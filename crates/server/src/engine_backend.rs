@@ -41,20 +41,7 @@ impl ExportBackend for EngineBackend {
         self.engine
             .list_images()
             .into_iter()
-            .map(|i| {
-                let kind = if i.read_only {
-                    "snapshot (read-only)"
-                } else {
-                    "volume"
-                };
-                ExportInfo {
-                    description: format!("weft {kind} {} ({} bytes)", i.name, i.size_bytes),
-                    name: i.name,
-                    size_bytes: i.size_bytes,
-                    read_only: i.read_only,
-                    logical_block_size_bytes: i.logical_block_size.bytes(),
-                }
-            })
+            .map(export_info)
             .collect()
     }
 
@@ -91,6 +78,22 @@ impl ExportBackend for EngineBackend {
 
     fn access_generation(&self) -> u64 {
         self.engine.hosts_generation()
+    }
+}
+
+/// How a front end lists an image.
+pub(crate) fn export_info(i: weft_engine::ImageSummary) -> ExportInfo {
+    let kind = if i.read_only {
+        "snapshot (read-only)"
+    } else {
+        "volume"
+    };
+    ExportInfo {
+        description: format!("weft {kind} {} ({} bytes)", i.name, i.size_bytes),
+        name: i.name,
+        size_bytes: i.size_bytes,
+        read_only: i.read_only,
+        logical_block_size_bytes: i.logical_block_size.bytes(),
     }
 }
 

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod clock;
+pub mod forward;
 pub mod handover;
 pub mod mirror;
 mod mirror_link;

@@ -8,6 +8,7 @@ pub mod capacity;
 pub mod cluster;
 mod data_files;
 pub mod engine_backend;
+mod front_ends;
 pub mod ha;
 pub mod io_stats;
 pub mod iscsi_listener;

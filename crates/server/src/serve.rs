@@ -33,7 +33,7 @@ use crate::data_files::{load_or_create_id, write_atomically};
 use crate::engine_backend::EngineBackend;
 pub use crate::ha::takeover::HaConfig;
 use crate::ha::takeover::{exit_when_ownership_lost, own_the_cluster, Who};
-use crate::io_stats::{IoStats, MeteredBackend, Protocol};
+use crate::io_stats::IoStats;
 use crate::reservation_records::ReservationRecords;
 
 /// The token file, mode 0600, created at first start.
@@ -48,6 +48,7 @@ pub const SERVE_FILE: &str = "serve.json";
 
 /// Where the chunks and the cluster state live.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per process
 pub enum Backend {
     /// Single-process mode: a local d.node in the data dir, the embedded metadata store.
     Local(weft_engine::LocalStoreConfig),
@@ -107,7 +108,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     );
     say_who_sees_what(&config);
     // Before the data dir is touched: a bad certificate stops the start.
-    let nbd_tls = config
+    let mut nbd_tls = config
         .nbd_tls
         .as_ref()
         .map(crate::nbd_listener::NbdTls::load)
@@ -186,79 +187,23 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         SERVE_FILE,
         serde_json::to_vec_pretty(&early_json)?.as_slice(),
     )?;
-    let backend = config.backend.clone();
-    let placement_slot = Arc::clone(&recovering.placement);
-    let who = Who {
-        api: format!("http://{api_addr}"),
-        nbd: config.nbd_listen.to_string(),
-        iscsi: config
-            .iscsi_listen
-            .first()
-            .map(ToString::to_string)
-            .unwrap_or_default(),
-    };
-    let Opened {
-        engine,
-        cluster,
-        ownership,
-        compute,
-        kv: cluster_kv,
-    } = tokio::task::spawn_blocking(move || {
-        open_engine(engine_config, backend, &placement_slot, who)
-    })
-    .await??;
-    if let Some(o) = &ownership {
-        exit_when_ownership_lost(Arc::clone(o));
-    }
-    if let Some(c) = &cluster {
-        c.arm_out_grace();
-    }
-    let engine = Arc::new(engine);
-    if engine.is_new() {
-        engine
-            .create_volume(&config.default_volume, config.default_volume_size_bytes)
-            .with_context(|| format!("creating the default volume {}", config.default_volume))?;
-    }
-    let reservations = open_reservation_records(&data_dir, cluster_kv, &engine).await?;
-
-    let nbd = TcpListener::bind(config.nbd_listen)
-        .await
-        .with_context(|| format!("binding NBD on {}", config.nbd_listen))?;
-    let mut iscsi = Vec::new();
-    for addr in &config.iscsi_listen {
-        iscsi.push(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding the iSCSI portal on {addr}"))?,
-        );
-    }
-    let nbd_addr = nbd.local_addr()?;
-    let iscsi_addrs = iscsi
-        .iter()
-        .map(TcpListener::local_addr)
-        .collect::<Result<Vec<_>, _>>()?;
-    let iscsi_addr = iscsi_addrs.first().copied();
-
     let io = IoStats::new();
     let sessions = crate::sessions::Sessions::new();
-    let engine_backend: Arc<dyn ExportBackend> = Arc::new(EngineBackend::new(engine.clone()));
-    let metered = |protocol| -> Arc<dyn ExportBackend> {
-        if config.io_stats {
-            Arc::new(MeteredBackend::new(
-                Arc::clone(&engine_backend),
-                Arc::clone(&io),
-                protocol,
-            ))
-        } else {
-            Arc::clone(&engine_backend)
-        }
+    let io_for_front_ends = config.io_stats.then_some(&io);
+    let nbd_options = |tls| crate::nbd_listener::NbdOptions {
+        open_network: config.nbd_open_network,
+        tls,
+        sessions: Arc::clone(&sessions),
     };
-    let (nbd_backend, iscsi_backend) = (metered(Protocol::Nbd), metered(Protocol::Iscsi));
-    let sampler = if config.io_stats {
-        let engine = engine.clone();
-        Some(io.start_sampler(move || engine.list_images().into_iter().map(|i| i.name).collect())?)
-    } else {
-        None
+    let iscsi_options = |reservations, portals| crate::iscsi_listener::IscsiOptions {
+        array_target: array_target.clone(),
+        open_network: config.iscsi_open_network,
+        nop_interval: config.iscsi_nop_interval,
+        sessions: Arc::clone(&sessions),
+        reservations,
+        // One c.node today: one group of its portals, every LU active/optimized. A cluster
+        // layer keeps this handle and feeds it the c.nodes and the volumes' owners.
+        port_groups: Some(crate::iscsi_listener::single_port_groups(portals)),
     };
     let nbd_tls_said = nbd_tls.as_ref().map(|t| {
         let mode = if t.mode == weft_nbd::TlsMode::Required {
@@ -273,34 +218,125 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         };
         format!("{mode}, {clients}")
     });
-    let nbd_task = tokio::spawn(crate::nbd_listener::run(
-        nbd,
-        nbd_backend,
-        crate::nbd_listener::NbdOptions {
-            open_network: config.nbd_open_network,
-            tls: nbd_tls,
-            sessions: Arc::clone(&sessions),
-        },
-        shutdown.clone(),
-    ));
-    let iscsi_options = crate::iscsi_listener::IscsiOptions {
-        array_target: array_target.clone(),
-        open_network: config.iscsi_open_network,
-        nop_interval: config.iscsi_nop_interval,
-        sessions: Arc::clone(&sessions),
-        reservations: reservations.clone(),
-        // One c.node today: one group of its portals, every LU active/optimized. A cluster
-        // layer keeps this handle and feeds it the c.nodes and the volumes' owners.
-        port_groups: Some(crate::iscsi_listener::single_port_groups(iscsi.len())),
+    // A c.node of a cluster serves from the start, through the owner until it owns the
+    // cluster itself.
+    let early = match &config.backend {
+        Backend::Cluster(c) => {
+            let early = crate::ha::forward::serving::start_early(
+                &c.url,
+                &c.ha,
+                &data_dir,
+                crate::front_ends::bind(config.nbd_listen, &config.iscsi_listen).await?,
+                &sessions,
+                shutdown.clone(),
+            )
+            .await?;
+            let portals = early.bound.iscsi_addrs.len();
+            let iscsi = iscsi_options(early.reservations.clone(), portals);
+            Some(early.start_front_ends(
+                io_for_front_ends,
+                nbd_options(nbd_tls.take()),
+                iscsi,
+                &shutdown,
+            ))
+        }
+        Backend::Local(_) => None,
     };
-    let iscsi_task = (!iscsi.is_empty()).then(|| {
-        tokio::spawn(crate::iscsi_listener::run(
-            iscsi,
-            iscsi_backend,
-            iscsi_options,
-            shutdown.clone(),
-        ))
-    });
+    if let Some(e) = &early {
+        // Clients may connect now: requests go to the owner until this c.node owns the
+        // cluster.
+        let mut json = early_json.clone();
+        json["nbd"] = e.nbd_addr.to_string().into();
+        json["iscsi"] = e.iscsi_addrs.first().map(ToString::to_string).into();
+        json["iscsi_portals"] = e.iscsi_addrs.iter().map(ToString::to_string).collect();
+        json["forward"] = e.forward_addr.to_string().into();
+        json["forwarding"] = true.into();
+        write_atomically(
+            &data_dir,
+            SERVE_FILE,
+            serde_json::to_vec_pretty(&json)?.as_slice(),
+        )?;
+        println!(
+            "forwarding: nbd {}, iscsi {}: every volume is served through the c.node that owns the cluster until this one does",
+            e.nbd_addr,
+            e.iscsi_addrs.first().map_or_else(|| "off".to_string(), ToString::to_string),
+        );
+    }
+    let backend = config.backend.clone();
+    let placement_slot = Arc::clone(&recovering.placement);
+    let who = Who {
+        api: format!("http://{api_addr}"),
+        nbd: early
+            .as_ref()
+            .map_or_else(|| config.nbd_listen.to_string(), |e| e.nbd_addr.to_string()),
+        iscsi: match &early {
+            Some(e) => e.iscsi_addrs.first().map(ToString::to_string),
+            None => config.iscsi_listen.first().map(ToString::to_string),
+        }
+        .unwrap_or_default(),
+        forward: early
+            .as_ref()
+            .map(|e| e.forward_addr.to_string())
+            .unwrap_or_default(),
+    };
+    let kv = early.as_ref().map(|e| Arc::clone(&e.kv));
+    let forward_addr = early.as_ref().map(|e| e.forward_addr);
+    let Opened {
+        engine,
+        cluster,
+        ownership,
+        compute,
+    } = tokio::task::spawn_blocking(move || {
+        open_engine(engine_config, backend, kv, &placement_slot, who)
+    })
+    .await??;
+    if let Some(o) = &ownership {
+        exit_when_ownership_lost(Arc::clone(o));
+    }
+    if let Some(c) = &cluster {
+        c.arm_out_grace();
+    }
+    let engine = Arc::new(engine);
+    if engine.is_new() {
+        engine
+            .create_volume(&config.default_volume, config.default_volume_size_bytes)
+            .with_context(|| format!("creating the default volume {}", config.default_volume))?;
+    }
+    let reservations = open_reservation_records(
+        &data_dir,
+        early.as_ref().map(|e| e.reservations.clone()),
+        &engine,
+    )
+    .await?;
+    let engine_backend: Arc<dyn ExportBackend> = Arc::new(EngineBackend::new(engine.clone()));
+    let (front_ends, nbd_addr, iscsi_addrs) = match early {
+        Some(early) => {
+            // From now on this c.node serves from its own engine.
+            early.local.set(Arc::clone(&engine_backend));
+            (early.front_ends, early.nbd_addr, early.iscsi_addrs)
+        }
+        None => {
+            let bound = crate::front_ends::bind(config.nbd_listen, &config.iscsi_listen).await?;
+            let (nbd_addr, iscsi_addrs) = (bound.nbd_addr, bound.iscsi_addrs.clone());
+            let portals = iscsi_addrs.len();
+            let running = crate::front_ends::start(
+                bound,
+                &engine_backend,
+                io_for_front_ends,
+                nbd_options(nbd_tls.take()),
+                iscsi_options(reservations.clone(), portals),
+                &shutdown,
+            );
+            (running, nbd_addr, iscsi_addrs)
+        }
+    };
+    let iscsi_addr = iscsi_addrs.first().copied();
+    let sampler = if config.io_stats {
+        let engine = engine.clone();
+        Some(io.start_sampler(move || engine.list_images().into_iter().map(|i| i.name).collect())?)
+    } else {
+        None
+    };
     let read_only_token: Arc<str> =
         load_or_create_token_file(&data_dir, READ_ONLY_TOKEN_FILE)?.into();
     let audit = Arc::new(
@@ -360,6 +396,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "iscsi": iscsi_addr.map(|a| a.to_string()),
         "iscsi_portals": iscsi_addrs.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "iscsi_array_target": array_target,
+        "forward": forward_addr.map(|a| a.to_string()),
         "api": format!("http://{api_addr}"),
         "metrics": metrics_addr.map(|a| format!("http://{a}/metrics")),
         "pid": std::process::id(),
@@ -482,10 +519,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     }
     tracing::info!("shutting down: destaging and checkpointing");
     shutdown.cancel();
-    let _ = nbd_task.await;
-    if let Some(task) = iscsi_task {
-        let _ = task.await;
-    }
+    front_ends.join().await;
     let _ = api_task.await;
     let _ = capacity_sampler.await;
     if let Some(task) = metrics_task {
@@ -559,15 +593,15 @@ fn load_or_create_array_id(data_dir: &Path) -> anyhow::Result<String> {
 /// will after it), so they stay.
 async fn open_reservation_records(
     data_dir: &Path,
-    cluster_kv: Option<Arc<dyn weft_meta::MetaStore>>,
+    cluster: Option<ReservationRecords>,
     engine: &Arc<Engine>,
 ) -> anyhow::Result<ReservationRecords> {
     let data_dir = data_dir.to_path_buf();
     let engine = Arc::clone(engine);
     tokio::task::spawn_blocking(move || {
-        let failover = cluster_kv.is_some();
-        let records = match cluster_kv {
-            Some(kv) => ReservationRecords::new(kv),
+        let failover = cluster.is_some();
+        let records = match cluster {
+            Some(records) => records,
             None => ReservationRecords::open_local(&data_dir).with_context(|| {
                 format!(
                     "opening the reservation records in {}",
@@ -597,6 +631,7 @@ async fn open_reservation_records(
 fn open_engine(
     config: EngineConfig,
     backend: Backend,
+    kv: Option<Arc<dyn weft_meta::MetaStore>>,
     placement_slot: &crate::recovering::PlacementSlot,
     who: Who,
 ) -> anyhow::Result<Opened> {
@@ -610,12 +645,16 @@ fn open_engine(
                 cluster: None,
                 ownership: None,
                 compute: None,
-                kv: None,
             });
         }
         Backend::Cluster(c) => c,
     };
-    let kv = weft_meta::connect_etcd(&c.url).with_context(|| format!("connecting to {}", c.url))?;
+    let kv = match kv {
+        Some(kv) => kv,
+        None => {
+            weft_meta::connect_etcd(&c.url).with_context(|| format!("connecting to {}", c.url))?
+        }
+    };
     let crate::ha::takeover::Owned {
         ownership,
         write_log,
@@ -676,7 +715,6 @@ fn open_engine(
         cluster: Some(placement),
         ownership: Some(ownership),
         compute: Some(compute),
-        kv: Some(kv),
     })
 }
 
@@ -686,8 +724,6 @@ struct Opened {
     cluster: Option<Arc<ClusterPlacement>>,
     ownership: Option<Arc<crate::ha::ownership::Ownership>>,
     compute: Option<Arc<crate::ha::ComputeInfo>>,
-    /// The cluster's metadata store (`None`: single-process mode).
-    kv: Option<Arc<dyn weft_meta::MetaStore>>,
 }
 
 async fn wait_for_signal() {

@@ -87,7 +87,6 @@ pub fn wait_for_mirror(c: &Cluster, owner: &Cnode, partner: &Cnode) {
     c.step(&format!("{} holds {}'s mirror", partner.name, owner.name));
 }
 
-
 /// A c.node's id (its data dir's `cnode-id`).
 pub fn cnode_id(cnode: &Cnode) -> String {
     std::fs::read_to_string(cnode.data_dir.join("cnode-id"))

@@ -195,4 +195,3 @@ pub fn fs_prerequisites(test: &str) -> bool {
     }
     true
 }
-

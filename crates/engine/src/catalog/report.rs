@@ -291,3 +291,19 @@ pub(crate) fn snapshot_info(
         barrier_micros: None,
     }
 }
+
+/// What a front end lists of a cluster state's images, sorted by name: what a c.node that
+/// does not own the cluster serves (through the owner) before it has an engine of its own.
+pub fn image_summaries(state: &crate::metastore::ClusterState) -> Vec<ImageSummary> {
+    let mut out: Vec<ImageSummary> = crate::images::images_of(state)
+        .into_iter()
+        .map(|i| ImageSummary {
+            name: i.name,
+            size_bytes: i.size_bytes,
+            read_only: !i.writable,
+            logical_block_size: i.logical_block_size,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}

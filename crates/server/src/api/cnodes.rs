@@ -55,7 +55,9 @@ pub struct CnodeStatus {
         (status = 503, description = "etcd did not answer", body = ErrorBody),
     ),
 )]
-pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<Vec<CnodeStatus>>, ApiError> {
+pub(super) async fn list(
+    State(state): State<ApiState>,
+) -> Result<Json<Vec<CnodeStatus>>, ApiError> {
     let (Some(cluster), Some(compute)) = (state.cluster.clone(), state.compute.clone()) else {
         return Err(ApiError(
             StatusCode::CONFLICT,
@@ -74,16 +76,18 @@ pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<Vec<Cnode
     let (owner, records, families) =
         answer.map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e))?;
     let owner_id = owner.as_ref().map(|o| o.id.clone());
-    let owner_partner = owner.as_ref().map(|o| o.partner.clone()).filter(|p| !p.is_empty());
+    let owner_partner = owner
+        .as_ref()
+        .map(|o| o.partner.clone())
+        .filter(|p| !p.is_empty());
     let answering_is_owner = owner_id.as_deref() == Some(compute.id.as_str());
     let mut out: Vec<CnodeStatus> = records
         .into_iter()
         .map(|r| {
             let is_owner = owner_id.as_deref() == Some(r.id.as_str());
             let this = r.id == compute.id;
-            let holds_mirror = !is_owner
-                && r.mirror_listen.is_some()
-                && r.mirror_listen == owner_partner;
+            let holds_mirror =
+                !is_owner && r.mirror_listen.is_some() && r.mirror_listen == owner_partner;
             CnodeStatus {
                 owner: is_owner,
                 this,
@@ -170,7 +174,10 @@ pub(super) async fn drain(
         .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     if id != compute.id {
         let Some(r) = records.iter().find(|r| r.id == id) else {
-            return Err(ApiError(StatusCode::NOT_FOUND, format!("no c.node {id} is registered")));
+            return Err(ApiError(
+                StatusCode::NOT_FOUND,
+                format!("no c.node {id} is registered"),
+            ));
         };
         if r.role == CnodeRole::Owner {
             return Err(ApiError(

@@ -183,6 +183,8 @@ pub struct Snapshot {
 pub enum SessionProtocol {
     Nbd,
     Iscsi,
+    /// Another c.node serving its clients through this one (the owner).
+    Forwarded,
 }
 
 impl SessionProtocol {
@@ -190,6 +192,7 @@ impl SessionProtocol {
         match self {
             SessionProtocol::Nbd => "nbd",
             SessionProtocol::Iscsi => "iscsi",
+            SessionProtocol::Forwarded => "forwarded",
         }
     }
 }

@@ -350,7 +350,8 @@ impl Link {
                     *self.direct.lock() = Some(Direct { connection, out });
                     st.direct = true;
                     loop {
-                        self.outbox_ready.wait_for(&mut st, Duration::from_millis(100));
+                        self.outbox_ready
+                            .wait_for(&mut st, Duration::from_millis(100));
                         if st.connection != connection {
                             return Err(std::io::Error::other("the connection ended"));
                         }

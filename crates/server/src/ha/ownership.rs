@@ -34,6 +34,9 @@ pub struct OwnerRecord {
     /// The partner holding its write-buffer mirror (empty: none).
     #[serde(default)]
     pub partner: String,
+    /// Its forward listener: other c.nodes send their clients' requests there (empty: none).
+    #[serde(default)]
+    pub forward: String,
     pub since_unix_s: u64,
 }
 

@@ -38,6 +38,9 @@ pub struct CnodeRecord {
     pub api: String,
     pub nbd: String,
     pub iscsi: String,
+    /// Its forward listener (`--forward-listen`), where the owner serves other c.nodes.
+    #[serde(default)]
+    pub forward: Option<String>,
     /// Where it listens for an owner's mirror (`--mirror-listen`).
     pub mirror_listen: Option<String>,
     /// The mirror address of the partner it mirrors its write buffer to (`--partner`).
@@ -158,6 +161,7 @@ mod tests {
             api: "127.0.0.1:1".into(),
             nbd: "127.0.0.1:2".into(),
             iscsi: "127.0.0.1:3".into(),
+            forward: None,
             mirror_listen: None,
             partner: None,
             pid: 1,
@@ -182,14 +186,20 @@ mod tests {
         let mut listed = list(&*kv).unwrap();
         listed.sort_by(|x, y| x.id.cmp(&y.id));
         assert_eq!(
-            listed.iter().map(|r| (r.id.as_str(), r.role)).collect::<Vec<_>>(),
+            listed
+                .iter()
+                .map(|r| (r.id.as_str(), r.role))
+                .collect::<Vec<_>>(),
             [("a", CnodeRole::Standby), ("b", CnodeRole::Owner)]
         );
         a.set_role(CnodeRole::Owner);
         b.stop();
         let listed = list(&*kv).unwrap();
         assert_eq!(
-            listed.iter().map(|r| (r.id.as_str(), r.role)).collect::<Vec<_>>(),
+            listed
+                .iter()
+                .map(|r| (r.id.as_str(), r.role))
+                .collect::<Vec<_>>(),
             [("a", CnodeRole::Owner)]
         );
         a.stop();

@@ -26,6 +26,9 @@ pub struct HaConfig {
     /// (it then waits as that owner's standby); `None`: it waits for the owner to go, then
     /// gives up.
     pub mirror_listen: Option<SocketAddr>,
+    /// Where this c.node serves other c.nodes' clients while it owns the cluster (`None`: the
+    /// NBD listener's address, any free port).
+    pub forward_listen: Option<SocketAddr>,
     /// The ownership lease's time to live: a dead owner's standby takes over after it.
     pub lease_ttl: Duration,
     /// Take over even when the last owner's journal may hold acknowledged writes nobody
@@ -47,6 +50,7 @@ pub(crate) struct Who {
     pub api: String,
     pub nbd: String,
     pub iscsi: String,
+    pub forward: String,
 }
 
 /// Take the cluster's ownership: when nobody holds its lease (or a previous run of this
@@ -72,6 +76,7 @@ pub(crate) fn own_the_cluster(
         nbd: who.nbd,
         iscsi: who.iscsi,
         partner: ha.partner.clone().unwrap_or_default(),
+        forward: who.forward,
         since_unix_s: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -99,6 +104,7 @@ pub(crate) fn own_the_cluster(
             api: record.api.clone(),
             nbd: record.nbd.clone(),
             iscsi: record.iscsi.clone(),
+            forward: Some(record.forward.clone()).filter(|f| !f.is_empty()),
             mirror_listen: ha.mirror_listen.map(|a| a.to_string()),
             partner: ha.partner.clone(),
             pid: std::process::id(),

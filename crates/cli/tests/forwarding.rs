@@ -1,0 +1,161 @@
+//! Every c.node serves every volume: a standby c.node serves NBD and iSCSI clients from its
+//! start by forwarding their requests to the owner, and goes on serving them from its own
+//! engine when it takes over, so a client connected to it sees a pause, not an error, when the
+//! owner's machine is lost. Real etcd, d.nodes, c.nodes and clients on loopback.
+
+mod cluster_support;
+mod common;
+mod failover_support;
+
+use std::time::{Duration, Instant};
+
+use cluster_support::*;
+use common::*;
+use failover_support::*;
+
+/// A c.node's `serve.json`, once it names its NBD listener (the standby writes it while it
+/// forwards, before it owns anything).
+fn serving(cnode: &Cnode) -> serde_json::Value {
+    poll_until(
+        Duration::from_secs(30),
+        "serve.json with an NBD address",
+        || {
+            let text = std::fs::read_to_string(cnode.data_dir.join("serve.json")).ok()?;
+            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+            (v["pid"].as_u64() == Some(u64::from(cnode.pid())) && v["nbd"].is_string()).then_some(v)
+        },
+    )
+}
+
+fn qemu_io(uri: &str, commands: &[String]) -> CmdOut {
+    let mut args = vec!["-f".to_string(), "raw".to_string()];
+    for c in commands {
+        args.push("-c".into());
+        args.push(c.clone());
+    }
+    args.push(uri.to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    tool("qemu-io", &args)
+}
+
+fn assert_qemu_io_ok(out: &CmdOut, what: &str) {
+    let all = out.all();
+    assert!(
+        out.success() && !all.contains("failed") && !all.contains("error"),
+        "qemu-io {what}:\n{all}"
+    );
+}
+
+#[test]
+fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_the_owners_loss() {
+    require_qemu_iscsi();
+    let _serial = serial();
+    let (mut c, mut standby, _seed) = pair(
+        "a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_the_owners_loss",
+    );
+    let standby_json = serving(&standby);
+    assert_eq!(standby_json["forwarding"], true, "{standby_json}");
+    let standby_nbd = format!("nbd://{}/vol0", standby_json["nbd"].as_str().unwrap());
+    let owner_nbd = c.nbd_uri("vol0");
+    let standby_lun = format!(
+        "iscsi://{}/iqn.2026-11.dev.weft:vol0/0",
+        standby_json["iscsi"].as_str().expect("an iSCSI portal")
+    );
+
+    // Written through one c.node, read through the other, both ways, NBD and iSCSI.
+    let out = qemu_io(&standby_nbd, &["write -P 0x5a 0 4M".into()]);
+    assert_qemu_io_ok(&out, "writing through the standby");
+    let out = qemu_io(&owner_nbd, &["read -P 0x5a 0 4M".into()]);
+    assert_qemu_io_ok(&out, "reading through the owner what the standby wrote");
+    let out = qemu_io(&owner_nbd, &["write -P 0xa5 4M 4M".into()]);
+    assert_qemu_io_ok(&out, "writing through the owner");
+    let out = qemu_io(
+        &standby_nbd,
+        &["read -P 0xa5 4M 4M".into(), "read -P 0x5a 0 4M".into()],
+    );
+    assert_qemu_io_ok(&out, "reading through the standby");
+    let out = qemu_io(
+        &standby_lun,
+        &["read -P 0x5a 0 4M".into(), "write -P 0x3c 8M 1M".into()],
+    );
+    assert_qemu_io_ok(&out, "iSCSI through the standby's portal");
+    let out = qemu_io(&owner_nbd, &["read -P 0x3c 8M 1M".into()]);
+    assert_qemu_io_ok(
+        &out,
+        "reading through the owner what the standby's portal wrote",
+    );
+    c.step("NBD and iSCSI through the standby reach the owner's volume, both ways");
+
+    // fio writes through the standby, rate-limited so the owner dies in the middle, then
+    // verifies everything it wrote.
+    let fio_dir = c.scratch.join("fio");
+    std::fs::create_dir_all(&fio_dir).unwrap();
+    let args = strs(&[
+        "--name=through-standby",
+        "--rw=randwrite",
+        "--bs=16k",
+        "--size=96M",
+        "--offset=16M",
+        "--iodepth=8",
+        "--rate=12m",
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--verify_fatal=1",
+        "--output-format=json",
+    ]);
+    let fio = {
+        let (dir, uri) = (fio_dir.clone(), standby_nbd.clone());
+        std::thread::spawn(move || fio(&dir, &uri, &args, Duration::from_secs(240)))
+    };
+    let c2_id = cnode_id(&standby);
+    // The owner lists the standby's client among its sessions.
+    poll_until(
+        Duration::from_secs(20),
+        "a forwarded session on the owner",
+        || {
+            let v = c.cli_json(&["volume", "sessions", "vol0", "--json"]);
+            v.as_array()?
+                .iter()
+                .any(|s| s["protocol"] == "forwarded" && s["client"] == format!("c.node {c2_id}"))
+                .then_some(())
+        },
+    );
+    c.step("the owner lists the standby's forwarded session on vol0");
+    std::thread::sleep(Duration::from_millis(2500));
+    let owner_dir = c.cnode().data_dir.clone();
+    c.cnode().kill9();
+    let killed = Instant::now();
+    std::fs::remove_dir_all(&owner_dir).expect("deleting the owner's data dir");
+    c.step("owner c1 killed -9 and its data dir deleted while fio writes through c2");
+    standby
+        .wait_ready(Duration::from_secs(90))
+        .unwrap_or_else(|_| panic!("the standby did not take over"));
+    c.step(&format!(
+        "c2 owns the cluster {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    ));
+    let out = fio.join().unwrap();
+    assert_fio_ok(&out, "through the standby across the owner's loss");
+    // fio's nbd engine prints a line of its own before the JSON.
+    let json = &out.stdout[out.stdout.find('{').unwrap_or(0)..];
+    let report: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("fio's JSON ({e}):\n{}", out.all()));
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "{job}");
+    let written = job["write"]["io_bytes"].as_u64().unwrap_or(0);
+    assert!(written >= 96 << 20, "fio wrote {written} bytes of 96 MiB");
+    let pause_s = job["write"]["clat_ns"]["max"].as_f64().unwrap_or(0.0) / 1e9;
+    c.step(&format!(
+        "fio through c2 wrote 96 MiB and verified it; its longest write waited {pause_s:.1} s (the failover)"
+    ));
+    assert!(
+        pause_s < 60.0,
+        "a write waited {pause_s:.1} s: longer than the retry window"
+    );
+    c.make_current(standby);
+    let out = qemu_io(
+        &c.nbd_uri("vol0"),
+        &["read -P 0x5a 0 4M".into(), "read -P 0xa5 4M 4M".into()],
+    );
+    assert_qemu_io_ok(&out, "reading the first patterns after the takeover");
+}

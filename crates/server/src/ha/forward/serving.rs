@@ -1,0 +1,126 @@
+//! How a c.node of a cluster starts serving before it owns the cluster: it connects to etcd,
+//! reads the cluster (exports, hosts, owner), binds its forward listener, and starts its front
+//! ends on a [`RoutedBackend`]; `serve` then opens the engine (waiting as a standby while
+//! another c.node owns the cluster) and hands it to [`Started::local`].
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::routed::{LocalSlot, RoutedBackend};
+use super::server::ForwardService;
+use super::view::ClusterView;
+use crate::backend::ExportBackend;
+use crate::front_ends::{Bound, Running};
+use crate::io_stats::IoStats;
+use crate::reservation_records::ReservationRecords;
+use crate::sessions::Sessions;
+
+/// A c.node whose forwarding is set up and whose front ends are bound, not yet started.
+pub(crate) struct Early {
+    pub bound: Bound,
+    pub reservations: ReservationRecords,
+    kv: Arc<dyn weft_meta::MetaStore>,
+    local: Arc<LocalSlot>,
+    backend: Arc<dyn ExportBackend>,
+    forward_addr: SocketAddr,
+}
+
+/// A c.node serving through the owner until [`Started::local`] is set.
+pub(crate) struct Started {
+    pub front_ends: Running,
+    pub local: Arc<LocalSlot>,
+    pub kv: Arc<dyn weft_meta::MetaStore>,
+    pub reservations: ReservationRecords,
+    pub nbd_addr: SocketAddr,
+    pub iscsi_addrs: Vec<SocketAddr>,
+    pub forward_addr: SocketAddr,
+}
+
+/// How long a forwarded request waits for an owner: a takeover takes the lease's time to live
+/// and the new owner's recovery.
+pub fn retry_window(lease_ttl: Duration) -> Duration {
+    lease_ttl * 2 + Duration::from_secs(20)
+}
+
+/// Connect to the cluster and set forwarding up (see the module doc).
+pub(crate) async fn start_early(
+    etcd_url: &str,
+    ha: &crate::ha::takeover::HaConfig,
+    data_dir: &Path,
+    bound: Bound,
+    sessions: &Arc<Sessions>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Early> {
+    let (url, dir) = (etcd_url.to_string(), data_dir.to_path_buf());
+    let (kv, id, secret, view) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let kv = weft_meta::connect_etcd(&url).with_context(|| format!("connecting to {url}"))?;
+        let id = crate::data_files::load_or_create_id(&dir, crate::ha::takeover::CNODE_ID_FILE)?;
+        let secret = super::cluster_secret(&*kv).context("reading the forwarding secret")?;
+        let view = ClusterView::start(Arc::clone(&kv));
+        Ok((kv, id, secret, view))
+    })
+    .await??;
+    let forward_at = ha
+        .forward_listen
+        .unwrap_or_else(|| SocketAddr::new(bound.nbd_addr.ip(), 0));
+    let listener = TcpListener::bind(forward_at)
+        .await
+        .with_context(|| format!("binding the forward listener on {forward_at}"))?;
+    let forward_addr = listener.local_addr()?;
+    let local = LocalSlot::new();
+    let backend: Arc<dyn ExportBackend> = Arc::new(RoutedBackend::new(
+        Arc::clone(&local),
+        view,
+        id.clone(),
+        secret.clone(),
+        retry_window(ha.lease_ttl),
+    ));
+    tokio::spawn(super::server::run(
+        listener,
+        ForwardService {
+            local: Arc::clone(&local),
+            secret: secret.into(),
+            id: id.into(),
+            sessions: Arc::clone(sessions),
+        },
+        shutdown,
+    ));
+    Ok(Early {
+        bound,
+        reservations: ReservationRecords::new(Arc::clone(&kv)),
+        kv,
+        local,
+        backend,
+        forward_addr,
+    })
+}
+
+impl Early {
+    /// Start the front ends on the routed backend.
+    pub fn start_front_ends(
+        self,
+        io: Option<&Arc<IoStats>>,
+        nbd: crate::nbd_listener::NbdOptions,
+        iscsi: crate::iscsi_listener::IscsiOptions,
+        shutdown: &CancellationToken,
+    ) -> Started {
+        let (nbd_addr, iscsi_addrs) = (self.bound.nbd_addr, self.bound.iscsi_addrs.clone());
+        let front_ends =
+            crate::front_ends::start(self.bound, &self.backend, io, nbd, iscsi, shutdown);
+        Started {
+            front_ends,
+            local: self.local,
+            kv: self.kv,
+            reservations: self.reservations,
+            nbd_addr,
+            iscsi_addrs,
+            forward_addr: self.forward_addr,
+        }
+    }
+}
