@@ -6,12 +6,30 @@
 mod cluster_support;
 mod common;
 mod failover_support;
+mod iscsi_support;
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cluster_support::*;
 use common::*;
 use failover_support::*;
+use iscsi_support::*;
+
+const TARGET: &str = "iqn.2026-11.dev.weft:vol0";
+const HOST_A: &str = "iqn.2026-01.test:host-a";
+const HOST_B: &str = "iqn.2026-01.test:host-b";
+/// PERSISTENT RESERVE OUT CLEAR.
+const CLEAR: u8 = 0x03;
+
+/// A c.node's ALUA target port group, from its data dir.
+fn port_group(cnode: &Cnode) -> u16 {
+    std::fs::read_to_string(cnode.data_dir.join("port-group"))
+        .expect("a c.node of a cluster has a port group")
+        .trim()
+        .parse()
+        .unwrap()
+}
 
 /// A c.node's `serve.json`, once it names its NBD listener (the standby writes it while it
 /// forwards, before it owns anything).
@@ -86,6 +104,41 @@ fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_
     );
     c.step("NBD and iSCSI through the standby reach the owner's volume, both ways");
 
+    // ALUA: one target port group per c.node, the same answer through either; the owner's
+    // group active/optimized, the standby's active/non-optimized.
+    let owner_portal: SocketAddr = serving(c.cnode.as_ref().unwrap())["iscsi"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let standby_portal: SocketAddr = standby_json["iscsi"].as_str().unwrap().parse().unwrap();
+    let (g1, g2) = (port_group(c.cnode.as_ref().unwrap()), port_group(&standby));
+    assert_ne!(g1, g2, "each c.node has a group of its own");
+    let mut want = vec![(g1, 0u8, vec![g1 * 256 + 1]), (g2, 1u8, vec![g2 * 256 + 1])];
+    want.sort();
+    for portal in [owner_portal, standby_portal] {
+        let mut s = Session::login(portal, HOST_A, TARGET);
+        let mut groups = report_target_port_groups(&mut s);
+        groups.sort();
+        assert_eq!(groups, want, "REPORT TARGET PORT GROUPS through {portal}");
+    }
+    c.step(&format!(
+        "REPORT TARGET PORT GROUPS through either portal: c1's group {g1} active/optimized, c2's group {g2} active/non-optimized"
+    ));
+
+    // A reservation taken through the owner fences a host that writes through the standby.
+    let mut a = Session::login(owner_portal, HOST_A, TARGET);
+    assert_eq!(a.prout(REGISTER, 0, 0, 0xa, 0).status, GOOD);
+    assert_eq!(a.prout(RESERVE, EXCLUSIVE_ACCESS, 0xa, 0, 0).status, GOOD);
+    let mut b = Session::login(standby_portal, HOST_B, TARGET);
+    assert_eq!(b.write_block(), RESERVATION_CONFLICT, "fenced through c2");
+    assert_eq!(b.reservation(), Some((0xa, EXCLUSIVE_ACCESS)));
+    assert_eq!(a.write_block(), GOOD, "the holder writes through c1");
+    assert_eq!(a.prout(CLEAR, 0, 0xa, 0, 0).status, GOOD);
+    assert_eq!(b.write_block(), GOOD, "cleared through c1: c2 lets B write");
+    drop((a, b));
+    c.step("a reservation taken through c1 conflicts through c2, and its clearing reaches c2");
+
     // fio writes through the standby, rate-limited so the owner dies in the middle, then
     // verifies everything it wrote.
     let fio_dir = c.scratch.join("fio");
@@ -152,6 +205,19 @@ fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_
         pause_s < 60.0,
         "a write waited {pause_s:.1} s: longer than the retry window"
     );
+    // c2's group is the optimized one now (c1's goes once its registration expires).
+    poll_until(
+        Duration::from_secs(30),
+        "c2's group active/optimized",
+        || {
+            let mut s = Session::login(standby_portal, HOST_A, TARGET);
+            let groups = report_target_port_groups(&mut s);
+            (groups == vec![(g2, 0u8, vec![g2 * 256 + 1])]).then_some(())
+        },
+    );
+    c.step(&format!(
+        "after the takeover REPORT TARGET PORT GROUPS through c2: its group {g2} alone, active/optimized"
+    ));
     c.make_current(standby);
     let out = qemu_io(
         &c.nbd_uri("vol0"),

@@ -19,6 +19,7 @@ pub mod mirror;
 mod mirror_link;
 pub mod ownership;
 pub mod partner;
+pub mod port_groups;
 pub mod registry;
 pub mod takeover;
 mod wire;

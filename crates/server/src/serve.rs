@@ -195,15 +195,13 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         tls,
         sessions: Arc::clone(&sessions),
     };
-    let iscsi_options = |reservations, portals| crate::iscsi_listener::IscsiOptions {
+    let iscsi_options = |reservations, port_groups| crate::iscsi_listener::IscsiOptions {
         array_target: array_target.clone(),
         open_network: config.iscsi_open_network,
         nop_interval: config.iscsi_nop_interval,
         sessions: Arc::clone(&sessions),
         reservations,
-        // One c.node today: one group of its portals, every LU active/optimized. A cluster
-        // layer keeps this handle and feeds it the c.nodes and the volumes' owners.
-        port_groups: Some(crate::iscsi_listener::single_port_groups(portals)),
+        port_groups: Some(port_groups),
     };
     let nbd_tls_said = nbd_tls.as_ref().map(|t| {
         let mode = if t.mode == weft_nbd::TlsMode::Required {
@@ -231,8 +229,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
                 shutdown.clone(),
             )
             .await?;
-            let portals = early.bound.iscsi_addrs.len();
-            let iscsi = iscsi_options(early.reservations.clone(), portals);
+            let iscsi = iscsi_options(early.reservations.clone(), Arc::clone(&early.port_groups));
             Some(early.start_front_ends(
                 io_for_front_ends,
                 nbd_options(nbd_tls.take()),
@@ -278,6 +275,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             .as_ref()
             .map(|e| e.forward_addr.to_string())
             .unwrap_or_default(),
+        port_group: early.as_ref().map(|e| e.group.clone()),
     };
     let kv = early.as_ref().map(|e| Arc::clone(&e.kv));
     let forward_addr = early.as_ref().map(|e| e.forward_addr);
@@ -318,13 +316,14 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         None => {
             let bound = crate::front_ends::bind(config.nbd_listen, &config.iscsi_listen).await?;
             let (nbd_addr, iscsi_addrs) = (bound.nbd_addr, bound.iscsi_addrs.clone());
-            let portals = iscsi_addrs.len();
+            // On its own: one group of its portals, every LU active/optimized.
+            let groups = crate::iscsi_listener::single_port_groups(iscsi_addrs.len());
             let running = crate::front_ends::start(
                 bound,
                 &engine_backend,
                 io_for_front_ends,
                 nbd_options(nbd_tls.take()),
-                iscsi_options(reservations.clone(), portals),
+                iscsi_options(reservations.clone(), groups),
                 &shutdown,
             );
             (running, nbd_addr, iscsi_addrs)

@@ -49,10 +49,24 @@ pub struct TargetPortGroups {
     generation: AtomicU64,
 }
 
+/// Who owns the exports `set_owner` did not name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterOwner {
+    /// This c.node (a server on its own).
+    Local,
+    /// That c.node.
+    Cnode(String),
+    /// Nobody now (the last owner's lease expired, its successor has not taken over):
+    /// every group is transitioning.
+    Nobody,
+}
+
 #[derive(Debug)]
 struct Layout {
-    /// This c.node's id: the owner of every export `owners` does not name.
+    /// This c.node's id.
     local: String,
+    /// The owner of every export `owners` does not name.
+    default_owner: ClusterOwner,
     cnodes: Vec<CnodeGroup>,
     owners: HashMap<String, Ownership>,
     implicit_transition_time_secs: u8,
@@ -71,6 +85,7 @@ impl TargetPortGroups {
                     relative_ports,
                 }],
                 owners: HashMap::new(),
+                default_owner: ClusterOwner::Local,
                 implicit_transition_time_secs: 0,
             }),
             generation: AtomicU64::new(0),
@@ -80,6 +95,19 @@ impl TargetPortGroups {
     /// The c.nodes serving the LUs and their groups (this one among them).
     pub fn set_cnodes(&self, cnodes: Vec<CnodeGroup>) {
         self.change(|layout| layout.cnodes = cnodes);
+    }
+
+    /// Who owns the exports [`TargetPortGroups::set_owner`] did not name; no change (no unit
+    /// attention) when it is the same.
+    pub fn set_cluster_owner(&self, owner: ClusterOwner) {
+        if self.layout.read().default_owner != owner {
+            self.change(|layout| layout.default_owner = owner);
+        }
+    }
+
+    /// The c.nodes now (this one among them).
+    pub fn cnodes(&self) -> Vec<CnodeGroup> {
+        self.layout.read().cnodes.clone()
     }
 
     /// Who owns `export` now.
@@ -132,7 +160,7 @@ impl TargetPortGroups {
             .iter()
             .map(|c| PortGroup {
                 id: c.group_id,
-                state: state_of(&c.cnode, ownership, &layout.local),
+                state: state_of(&c.cnode, ownership, &layout.default_owner, &layout.local),
                 ports: c.relative_ports.clone(),
             })
             .collect();
@@ -143,15 +171,25 @@ impl TargetPortGroups {
     }
 }
 
-/// The state of `cnode`'s group for an export owned so (the local c.node when unnamed).
-fn state_of(cnode: &str, ownership: Option<&Ownership>, local: &str) -> AccessState {
-    match ownership {
-        None if cnode == local => AccessState::ActiveOptimized,
-        Some(Ownership::Owner(owner)) if owner == cnode => AccessState::ActiveOptimized,
-        Some(Ownership::Handover { from, to }) if from == cnode || to == cnode => {
-            AccessState::Transitioning
-        }
-        _ => AccessState::ActiveNonOptimized,
+/// The state of `cnode`'s group for an export owned so (by `default` when unnamed).
+fn state_of(
+    cnode: &str,
+    ownership: Option<&Ownership>,
+    default: &ClusterOwner,
+    local: &str,
+) -> AccessState {
+    match (ownership, default) {
+        (None, ClusterOwner::Local) if cnode == local => AccessState::ActiveOptimized,
+        (None, ClusterOwner::Cnode(owner)) if owner == cnode => AccessState::ActiveOptimized,
+        (None, ClusterOwner::Nobody) => AccessState::Transitioning,
+        (None, _) => AccessState::ActiveNonOptimized,
+        (Some(ownership), _) => match ownership {
+            Ownership::Owner(owner) if owner == cnode => AccessState::ActiveOptimized,
+            Ownership::Handover { from, to } if from == cnode || to == cnode => {
+                AccessState::Transitioning
+            }
+            _ => AccessState::ActiveNonOptimized,
+        },
     }
 }
 
@@ -311,5 +349,31 @@ mod tests {
         let g0 = p.generation();
         handle.set_owner("vol0", Ownership::Owner("c2".into()));
         assert_eq!(p.generation(), g0, "the same states again are no change");
+    }
+
+    #[test]
+    fn the_cluster_owner_is_optimized_and_nobody_means_every_group_transitions() {
+        use AccessState::*;
+        let handle = three();
+        let p = handle.for_export("vol0");
+        handle.set_cluster_owner(ClusterOwner::Cnode("c3".into()));
+        assert_eq!(
+            states(&*p),
+            vec![
+                (1, ActiveNonOptimized),
+                (2, ActiveNonOptimized),
+                (3, ActiveOptimized)
+            ]
+        );
+        let g = p.generation();
+        handle.set_cluster_owner(ClusterOwner::Nobody);
+        assert_eq!(
+            states(&*p),
+            vec![(1, Transitioning), (2, Transitioning), (3, Transitioning)]
+        );
+        assert_ne!(p.generation(), g, "a unit attention on the change");
+        let g = p.generation();
+        handle.set_cluster_owner(ClusterOwner::Nobody);
+        assert_eq!(p.generation(), g, "the same owner again is no change");
     }
 }

@@ -41,6 +41,12 @@ pub struct CnodeRecord {
     /// Its forward listener (`--forward-listen`), where the owner serves other c.nodes.
     #[serde(default)]
     pub forward: Option<String>,
+    /// Its ALUA target port group (unique in the cluster) and the relative target port ids
+    /// of its iSCSI portals.
+    #[serde(default)]
+    pub port_group: Option<u16>,
+    #[serde(default)]
+    pub relative_ports: Vec<u16>,
     /// Where it listens for an owner's mirror (`--mirror-listen`).
     pub mirror_listen: Option<String>,
     /// The mirror address of the partner it mirrors its write buffer to (`--partner`).
@@ -162,6 +168,8 @@ mod tests {
             nbd: "127.0.0.1:2".into(),
             iscsi: "127.0.0.1:3".into(),
             forward: None,
+            port_group: None,
+            relative_ports: Vec::new(),
             mirror_listen: None,
             partner: None,
             pid: 1,

@@ -51,6 +51,8 @@ pub(crate) struct Who {
     pub nbd: String,
     pub iscsi: String,
     pub forward: String,
+    /// Its ALUA target port group and its portals' relative target ports.
+    pub port_group: Option<crate::target_port_groups::CnodeGroup>,
 }
 
 /// Take the cluster's ownership: when nobody holds its lease (or a previous run of this
@@ -81,6 +83,7 @@ pub(crate) fn own_the_cluster(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     };
+    let port_group = who.port_group;
     let clock = crate::ha::clock::SystemClock::shared();
     let holder = Ownership::owner(&**kv)?;
     let someone_else = holder.as_ref().filter(|h| h.id != id);
@@ -105,6 +108,11 @@ pub(crate) fn own_the_cluster(
             nbd: record.nbd.clone(),
             iscsi: record.iscsi.clone(),
             forward: Some(record.forward.clone()).filter(|f| !f.is_empty()),
+            port_group: port_group.as_ref().map(|g| g.group_id),
+            relative_ports: port_group
+                .as_ref()
+                .map(|g| g.relative_ports.clone())
+                .unwrap_or_default(),
             mirror_listen: ha.mirror_listen.map(|a| a.to_string()),
             partner: ha.partner.clone(),
             pid: std::process::id(),

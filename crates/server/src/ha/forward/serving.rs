@@ -20,11 +20,16 @@ use crate::front_ends::{Bound, Running};
 use crate::io_stats::IoStats;
 use crate::reservation_records::ReservationRecords;
 use crate::sessions::Sessions;
+use crate::target_port_groups::{CnodeGroup, TargetPortGroups};
 
 /// A c.node whose forwarding is set up and whose front ends are bound, not yet started.
 pub(crate) struct Early {
     pub bound: Bound,
     pub reservations: ReservationRecords,
+    /// The LUs' ALUA groups: one per c.node, following the owner.
+    pub port_groups: Arc<TargetPortGroups>,
+    /// This c.node's group.
+    pub group: CnodeGroup,
     kv: Arc<dyn weft_meta::MetaStore>,
     local: Arc<LocalSlot>,
     backend: Arc<dyn ExportBackend>,
@@ -34,6 +39,7 @@ pub(crate) struct Early {
 /// A c.node serving through the owner until [`Started::local`] is set.
 pub(crate) struct Started {
     pub front_ends: Running,
+    pub group: CnodeGroup,
     pub local: Arc<LocalSlot>,
     pub kv: Arc<dyn weft_meta::MetaStore>,
     pub reservations: ReservationRecords,
@@ -58,14 +64,22 @@ pub(crate) async fn start_early(
     shutdown: CancellationToken,
 ) -> anyhow::Result<Early> {
     let (url, dir) = (etcd_url.to_string(), data_dir.to_path_buf());
-    let (kv, id, secret, view) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let kv = weft_meta::connect_etcd(&url).with_context(|| format!("connecting to {url}"))?;
-        let id = crate::data_files::load_or_create_id(&dir, crate::ha::takeover::CNODE_ID_FILE)?;
-        let secret = super::cluster_secret(&*kv).context("reading the forwarding secret")?;
-        let view = ClusterView::start(Arc::clone(&kv));
-        Ok((kv, id, secret, view))
-    })
-    .await??;
+    let portals = bound.iscsi_addrs.len();
+    let (ttl, stop) = (ha.lease_ttl, shutdown.clone());
+    let (kv, id, secret, view, group, port_groups) =
+        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let kv =
+                weft_meta::connect_etcd(&url).with_context(|| format!("connecting to {url}"))?;
+            let id =
+                crate::data_files::load_or_create_id(&dir, crate::ha::takeover::CNODE_ID_FILE)?;
+            let secret = super::cluster_secret(&*kv).context("reading the forwarding secret")?;
+            let view = ClusterView::start(Arc::clone(&kv));
+            let group = crate::ha::port_groups::local_group(&*kv, &dir, &id, portals)?;
+            let port_groups =
+                crate::ha::port_groups::follow(Arc::clone(&kv), group.clone(), ttl, stop);
+            Ok((kv, id, secret, view, group, port_groups))
+        })
+        .await??;
     let forward_at = ha
         .forward_listen
         .unwrap_or_else(|| SocketAddr::new(bound.nbd_addr.ip(), 0));
@@ -93,6 +107,8 @@ pub(crate) async fn start_early(
     ));
     Ok(Early {
         bound,
+        port_groups,
+        group,
         reservations: ReservationRecords::new(Arc::clone(&kv)),
         kv,
         local,
@@ -115,6 +131,7 @@ impl Early {
             crate::front_ends::start(self.bound, &self.backend, io, nbd, iscsi, shutdown);
         Started {
             front_ends,
+            group: self.group,
             local: self.local,
             kv: self.kv,
             reservations: self.reservations,
