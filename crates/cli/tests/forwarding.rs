@@ -225,3 +225,35 @@ fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_
     );
     assert_qemu_io_ok(&out, "reading the first patterns after the takeover");
 }
+
+/// libiscsi's MultipathIO family with one path through each c.node: I/O on both, COMPARE AND
+/// WRITE on both. Reset, which wants a LUN reset through one path seen as a unit attention on
+/// the very next command through the other, fails: a c.node's unit attentions are its own
+/// (see docs/ARCHITECTURE.md, "Reservations"); the test says so if that changes.
+#[test]
+fn multipath_io_over_the_portals_of_two_cnodes() {
+    let _serial = serial();
+    let (c, standby, _seed) = pair("multipath_io_over_the_portals_of_two_cnodes");
+    let urls: Vec<String> = [serving(c.cnode.as_ref().unwrap()), serving(&standby)]
+        .iter()
+        .map(|v| format!("iscsi://{}/{TARGET}/0", v["iscsi"].as_str().unwrap()))
+        .collect();
+    let url_refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let results = cunit::run_cunit(&c.scratch, "multipath", "ALL.MultipathIO", &url_refs);
+    for (name, (verdict, reason)) in &results {
+        eprintln!("{name}: {verdict:?} {reason}");
+    }
+    assert_eq!(results.len(), 4, "{results:?}");
+    for (name, (verdict, reason)) in &results {
+        if name == "MultipathIO.Reset" {
+            assert_eq!(
+                *verdict,
+                cunit::Verdict::Failed,
+                "a LUN reset now reaches the other c.node's nexuses: make this test claim it"
+            );
+            continue;
+        }
+        assert_eq!(*verdict, cunit::Verdict::Passed, "{name}: {reason}");
+    }
+    c.step("iscsi-test-cu MultipathIO with a path through each c.node: Simple, CompareAndWrite, CompareAndWriteAsync pass; Reset fails (unit attentions stay on their c.node)");
+}

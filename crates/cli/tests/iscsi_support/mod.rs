@@ -3,6 +3,8 @@
 //! drives without a kernel initiator (persistent reservations, REPORT TARGET PORT GROUPS).
 #![allow(dead_code)]
 
+pub mod cunit;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
