@@ -13,6 +13,9 @@ takes, in one run on one 4+2 cluster (etcd + 6 d.nodes on loopback).
    read), then the killed c.node restarted on its data dir as the new standby and the owner's
    `compute.write_buffer` back to `mirrored` before the next kill.
 3. 4k randread QD32 through the owner before the first kill and through the new owner after it.
+4. Forwarding (`--parts forward`): the same jobs through the standby's NBD listener (it forwards
+   every request to the owner) and through the owner's, alternating, --rounds times: the cost
+   of reaching a volume through a c.node that does not own it.
 
 Reuses bench/cluster-compare.py (imported as a module: fio jobs, run_job, CPU split) and
 bench/benchlib.py (processes stopped by PID, Cluster).  Python 3.11 standard library only.
@@ -60,6 +63,7 @@ Proc = benchlib.Proc
 
 COST_JOBS = [cc.JOB_BY_NAME[n] for n in ("flushwrite-qd1", "randwrite-qd32", "seqwrite-qd8")]
 READ_JOB = cc.JOB_BY_NAME["randread-qd32"]
+FORWARD_JOBS = [cc.JOB_BY_NAME[n] for n in ("randread-qd32", "randwrite-qd32", "flushwrite-qd1")]
 # Goals from the issue, mirrored / single: (threshold, "le" on mean latency | "ge" on throughput).
 GOALS = {"flushwrite-qd1": (1.3, "le"), "randwrite-qd32": (0.8, "ge")}
 # How often the failover wait looks for `ready`, serve.json and an NBD answer.
@@ -124,13 +128,16 @@ class Target:
     the c.node processes (owner, and the partner when there is one); d.nodes and etcd are
     the "etcd" column (cluster-compare's other_pids)."""
 
-    def __init__(self, name: str, cl: benchlib.Cluster, owner: Cnode, partner: Cnode | None):
+    def __init__(self, name: str, cl: benchlib.Cluster, owner: Cnode, partner: Cnode | None,
+                 via: Cnode | None = None):
         self.name, self.cl, self.owner, self.partner = name, cl, owner, partner
         self.dir = cl.dir
+        # The c.node the client connects to: the owner, or a standby that forwards to it.
+        self.via = via or owner
 
     @property
     def uri(self) -> str:
-        return f"nbd://127.0.0.1:{self.owner.nbd_port}/vol0"
+        return f"nbd://127.0.0.1:{self.via.nbd_port}/vol0"
 
     def pids(self) -> list[int]:
         return [c.pid for c in (self.owner, self.partner) if c is not None and c.alive()]
@@ -409,6 +416,21 @@ def render(meta: dict, results: dict) -> str:
     if cost.get("error"):
         L.append(f"**The mirror-cost part stopped early**: {cost['error'].splitlines()[0][:400]}")
         L.append("")
+    fw = results.get("forward")
+    if fw:
+        L.append("Forwarding: the same client jobs through the standby's NBD listener (every request "
+                 "forwarded to the owner over the c.node-to-c.node protocol) and through the owner's; "
+                 f"medians of {p.get('rounds', 1)} alternating rounds. c.node CPU = owner + standby.")
+        L.append("")
+        L.append("| job | through the owner | through the standby | standby / owner | c.node CPU owner / standby path |")
+        L.append("|---|---:|---:|---:|---:|")
+        for job in FORWARD_JOBS:
+            a, b = fw.get("owner", {}).get("jobs", {}).get(job.name), fw.get("standby", {}).get("jobs", {}).get(job.name)
+            ratio = mirrored_over_single(job, a, b)
+            rtext = "-" if ratio is None else f"{ratio:.2f}x" + (" (lat)" if job.fsync else "")
+            L.append(f"| {job.title} | {cost_cell(job, a)} | {cost_cell(job, b)} | {rtext} "
+                     f"| {pcent((a or {}).get('cnode_cpu_cores'))} / {pcent((b or {}).get('cnode_cpu_cores'))} |")
+        L.append("")
     fo = results.get("failover")
     if fo:
         kills = [k for k in fo.get("kills", []) if "nbd_read_s" in k]
@@ -526,7 +548,8 @@ def main() -> int:
                     help="c.node --lease-ttl in the mirror-cost part, both modes (longer: on a starved "
                          "machine a 3 s lease expired under 1M writes and the standby took over mid-job)")
     ap.add_argument("--dnode-lease-ttl", dest="lease_ttl", default="5s", help="d.node --lease-ttl")
-    ap.add_argument("--parts", default="cost,failover,reads", help="subset of cost,failover,reads")
+    ap.add_argument("--parts", default="cost,forward,failover,reads",
+                    help="subset of cost,forward,failover,reads")
     ap.add_argument("--rounds", type=int, default=None,
                     help="single/mirrored alternations of the cost jobs; medians reported (default 2; --quick 1)")
     ap.add_argument("--size", type=nc.parse_size, default=None, help="volume size (default 1G; --quick 256M)")
@@ -693,7 +716,7 @@ def run(run_dir: Path, args: argparse.Namespace, parts: set[str], results: dict)
             mode = "broken"
         for m in ("single", "mirrored"):
             cost[m]["jobs"] = median_jobs([r["jobs"] for r in cost[m]["rounds"]])
-    if "failover" not in parts and "reads" not in parts:
+    if not parts & {"failover", "reads", "forward"}:
         return 0
     # The failover part runs with its own (shorter) lease: the pair restarted with it.
     c1.lease_ttl = c2.lease_ttl = args.cnode_lease_ttl
@@ -701,6 +724,17 @@ def run(run_dir: Path, args: argparse.Namespace, parts: set[str], results: dict)
         c2.proc.stop()  # c2 took over: stop it cleanly so that c1 owns again
     results.setdefault("mirror_catch_up_s", []).append(round(to_mirrored(), 2))
     mirrored = Target("mirrored", cl, c1, c2)
+    if "forward" in parts:
+        fw: dict = {"owner": {"rounds": []}, "standby": {"rounds": []}}
+        results["forward"] = fw
+        for rnd in range(args.rounds):
+            for via, name in ((c1, "owner"), (c2, "standby")):
+                t = Target(f"via-{name}", cl, c1, c2, via=via)
+                fw[name]["rounds"].append({"jobs": run_jobs(t, FORWARD_JOBS, args, tag=f"-{name}{rnd + 1}")})
+        for name in ("owner", "standby"):
+            fw[name]["jobs"] = median_jobs([r["jobs"] for r in fw[name]["rounds"]], FORWARD_JOBS)
+    if not parts & {"failover", "reads"}:
+        return 0
     if "reads" in parts:
         results["reads"] = {"before_owner": c1.name, "repair_before": repair_state(c1),
                             "before": run_jobs(mirrored, [READ_JOB], args, tag="-before")[READ_JOB.name],
@@ -765,10 +799,10 @@ MEDIAN_KEYS = ("iops", "bw_MBps", "lat_mean_us", "lat_p99_us", "lat_p50_us", "cn
                "cnode_cpu_s_per_GB", "dnodes_etcd_cpu_cores", "other_cpu_cores", "fio_cpu_cores")
 
 
-def median_jobs(rounds: list[dict]) -> dict:
+def median_jobs(rounds: list[dict], jobs: list | None = None) -> dict:
     """Per job, the median over the rounds of each figure (a failed round left out)."""
     out: dict = {}
-    for job in COST_JOBS:
+    for job in jobs or COST_JOBS:
         rs = [r[job.name] for r in rounds if nc.ok(r.get(job.name))]
         if not rs:
             out[job.name] = {"failed": "every round failed"}

@@ -377,16 +377,14 @@ fn compare_and_write(
     }
     let data = data_out_prefix(data_out, 2 * len, Some(range.count_at))?;
     let (compare, new) = data.split_at(data.len() / 2);
-    let mut medium = buffer(len)?;
     let _io = state.exclusive_io();
-    lu.read(offset, &mut medium)
-        .map_err(|e| medium_error_sense(&e, IoKind::Read))?;
-    if let Some(at) = first_difference(&medium, compare) {
-        return Err(Sense::miscompare(at as u64));
+    match lu
+        .compare_and_write(offset, compare, new, write_through(state, fua))
+        .map_err(|e| medium_error_sense(&e, IoKind::Write))?
+    {
+        Some(at) => Err(Sense::miscompare(at)),
+        None => Ok(Response::good(Vec::new())),
     }
-    lu.write(offset, new, write_through(state, fua))
-        .map_err(|e| medium_error_sense(&e, IoKind::Write))?;
-    Ok(Response::good(Vec::new()))
 }
 
 fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {

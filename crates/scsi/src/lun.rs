@@ -79,6 +79,26 @@ pub trait LogicalUnit: Send + Sync {
         offset_bytes: u64,
         len_bytes: u64,
     ) -> Result<Vec<(u64, bool)>, MediumError>;
+    /// COMPARE AND WRITE's medium part: if the range holds `compare`, store `new` there (same
+    /// length) and return `None`; else store nothing and return the offset of the first
+    /// differing byte. The caller holds the LU's exclusive I/O lock; an implementation whose
+    /// storage other servers also write makes the pair atomic against them too. The default
+    /// reads, compares and writes.
+    fn compare_and_write(
+        &self,
+        offset_bytes: u64,
+        compare: &[u8],
+        new: &[u8],
+        fua: bool,
+    ) -> Result<Option<u64>, MediumError> {
+        let mut medium = vec![0u8; compare.len()];
+        self.read(offset_bytes, &mut medium)?;
+        if let Some(at) = medium.iter().zip(compare).position(|(x, y)| x != y) {
+            return Ok(Some(at as u64));
+        }
+        self.write(offset_bytes, new, fua)?;
+        Ok(None)
+    }
 }
 
 /// Times a PERSISTENT RESERVE OUT loads, applies and tries to store the reservation record

@@ -119,4 +119,40 @@ pub trait ExportHandle: Send + Sync + 'static {
     /// True once the export was deleted, refreshed or rolled back: connected clients are
     /// disconnected cleanly rather than served a mix of old and new data.
     fn is_gone(&self) -> bool;
+    /// COMPARE AND WRITE: if the range holds `compare`, write `new` (same length) and return
+    /// `None`; else write nothing and return the offset of the first differing byte. Atomic
+    /// against every other compare-and-write of the volume, on any connection of any c.node:
+    /// the layer that holds the volume's lock table does it under an exclusive lock, wrappers
+    /// pass it down (it has no default, so none can forget to), a forwarder sends it whole to
+    /// the owner.
+    fn compare_and_write(
+        &self,
+        offset_bytes: u64,
+        compare: &[u8],
+        new: &[u8],
+        fua: bool,
+    ) -> Result<Option<u64>, ExportIoError>;
+}
+
+/// COMPARE AND WRITE as a read, a compare and a write, for a handle whose caller holds the
+/// lock that makes it atomic.
+pub fn read_compare_write(
+    handle: &dyn ExportHandle,
+    offset_bytes: u64,
+    compare: &[u8],
+    new: &[u8],
+    fua: bool,
+) -> Result<Option<u64>, ExportIoError> {
+    if compare.len() != new.len() {
+        return Err(ExportIoError::Invalid {
+            reason: "compare and write halves differ in length",
+        });
+    }
+    let mut medium = vec![0u8; compare.len()];
+    handle.read(offset_bytes, &mut medium)?;
+    if let Some(at) = medium.iter().zip(compare).position(|(x, y)| x != y) {
+        return Ok(Some(at as u64));
+    }
+    handle.write(offset_bytes, new, fua)?;
+    Ok(None)
 }

@@ -200,4 +200,15 @@ impl ExportHandle for VolumeExport {
     fn is_gone(&self) -> bool {
         self.handle.gone.load(Ordering::Acquire)
     }
+
+    fn compare_and_write(
+        &self,
+        offset_bytes: u64,
+        compare: &[u8],
+        new: &[u8],
+        fua: bool,
+    ) -> Result<Option<u64>, ExportIoError> {
+        // Whole blocks; the sub-block layer above holds the volume's lock.
+        crate::backend::read_compare_write(self, offset_bytes, compare, new, fua)
+    }
 }

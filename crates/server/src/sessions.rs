@@ -209,6 +209,21 @@ impl ExportHandle for TrackedExport {
     fn is_gone(&self) -> bool {
         self.inner.is_gone()
     }
+
+    fn compare_and_write(
+        &self,
+        offset_bytes: u64,
+        compare: &[u8],
+        new: &[u8],
+        fua: bool,
+    ) -> Result<Option<u64>, ExportIoError> {
+        let c = &self.entry.counters;
+        c.writes.fetch_add(1, Ordering::Relaxed);
+        c.written_bytes
+            .fetch_add(new.len() as u64, Ordering::Relaxed);
+        self.inner
+            .compare_and_write(offset_bytes, compare, new, fua)
+    }
 }
 
 fn unix_s() -> u64 {
@@ -279,6 +294,15 @@ mod tests {
         }
         fn is_gone(&self) -> bool {
             self.gone.load(Ordering::Relaxed)
+        }
+        fn compare_and_write(
+            &self,
+            offset_bytes: u64,
+            compare: &[u8],
+            new: &[u8],
+            fua: bool,
+        ) -> Result<Option<u64>, ExportIoError> {
+            crate::backend::read_compare_write(self, offset_bytes, compare, new, fua)
         }
     }
 

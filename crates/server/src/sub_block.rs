@@ -429,6 +429,43 @@ impl<E: ExportHandle + ?Sized> ExportHandle for SubBlockExport<E> {
     fn is_gone(&self) -> bool {
         self.inner.is_gone()
     }
+
+    /// Under exclusive locks of every block it touches (on a 4Kn export too), so no other
+    /// compare-and-write, and no write of a 512e export, of the volume on this c.node runs in
+    /// between; a forwarder's ones run here too.
+    fn compare_and_write(
+        &self,
+        offset_bytes: u64,
+        compare: &[u8],
+        new: &[u8],
+        fua: bool,
+    ) -> Result<Option<u64>, ExportIoError> {
+        if compare.len() != new.len() {
+            return Err(ExportIoError::Invalid {
+                reason: "compare and write halves differ in length",
+            });
+        }
+        let length_bytes = new.len() as u64;
+        self.check_write(offset_bytes, length_bytes)?;
+        if length_bytes == 0 {
+            return Ok(None);
+        }
+        let span = Span::of(offset_bytes, length_bytes)?;
+        let every: Vec<u64> = (span.first_block()..span.end_block()).collect();
+        let _locks = self
+            .locks
+            .lock(self.lock_key, span.first_block(), span.end_block(), &every);
+        let mut whole = vec![0u8; usize::try_from(span.len_bytes()).expect("request fits")];
+        self.inner.read(span.start_bytes, &mut whole)?;
+        let at = usize::try_from(offset_bytes - span.start_bytes).expect("< 4096");
+        let ours = &mut whole[at..at + new.len()];
+        if let Some(d) = ours.iter().zip(compare).position(|(x, y)| x != y) {
+            return Ok(Some(d as u64));
+        }
+        ours.copy_from_slice(new);
+        self.inner.write(span.start_bytes, &whole, fua)?;
+        Ok(None)
+    }
 }
 
 /// The extents from `skip_bytes` into `extents` on, at most `length_bytes` of them.

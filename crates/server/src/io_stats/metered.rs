@@ -132,4 +132,17 @@ impl ExportHandle for MeteredExport {
     fn is_gone(&self) -> bool {
         self.inner.is_gone()
     }
+
+    fn compare_and_write(
+        &self,
+        offset_bytes: u64,
+        compare: &[u8],
+        new: &[u8],
+        fua: bool,
+    ) -> Result<Option<u64>, ExportIoError> {
+        self.timed(Op::Write, new.len() as u64, || {
+            self.inner
+                .compare_and_write(offset_bytes, compare, new, fua)
+        })
+    }
 }

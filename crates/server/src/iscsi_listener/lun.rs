@@ -121,6 +121,18 @@ impl LogicalUnit for ExportLun {
         self.export.read(offset_bytes, buf).map_err(medium)
     }
 
+    fn compare_and_write(
+        &self,
+        offset_bytes: u64,
+        compare: &[u8],
+        new: &[u8],
+        fua: bool,
+    ) -> Result<Option<u64>, MediumError> {
+        self.export
+            .compare_and_write(offset_bytes, compare, new, fua)
+            .map_err(medium)
+    }
+
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), MediumError> {
         self.export.write(offset_bytes, data, fua).map_err(medium)
     }

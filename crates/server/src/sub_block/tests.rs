@@ -150,6 +150,15 @@ impl ExportHandle for BlockDisk {
     fn is_gone(&self) -> bool {
         false
     }
+    fn compare_and_write(
+        &self,
+        offset_bytes: u64,
+        compare: &[u8],
+        new: &[u8],
+        fua: bool,
+    ) -> Result<Option<u64>, ExportIoError> {
+        crate::backend::read_compare_write(self, offset_bytes, compare, new, fua)
+    }
 }
 
 fn export(disk: &Arc<BlockDisk>) -> SubBlockExport<BlockDisk> {

@@ -273,4 +273,14 @@ impl ExportHandle for MemoryExport {
     fn is_gone(&self) -> bool {
         self.gone.load(Ordering::SeqCst)
     }
+
+    fn compare_and_write(
+        &self,
+        offset_bytes: u64,
+        compare: &[u8],
+        new: &[u8],
+        fua: bool,
+    ) -> Result<Option<u64>, ExportIoError> {
+        weft_server::backend::read_compare_write(self, offset_bytes, compare, new, fua)
+    }
 }

@@ -6,7 +6,9 @@
 //! is sent again: to the next owner, or to this c.node's own engine once this c.node took the
 //! cluster over. Clients see a pause of about the failover time, not an error, unless no owner
 //! answers within the retry window. Sending a request again is safe: the old owner lost its
-//! lease, so it acknowledges nothing more, and a write carries its whole data.
+//! lease, so it acknowledges nothing more, and a write carries its whole data. One exception:
+//! a COMPARE AND WRITE the old owner applied but did not answer reports a miscompare when sent
+//! again (the medium holds its new data), as after a path failure on any multipath array.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -365,6 +367,41 @@ impl ExportHandle for ForwardedExport {
             Answer::Extents(e) => Ok(e),
             _ => Ok(extents.into_inner()),
         }
+    }
+
+    fn compare_and_write(
+        &self,
+        offset_bytes: u64,
+        compare: &[u8],
+        new: &[u8],
+        fua: bool,
+    ) -> Result<Option<u64>, ExportIoError> {
+        if compare.len() != new.len() {
+            return Err(ExportIoError::Invalid {
+                reason: "compare and write halves differ in length",
+            });
+        }
+        let data = [compare, new].concat();
+        let len = new.len() as u64;
+        let answer = self.run(
+            Op::CompareAndWrite,
+            fua_flag(fua),
+            offset_bytes,
+            len,
+            &data,
+            &|h| {
+                Ok(
+                    match h.compare_and_write(offset_bytes, compare, new, fua)? {
+                        Some(at) => Answer::Miscompare(at),
+                        None => Answer::Done,
+                    },
+                )
+            },
+        )?;
+        Ok(match answer {
+            Answer::Miscompare(at) => Some(at),
+            _ => None,
+        })
     }
 
     fn is_gone(&self) -> bool {

@@ -179,7 +179,9 @@ fn execute(
     data: &[u8],
 ) -> Result<Answer, ExportIoError> {
     let fua = head.flags & wire::FLAG_FUA != 0;
-    if matches!(head.op, Op::Read | Op::Write) && head.length_bytes > REQUEST_MAX_BYTES {
+    if matches!(head.op, Op::Read | Op::Write | Op::CompareAndWrite)
+        && head.length_bytes > REQUEST_MAX_BYTES
+    {
         return Err(ExportIoError::Invalid {
             reason: "forwarded request larger than 32 MiB",
         });
@@ -208,6 +210,15 @@ fn execute(
         Op::BlockStatus => handle
             .block_status(head.offset_bytes, head.length_bytes)
             .map(Answer::Extents),
+        Op::CompareAndWrite => {
+            let (compare, new) = data.split_at(data.len() / 2);
+            Ok(
+                match handle.compare_and_write(head.offset_bytes, compare, new, fua)? {
+                    Some(at) => Answer::Miscompare(at),
+                    None => Answer::Done,
+                },
+            )
+        }
     }
 }
 

@@ -134,6 +134,20 @@ fn requests_errors_and_sessions_go_through_the_owner() {
     let mut buf = vec![0u8; 4096];
     direct.read(8192, &mut buf).unwrap();
     assert!(buf.iter().all(|&b| b == 7));
+    // COMPARE AND WRITE runs on the owner, under its lock table.
+    assert_eq!(
+        v.compare_and_write(4096, &[7u8; 4096], &[9u8; 4096], false),
+        Ok(None)
+    );
+    assert_eq!(
+        v.compare_and_write(4096, &[7u8; 4096], &[1u8; 4096], false),
+        Ok(Some(0)),
+        "the block holds 9s now"
+    );
+    assert_eq!(
+        v.compare_and_write(4096, &[9u8; 4096], &[7u8; 4096], false),
+        Ok(None)
+    );
     let extents = v.block_status(0, 64 << 20).unwrap();
     assert!(
         extents[0].hole,

@@ -94,6 +94,8 @@ pub enum Op {
     Trim,
     WriteZeroes,
     BlockStatus,
+    /// The data is the bytes to compare, then as many to write.
+    CompareAndWrite,
 }
 
 impl Op {
@@ -105,6 +107,7 @@ impl Op {
             Op::Trim => 4,
             Op::WriteZeroes => 5,
             Op::BlockStatus => 6,
+            Op::CompareAndWrite => 7,
         }
     }
 
@@ -116,6 +119,7 @@ impl Op {
             4 => Op::Trim,
             5 => Op::WriteZeroes,
             6 => Op::BlockStatus,
+            7 => Op::CompareAndWrite,
             _ => return None,
         })
     }
@@ -171,6 +175,10 @@ pub fn parse_request(body: &[u8]) -> std::io::Result<(RequestHead, &[u8])> {
             Err(invalid("a forwarded write's data is not its length"))
         }
         Op::Write => Ok((head, data)),
+        Op::CompareAndWrite if data.len() as u64 != 2 * head.length_bytes => Err(invalid(
+            "a forwarded compare-and-write's data is not twice its length",
+        )),
+        Op::CompareAndWrite => Ok((head, data)),
         _ if !data.is_empty() => Err(invalid("data after a forwarded request that takes none")),
         _ => Ok((head, data)),
     }
@@ -182,6 +190,8 @@ pub enum Answer {
     Done,
     Data(Vec<u8>),
     Extents(Vec<ExtentStatus>),
+    /// A compare-and-write found this offset (from the request's) different: nothing written.
+    Miscompare(u64),
 }
 
 const STATUS_OK: u8 = 0;
@@ -190,6 +200,7 @@ const STATUS_READ_ONLY: u8 = 2;
 const STATUS_NO_SPACE: u8 = 3;
 const STATUS_IO: u8 = 4;
 const STATUS_GONE: u8 = 5;
+const STATUS_MISCOMPARE: u8 = 6;
 
 const EXTENT_HOLE: u8 = 1;
 const EXTENT_ZERO: u8 = 2;
@@ -204,6 +215,10 @@ pub fn reply_frame(id: u64, result: &Result<Answer, ExportIoError>) -> Vec<u8> {
             body.reserve(data.len());
             body.push(STATUS_OK);
             body.extend_from_slice(data);
+        }
+        Ok(Answer::Miscompare(at)) => {
+            body.push(STATUS_MISCOMPARE);
+            body.extend_from_slice(&at.to_le_bytes());
         }
         Ok(Answer::Extents(extents)) => {
             body.push(STATUS_OK);
@@ -278,6 +293,13 @@ pub fn parse_reply(
             detail: format!("on the owner c.node: {}", String::from_utf8_lossy(&rest)),
         }),
         STATUS_GONE => Err(ExportIoError::Gone),
+        STATUS_MISCOMPARE => {
+            let at: [u8; 8] = rest
+                .as_slice()
+                .try_into()
+                .map_err(|_| invalid("a miscompare reply without its offset"))?;
+            Ok(Answer::Miscompare(u64::from_le_bytes(at)))
+        }
         other => return Err(invalid(&format!("unknown reply status {other}"))),
     };
     Ok((id, result))
@@ -342,6 +364,21 @@ mod tests {
             parse_reply(b, |_| Some(Op::BlockStatus)).unwrap(),
             (4, extents)
         );
+        let b = body(&reply_frame(8, &Ok(Answer::Miscompare(513))));
+        assert_eq!(
+            parse_reply(b, |_| Some(Op::CompareAndWrite)).unwrap(),
+            (8, Ok(Answer::Miscompare(513)))
+        );
+        let caw = RequestHead {
+            id: 9,
+            op: Op::CompareAndWrite,
+            flags: 0,
+            offset_bytes: 0,
+            length_bytes: 2,
+        };
+        let b = body(&request_frame(caw, &[1, 2, 3, 4]));
+        assert_eq!(parse_request(&b).unwrap(), (caw, &[1u8, 2, 3, 4][..]));
+        assert!(parse_request(&body(&request_frame(caw, &[1, 2]))).is_err());
         let b = body(&reply_frame(5, &Ok(Answer::Done)));
         assert_eq!(
             parse_reply(b, |_| Some(Op::Flush)).unwrap(),
