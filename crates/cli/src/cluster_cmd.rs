@@ -176,8 +176,8 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                 return print_json(&v);
             }
             println!(
-                "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} PARTNER / MIRROR OF",
-                "ID", "ROLE", "OWNER", "FAMILIES", "BUFFER", "NBD", "ISCSI"
+                "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {:<16} PARTNER / MIRROR OF",
+                "ID", "ROLE", "OWNER", "FAMILIES", "BUFFER", "NBD", "ISCSI", "ALUA GROUP"
             );
             for c in v.as_array().into_iter().flatten() {
                 let text = |k: &str| c[k].as_str().unwrap_or("-").to_string();
@@ -191,8 +191,15 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                     (None, Some(p)) => format!("mirrors to {p}"),
                     (None, None) => "-".to_string(),
                 };
+                let alua = match (c["port_group"].as_u64(), c["alua_state"].as_str()) {
+                    (Some(g), Some(state)) => {
+                        // "2 optimized", "3 non-optimized"
+                        format!("{g} {}", state.strip_prefix("active/").unwrap_or(state))
+                    }
+                    _ => "-".to_string(),
+                };
                 println!(
-                    "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {}",
+                    "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {:<16} {}",
                     id,
                     text("role"),
                     if c["owner"].as_bool() == Some(true) {
@@ -204,6 +211,7 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                     text("write_buffer"),
                     text("nbd"),
                     text("iscsi"),
+                    alua,
                     link
                 );
             }

@@ -122,6 +122,26 @@ fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_
         groups.sort();
         assert_eq!(groups, want, "REPORT TARGET PORT GROUPS through {portal}");
     }
+    let listed = c.cli_json(&["cnode", "list", "--json"]);
+    let row = |id: &str| {
+        listed
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["id"] == id).cloned())
+            .unwrap_or_else(|| panic!("{id} in weft cnode list: {listed}"))
+    };
+    let (c1_row, c2_row) = (
+        row(&cnode_id(c.cnode.as_ref().unwrap())),
+        row(&cnode_id(&standby)),
+    );
+    assert_eq!(
+        (c1_row["port_group"].as_u64(), c1_row["alua_state"].as_str()),
+        (Some(u64::from(g1)), Some("active/optimized"))
+    );
+    assert_eq!(
+        (c2_row["port_group"].as_u64(), c2_row["alua_state"].as_str()),
+        (Some(u64::from(g2)), Some("active/non-optimized"))
+    );
+    assert!(c2_row["forward"].is_string(), "{c2_row}");
     c.step(&format!(
         "REPORT TARGET PORT GROUPS through either portal: c1's group {g1} active/optimized, c2's group {g2} active/non-optimized"
     ));
@@ -141,9 +161,11 @@ fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_
     let fenced_after = reserved.elapsed();
     assert_eq!(a.write_block(), GOOD, "the holder writes through c1");
     assert_eq!(a.prout(CLEAR, 0, 0xa, 0, 0).status, GOOD);
-    poll_until(Duration::from_secs(5), "B let through c2 after the CLEAR", || {
-        (b.write_block() == GOOD).then_some(())
-    });
+    poll_until(
+        Duration::from_secs(5),
+        "B let through c2 after the CLEAR",
+        || (b.write_block() == GOOD).then_some(()),
+    );
     drop((a, b));
     c.step(&format!(
         "a reservation taken through c1 conflicts through c2 (the first write checked {:.0} ms after the RESERVE), and its clearing reaches c2",

@@ -27,6 +27,12 @@ pub struct CnodeStatus {
     pub nbd: String,
     pub iscsi: String,
     pub mirror_listen: Option<String>,
+    /// Its forward listener: where the owner takes other c.nodes' forwarded requests.
+    pub forward: Option<String>,
+    /// Its ALUA target port group and that group's state for every LU:
+    /// `active/optimized` (the owner) or `active/non-optimized` (it forwards to the owner).
+    pub port_group: Option<u16>,
+    pub alua_state: Option<String>,
     /// The mirror address it mirrors its write buffer to.
     pub partner: Option<String>,
     /// Volume and snapshot families it owns (every one, for the owner: one owner at a time).
@@ -107,6 +113,15 @@ pub(super) async fn list(
                 nbd: r.nbd,
                 iscsi: r.iscsi,
                 mirror_listen: r.mirror_listen,
+                forward: r.forward,
+                alua_state: r.port_group.map(|_| {
+                    if is_owner {
+                        "active/optimized".to_string()
+                    } else {
+                        "active/non-optimized".to_string()
+                    }
+                }),
+                port_group: r.port_group,
                 partner: r.partner,
                 pid: r.pid,
                 version: r.version,
