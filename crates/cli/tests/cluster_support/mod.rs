@@ -319,9 +319,19 @@ impl Cnode {
                     .into_iter()
                     .flatten(),
             )
-            .args(["--nbd-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
-            .args(["--metrics-listen", "127.0.0.1:0"])
-            .args(["--iscsi-listen", "127.0.0.1:0"])
+            // Free ports, unless the c.node's own arguments fix one (a restart that clients
+            // reconnect to).
+            .args(
+                [
+                    "--nbd-listen",
+                    "--api-listen",
+                    "--metrics-listen",
+                    "--iscsi-listen",
+                ]
+                .into_iter()
+                .filter(|flag| !extra.iter().any(|a| a == flag))
+                .flat_map(|flag| [flag, "127.0.0.1:0"]),
+            )
             .args(["--default-volume-size", &opts.volume_size])
             .args(["--out-grace", &opts.out_grace])
             .args(["--wait-for-dnodes", "20s"])

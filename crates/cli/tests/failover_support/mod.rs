@@ -10,27 +10,43 @@ use crate::common::*;
 /// etcd, 6 d.nodes, owner `c1` and standby `c2`, each the other's partner (`--partner`,
 /// `--mirror-listen`), lease 3 s; returns once the standby holds a complete mirror.
 pub fn pair(test: &str) -> (Cluster, Cnode, u64) {
+    let (c, standby, seed, _) = start_pair(test, false);
+    (c, standby, seed)
+}
+
+/// [`pair`] with each c.node's NBD listener on a port of its own that a restart keeps (so a
+/// client that reconnects finds it again): returns c1's and c2's NBD ports too.
+pub fn pair_on_fixed_nbd_ports(test: &str) -> (Cluster, Cnode, u64, [u16; 2]) {
+    let (c, standby, seed, ports) = start_pair(test, true);
+    (c, standby, seed, ports.expect("fixed ports"))
+}
+
+fn start_pair(test: &str, fixed_nbd: bool) -> (Cluster, Cnode, u64, Option<[u16; 2]>) {
     let (mut rng, seed) = test_rng(test);
     let mirror_c1 = format!("127.0.0.1:{}", free_port(&mut rng));
     let mirror_c2 = format!("127.0.0.1:{}", free_port(&mut rng));
+    let nbd = fixed_nbd.then(|| [free_port(&mut rng), free_port(&mut rng)]);
     let mut opts = ClusterOpts::new(6).volume_size("256M");
-    let args = |partner: &str, listen: &str| -> Vec<String> {
-        let args = ["--partner", partner, "--mirror-listen", listen];
-        args.iter()
+    let args = |partner: &str, listen: &str, nbd: Option<u16>| -> Vec<String> {
+        let mut args: Vec<String> = ["--partner", partner, "--mirror-listen", listen]
+            .iter()
             .chain(&["--lease-ttl", "3s"])
             .map(|s| s.to_string())
-            .collect()
+            .collect();
+        if let Some(port) = nbd {
+            args.extend(["--nbd-listen".to_string(), format!("127.0.0.1:{port}")]);
+        }
+        args
     };
     opts.cnode_args
-        .insert("c1".into(), args(&mirror_c2, &mirror_c1));
+        .insert("c1".into(), args(&mirror_c2, &mirror_c1, nbd.map(|p| p[0])));
     opts.cnode_args
-        .insert("c2".into(), args(&mirror_c1, &mirror_c2));
-    let c = Cluster::start(test, seed, opts);
-    let mut c = c;
+        .insert("c2".into(), args(&mirror_c1, &mirror_c2, nbd.map(|p| p[1])));
+    let mut c = Cluster::start(test, seed, opts);
     let standby = c.spawn_other_cnode("c2");
     wait_for_mirror(&c, c.cnode.as_ref().unwrap(), &standby);
     wait_write_buffer(&c, "mirrored");
-    (c, standby, seed)
+    (c, standby, seed, nbd)
 }
 
 /// Until `weft cluster status` says the owner's write buffer is `mode`; checks the text
