@@ -171,8 +171,8 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                 return print_json(&v);
             }
             println!(
-                "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {}",
-                "ID", "ROLE", "OWNER", "FAMILIES", "BUFFER", "NBD", "ISCSI", "PARTNER / MIRROR OF"
+                "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} PARTNER / MIRROR OF",
+                "ID", "ROLE", "OWNER", "FAMILIES", "BUFFER", "NBD", "ISCSI"
             );
             for c in v.as_array().into_iter().flatten() {
                 let text = |k: &str| c[k].as_str().unwrap_or("-").to_string();

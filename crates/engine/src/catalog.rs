@@ -36,6 +36,7 @@ use crate::units::{
     FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64,
 };
 
+mod rename;
 mod report;
 
 use crate::names::{
@@ -43,6 +44,7 @@ use crate::names::{
 };
 pub use crate::names::{snapshot_short_name, SNAPSHOT_SEPARATOR};
 
+pub use rename::Renamed;
 use report::{children_of, clones_of, snapshot_info, volume_info, Child};
 pub use report::{FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
 
@@ -163,6 +165,7 @@ impl Engine {
         }
         let mut next = meta.state.clone();
         next.volumes.retain(|v| v.id != record.id);
+        crate::schedules::forget_volume(&mut next, name);
         let mut switch = Switch {
             remove_images: vec![record.name.clone()],
             ..Switch::default()
