@@ -268,3 +268,38 @@ fn a_host_gains_and_loses_initiators_and_changes_chap_without_being_deleted() {
     assert_eq!(array_luns(&srv, DB1, ""), Ok(vec![4]));
     let _ = std::fs::remove_file(secret_file);
 }
+
+#[test]
+fn size_refusals_speak_binary_units_not_byte_counts() {
+    const TEST: &str = "size_refusals_speak_binary_units_not_byte_counts";
+    let srv = Server::start_with("sizes", ServeOpts::default().volume_size("64M"));
+    if srv.skip_without_api(TEST) {
+        return;
+    }
+    let big = srv.cli(&["volume", "create", "big", "--size", "5P"]);
+    assert_eq!(exit_code(&big), Some(2), "{}", big.all());
+    assert!(
+        big.stderr
+            .contains("5 PiB: a volume is a non-zero multiple of 4 KiB and at most 4 PiB"),
+        "{}",
+        big.all()
+    );
+    srv.cli_ok(&["volume", "create", "pg", "--size", "16M"]);
+    let shrink = srv.cli(&["volume", "resize", "pg", "--size", "8M"]);
+    assert_eq!(exit_code(&shrink), Some(2), "{}", shrink.all());
+    assert!(
+        shrink
+            .stderr
+            .contains("volumes only grow: pg is 16 MiB, more than 8 MiB"),
+        "{}",
+        shrink.all()
+    );
+    for out in [&big, &shrink] {
+        assert!(
+            !out.stderr.chars().any(|c| c.is_ascii_digit())
+                || !out.stderr.contains(" bytes"),
+            "a byte count: {}",
+            out.all()
+        );
+    }
+}

@@ -33,7 +33,7 @@ use crate::layers::{LayerOp, CHAIN_LAYERS_MAX};
 use crate::metastore::{ClusterState, ClusterStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
 use crate::state::State;
 use crate::units::{
-    FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64,
+    binary_size, FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_U64,
 };
 
 mod rename;
@@ -195,7 +195,11 @@ impl Engine {
         let record = find_volume(&meta.state, name)?;
         if size_bytes < record.size_bytes {
             return Err(EngineError::InvalidSize {
-                reason: format!("volumes only grow: {name} is {} bytes", record.size_bytes),
+                reason: format!(
+                    "volumes only grow: {name} is {}, more than {}",
+                    binary_size(record.size_bytes),
+                    binary_size(size_bytes)
+                ),
             });
         }
         let mut next = meta.state.clone();
@@ -769,7 +773,10 @@ fn check_size(size_bytes: u64) -> Result<(), EngineError> {
     {
         return Err(EngineError::InvalidSize {
             reason: format!(
-                "{size_bytes} bytes: a volume is a non-zero multiple of {BLOCK_SIZE_BYTES} bytes, at most {VOLUME_SIZE_MAX_BYTES}"
+                "{}: a volume is a non-zero multiple of {} and at most {}",
+                binary_size(size_bytes),
+                binary_size(BLOCK_SIZE_U64),
+                binary_size(VOLUME_SIZE_MAX_BYTES)
             ),
         });
     }
