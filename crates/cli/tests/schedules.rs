@@ -112,9 +112,10 @@ fn schedules_fire_prune_to_retention_and_survive_a_restart() {
     );
 
     // It fires: snapshots an hour apart appear.
-    poll_until(Duration::from_secs(30), "two scheduled snapshots", || {
+    poll_until(Duration::from_secs(60), "two scheduled snapshots", || {
         (auto_snapshots(&srv).len() >= 2).then_some(())
     });
+    let first = auto_snapshots(&srv)[0];
     let before = schedule(&srv);
     assert!(before["last_run_unix_s"].is_u64(), "{before}");
     assert!(
@@ -133,11 +134,12 @@ fn schedules_fire_prune_to_retention_and_survive_a_restart() {
         "{before} vs {after}"
     );
     let newest_before = *auto_snapshots(&srv).last().expect("snapshots kept");
-    // Until three days have snapshots: the oldest day's hourlies were pruned by then.
-    poll_until(Duration::from_secs(60), "three days of snapshots", || {
-        let s = auto_snapshots(&srv);
-        let days: BTreeSet<u64> = s.iter().map(|t| t / DAY_S).collect();
-        (days.len() >= 3 && *s.last().unwrap() > newest_before).then_some(())
+    // Until the schedule has run for two and a half days of its clock (about 15 s here): by
+    // then it took some 60 snapshots and pruned all but a few.
+    poll_until(Duration::from_secs(120), "2.5 days of runs", || {
+        let last = schedule(&srv)["last_run_unix_s"].as_u64()?;
+        (last >= first + 5 * DAY_S / 2 && *auto_snapshots(&srv).last()? > newest_before)
+            .then_some(())
     });
 
     // Stop it, let a run under way finish, then the set is exactly what retention keeps.
@@ -154,12 +156,14 @@ fn schedules_fire_prune_to_retention_and_survive_a_restart() {
     let kept: Vec<u64> = retained(&stamps).into_iter().collect();
     assert_eq!(stamps, kept, "not what retention keeps");
     assert!(stamps.len() <= KEEP + DAILY, "{stamps:?}");
-    // The newest KEEP are an hour apart (give or take a tick of the scheduler).
+    // The newest KEEP are an hour apart: a run fires an interval after the last one, late by
+    // the scheduler's tick and its own work (a busy machine stretches that: at this clock
+    // 100 ms of work is 24 scheduled minutes), never early, never an hour skipped.
     let newest = &stamps[stamps.len() - KEEP..];
     for w in newest.windows(2) {
         let gap = w[1] - w[0];
         assert!(
-            (HOUR_S..HOUR_S + HOUR_S / 3).contains(&gap),
+            (HOUR_S..2 * HOUR_S).contains(&gap),
             "{gap} s between hourly snapshots: {stamps:?}"
         );
     }

@@ -743,7 +743,11 @@ fn web_ui_acts_like_the_cli() {
     let browser = Browser::launch();
     let mut page = browser.page();
     page.navigate(&format!("{}/", srv.api));
-    page.wait_for("the login page", "window.weft && weft.page === 'login'", PAGE_TIMEOUT);
+    page.wait_for(
+        "the login page",
+        "window.weft && weft.page === 'login'",
+        PAGE_TIMEOUT,
+    );
     page.login(&srv.token());
 
     // The list: space, reduction and hosts columns from the catalog; one sparkline scale.
@@ -777,10 +781,7 @@ fn web_ui_acts_like_the_cli() {
         "weft.volumes.sparkMax() > 1 && document.getElementById('vl-spark-max').textContent",
         PAGE_TIMEOUT,
     );
-    assert!(
-        scale.as_str().unwrap().starts_with("(scale 0–"),
-        "{scale}"
-    );
+    assert!(scale.as_str().unwrap().starts_with("(scale 0–"), "{scale}");
     page.screenshot(&shots, "acts-1-volumes", VIEW_HEIGHT_PX);
 
     // Hosts: map pg as LUN 3, then unmap it after the page asked.
@@ -831,13 +832,18 @@ fn web_ui_acts_like_the_cli() {
     );
     let info = page.eval("document.getElementById('vv-info').textContent");
     assert!(info.as_str().unwrap().contains(" UTC"), "{info}");
-    let since = page.eval("document.querySelector('#vv-sessions tbody td:nth-child(4)').textContent");
+    let since =
+        page.eval("document.querySelector('#vv-sessions tbody td:nth-child(4)').textContent");
     assert!(since.as_str().unwrap().ends_with(" UTC"), "{since}");
     let series = page.eval(
         "[document.querySelectorAll('#vv-lat-read .u-series').length, \
           document.querySelectorAll('#vv-lat-write .u-series').length]",
     );
-    assert_eq!(series, json!([4, 4]), "time + p50, p99, max on each latency chart");
+    assert_eq!(
+        series,
+        json!([4, 4]),
+        "time + p50, p99, max on each latency chart"
+    );
     page.screenshot(&shots, "acts-3-volume", 1600);
 
     // Resize asks nothing and grows it.
