@@ -89,7 +89,8 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         "weft top  {}  {} volumes, {} snapshots, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by \
          {sorted_by}; latency is weft's own, request to reply, without network or client queue; \
          QD: reads and writes in flight in weft, on average; await: QD / IOPS, the mean time \
-         a request spends in weft, as iostat's)\n",
+         a request spends in weft, as iostat's; %util: of the second, the time with a request \
+         in flight)\n",
         clock(stats.time_ms),
         stats.volumes.len() - snapshots,
         snapshots,
@@ -98,7 +99,7 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         total_mbps,
     );
     s.push_str(&format!(
-        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>9} {:>10}\n",
+        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>6} {:>9} {:>10}\n",
         "VOLUME",
         "r/s",
         "w/s",
@@ -110,12 +111,13 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         "w_p99",
         "QD",
         "await",
+        "%util",
         "IOPS/GB",
         "SIZE"
     ));
     for v in rows.iter().take(height.saturating_sub(3)) {
         s.push_str(&format!(
-            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>6.1} {:>8} {:>9.1} {:>10}\n",
+            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>6.1} {:>8} {:>6.0} {:>9.1} {:>10}\n",
             shorten(&v.name, 24),
             v.read.iops,
             v.write.iops,
@@ -127,6 +129,7 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
             latency(v.write.p99_us),
             v.read.queue_depth + v.write.queue_depth,
             latency(await_us(v)),
+            v.util_pct,
             v.iops_per_gb,
             size(v.size_bytes),
         ));
@@ -252,6 +255,7 @@ mod tests {
             },
             iops_per_gb: f64::from(read_iops + 10.0) / 10.737,
             spark_iops: Vec::new(),
+            util_pct: 73.0,
         }
     }
 
@@ -292,8 +296,8 @@ mod tests {
         assert!(lines[2].starts_with("busy"), "{text}");
         assert!(lines[2].contains(" 1.5 "), "reads and writes in flight: {text}");
         // await: 1.5 in flight at 5,010 IOPS is 299 µs each (the column after QD).
-        assert!(lines[1].contains(" QD    await "), "{text}");
-        assert!(lines[2].contains(" 1.5    299µs "), "{text}");
+        assert!(lines[1].contains(" QD    await  %util "), "{text}");
+        assert!(lines[2].contains(" 1.5    299µs     73 "), "{text}");
         assert!(
             lines[2].contains("2.5ms") && lines[2].contains("10.0G"),
             "{text}"
