@@ -1,4 +1,4 @@
-// The single page: routes (#/login, #/cluster, #/volumes, #/volume/NAME), the login form, and
+// The single page: routes (#/login, #/cluster, #/volumes, #/volume/NAME, #/hosts), the login form, and
 // the life of a page (each gets an AbortSignal that ends its streams and timers when the user
 // leaves it).
 'use strict';
@@ -42,7 +42,7 @@
     for (const a of topbar.querySelectorAll('[data-nav]')) {
       a.classList.toggle('active', a.dataset.nav === page || (page === 'volume' && a.dataset.nav === 'volumes'));
     }
-    const pages = { cluster: ClusterPage, volumes: VolumesPage, volume: VolumePage };
+    const pages = { cluster: ClusterPage, volumes: VolumesPage, volume: VolumePage, hosts: HostsPage };
     const p = pages[page];
     if (!p || (page === 'volume' && !arg)) {
       location.hash = '#/volumes';

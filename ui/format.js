@@ -61,7 +61,42 @@ const Fmt = (() => {
     return parts.join(' ');
   }
 
-  return { si, bytes, micros, bound, mbps, ratio, seconds };
+  // Every time the UI prints is UTC and says so, as the CLI does (a bare local time is
+  // ambiguous in a team spread over zones): `11:42:27 UTC` for a time of day (ms since the
+  // epoch), `2026-11-27 11:42:27 UTC` for a moment (seconds since the epoch).
+  function pad(n) {
+    return String(n).padStart(2, '0');
+  }
+
+  function clock(d) {
+    return pad(d.getUTCHours()) + ':' + pad(d.getUTCMinutes()) + ':' + pad(d.getUTCSeconds());
+  }
+
+  function timeOfDay(ms) {
+    return ms === null || ms === undefined ? '–' : clock(new Date(ms)) + ' UTC';
+  }
+
+  function moment(unixS) {
+    if (!unixS) return '–';
+    const d = new Date(unixS * 1000);
+    return d.getUTCFullYear() + '-' + pad(d.getUTCMonth() + 1) + '-' + pad(d.getUTCDate()) + ' ' +
+      clock(d) + ' UTC';
+  }
+
+  // An axis tick: the time of day alone (the axis is labelled UTC).
+  function tick(unixS) {
+    return clock(new Date(unixS * 1000));
+  }
+
+  // `100G`, `512M`, `1.5T`, `10GiB`, or bytes: the CLI's sizes (powers of 1024); 0 if not one.
+  function parseSize(text) {
+    const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgtpe]?)(?:i?b)?\s*$/i.exec(text || '');
+    if (!m) return 0;
+    const shift = { '': 0, k: 10, m: 20, g: 30, t: 40, p: 50, e: 60 }[m[2].toLowerCase()];
+    return Math.round(parseFloat(m[1]) * 2 ** shift);
+  }
+
+  return { si, bytes, micros, bound, mbps, ratio, seconds, timeOfDay, moment, tick, parseSize };
 })();
 
 const Dom = (() => {
@@ -105,27 +140,28 @@ const Dom = (() => {
   }
 
   // A sparkline of the last `slots` values (oldest first; missing older ones count as 0)
-  // filling the canvas, scaled to its own maximum.
-  function sparkline(canvas, given, colour, slots) {
+  // filling the canvas, scaled to `scaleMax` when given (one scale for every row of a list, so
+  // a quiet volume looks quiet), else to its own maximum.
+  function sparkline(canvas, given, colour, slots, scaleMax) {
     const { ctx, w, h } = canvas2d(canvas);
     ctx.clearRect(0, 0, w, h);
     const have = (given || []).slice(-slots);
     const values = new Array(Math.max(2, slots - have.length)).fill(0).concat(have).slice(-Math.max(2, slots));
-    let max = 1;
-    for (const v of values) if (v > max) max = v;
+    let max = Math.max(1, scaleMax || 0);
+    if (!scaleMax) for (const v of values) if (v > max) max = v;
     const dx = w / (values.length - 1);
     ctx.beginPath();
     ctx.moveTo(0, h);
-    for (let i = 0; i < values.length; i++) ctx.lineTo(i * dx, h - 1 - (values[i] / max) * (h - 2));
+    const y = (v) => h - 1 - (Math.min(v, max) / max) * (h - 2);
+    for (let i = 0; i < values.length; i++) ctx.lineTo(i * dx, y(values[i]));
     ctx.lineTo(w, h);
     ctx.closePath();
     ctx.fillStyle = colour + '33';
     ctx.fill();
     ctx.beginPath();
     for (let i = 0; i < values.length; i++) {
-      const y = h - 1 - (values[i] / max) * (h - 2);
-      if (i === 0) ctx.moveTo(0, y);
-      else ctx.lineTo(i * dx, y);
+      if (i === 0) ctx.moveTo(0, y(values[i]));
+      else ctx.lineTo(i * dx, y(values[i]));
     }
     ctx.strokeStyle = colour;
     ctx.lineWidth = 1.25;

@@ -1,5 +1,6 @@
-// One volume (or snapshot export): its figures, live charts of IOPS, MB/s and latency
-// percentiles, a latency heat map, and its snapshots and clones as a tree with their space.
+// One volume (or snapshot export): its figures, hosts and clients, its actions
+// (volume_actions.js), live charts of IOPS, MB/s and read and write latency percentiles (times
+// in UTC), a latency heat map, and its snapshots and clones as a tree with their space.
 //
 // Data: the history of the chosen range from /volumes/{name}/stats?step=..., then at 100 ms the
 // sample stream (/stats/stream?volume=...), at 1 s and 10 s a poll with since_ms. Samples are kept
@@ -175,17 +176,29 @@ const VolumePage = (() => {
       const s = series;
       charts.iops.setData([s.t, s.rIops, s.wIops]);
       charts.mbps.setData([s.t, s.rMb, s.wMb]);
-      charts.lat.setData([s.t, s.rP50, s.rP99, s.rMax, s.wP50, s.wP99, s.wMax]);
+      charts.latRead.setData([s.t, s.rP50, s.rP99, s.rMax]);
+      charts.latWrite.setData([s.t, s.wP50, s.wP99, s.wMax]);
       const n = s.t.length;
       const iopsNow = n ? s.rIops[n - 1] + s.wIops[n - 1] : 0;
       q('#vv-iops').dataset.lastIops = iopsNow.toFixed(1);
       q('#vv-iops-now').textContent = n ? 'read ' + Fmt.si(s.rIops[n - 1]) + ' · write ' + Fmt.si(s.wIops[n - 1]) : '';
       q('#vv-mbps-now').textContent = n ? 'read ' + Fmt.si(s.rMb[n - 1]) + ' · write ' + Fmt.si(s.wMb[n - 1]) : '';
-      q('#vv-lat-now').textContent = n ? 'p99 read ' + Fmt.micros(s.rP99[n - 1]) + ' · write ' + Fmt.micros(s.wP99[n - 1]) : '';
+      q('#vv-lat-read-now').textContent = n ? 'p99 ' + Fmt.micros(s.rP99[n - 1]) : '';
+      q('#vv-lat-write-now').textContent = n ? 'p99 ' + Fmt.micros(s.wP99[n - 1]) : '';
       heatNonZero = drawHeat(heat, s, heatBounds, RANGES[range]);
       heat.dataset.nonZero = String(heatNonZero);
       window.weft.volume.draws += 1;
     }
+  }
+
+  // The powers of ten within [min, max] (at least one), for a log axis's labels.
+  function decades(min, max) {
+    const out = [];
+    const lo = Math.max(1, min || 1);
+    for (let d = 10 ** Math.floor(Math.log10(lo)); d <= (max || 10) * 1.0001; d *= 10) {
+      if (d >= lo * 0.9999) out.push(d);
+    }
+    return out.length ? out : [lo];
   }
 
   function lastOf(a) {
@@ -198,12 +211,23 @@ const VolumePage = (() => {
 
   function makeCharts(q, windowS) {
     // Wall-clock ticks at least 90 px apart (100 ms samples would otherwise get ".800" labels).
+    // Times in UTC, as every time the UI prints (the axis says so).
     const timeAxis = {
       space: 90,
-      values: (u, splits) => splits.map((t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false })),
+      label: 'UTC',
+      labelSize: 14,
+      values: (u, splits) => splits.map(Fmt.tick),
     };
     const siAxis = { size: AXIS_SIZE_PX, values: (u, vals) => vals.map(Fmt.si) };
-    const latAxis = { size: AXIS_SIZE_PX, values: (u, vals) => vals.map((v) => Fmt.micros(v)) };
+    // A log axis labelled at powers of ten only, at least 24 px apart: the default also labels
+    // 2..9 of each decade, and those labels collide.
+    const latAxis = {
+      size: AXIS_SIZE_PX,
+      space: 24,
+      splits: (u, axisIdx, min, max) => decades(min, max),
+      // uPlot passes null for the splits it leaves unlabelled when they would crowd.
+      values: (u, vals) => vals.map((v) => (v === null || v === undefined ? '' : Fmt.micros(v))),
+    };
     const line = (label, stroke, dash) => ({
       label, stroke, width: 1.5, dash, spanGaps: false, points: { show: false },
       value: (u, v) => (v === null || v === undefined ? '–' : Fmt.si(v)),
@@ -212,12 +236,21 @@ const VolumePage = (() => {
       label, stroke, width: 1.25, dash, spanGaps: false, points: { show: false },
       value: (u, v) => (v === null || v === undefined ? '–' : Fmt.micros(v)),
     });
+    const logScale = {
+      distr: 3,
+      log: 10,
+      range: (u, min, max) => (min === null || max === null || !(max > 0)
+        ? [10, 10000]
+        : uPlot.rangeLog(Math.max(1, min), Math.max(10, max), 10, true)),
+    };
     const make = (id, series, yAxis, yScale) => {
       const box = q(id);
       return new uPlot({
         width: chartWidth(box.parentNode),
         height: CHART_HEIGHT_PX,
-        series: [{}, ...series],
+        // Ticks placed in UTC, the legend's time in the one format of the UI.
+        tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), 'Etc/UTC'),
+        series: [{ value: (u, v) => (v === null || v === undefined ? '–' : Fmt.timeOfDay(v * 1000)) }, ...series],
         scales: {
           x: { time: true, range: (u, min, max) => (max === null ? [min, max] : [max - windowS(), max]) },
           y: yScale || { range: (u, min, max) => [0, Math.max(1, max || 0) * 1.1] } },
@@ -229,16 +262,14 @@ const VolumePage = (() => {
     return {
       iops: make('#vv-iops', [line('read', READ), line('write', WRITE)], siAxis),
       mbps: make('#vv-mbps', [line('read', READ), line('write', WRITE)], siAxis),
-      lat: make('#vv-lat', [
-        latLine('read p50', READ, [2, 3]), latLine('read p99', READ), latLine('read max', READ, [8, 4]),
-        latLine('write p50', WRITE, [2, 3]), latLine('write p99', WRITE), latLine('write max', WRITE, [8, 4]),
-      ], latAxis, {
-        distr: 3,
-        log: 10,
-        range: (u, min, max) => (min === null || max === null || !(max > 0)
-          ? [10, 10000]
-          : uPlot.rangeLog(Math.max(1, min), Math.max(10, max), 10, true)),
-      }),
+      // Reads and writes on charts of their own: three series each (p50, p99, max), not six on
+      // one axis.
+      latRead: make('#vv-lat-read', [
+        latLine('p50', READ, [2, 3]), latLine('p99', READ), latLine('max', READ, [8, 4]),
+      ], latAxis, logScale),
+      latWrite: make('#vv-lat-write', [
+        latLine('p50', WRITE, [2, 3]), latLine('p99', WRITE), latLine('max', WRITE, [8, 4]),
+      ], latAxis, logScale),
     };
   }
 
@@ -301,7 +332,7 @@ const VolumePage = (() => {
     const span = (cols * cfg.stepMs) / 1000;
     ctx.fillText('−' + Fmt.seconds(span), left, h - 4);
     ctx.textAlign = 'right';
-    ctx.fillText(new Date(endMs).toLocaleTimeString(), left + plotW, h - 4);
+    ctx.fillText(Fmt.timeOfDay(endMs), left + plotW, h - 4);
     return nonZero;
   }
 
@@ -320,62 +351,7 @@ const VolumePage = (() => {
     return origin.startsWith(name + '@') ? origin + ' (rolled back to it)' : origin + ' (clone or refresh of it)';
   }
 
-  // The export's figures, and the tree of its family.
-  // The page's actions: a volume takes a snapshot or is deleted; a snapshot gives a clone or
-  // is deleted. Deleting asks first, naming the clients that have it open (they are
-  // disconnected: the request says force) and, for a volume, its snapshots (deleted with it).
-  function wireActions(q, name, info) {
-    const isSnapshot = name.includes('@');
-    const newName = q('#vv-new-name');
-    const errorLine = q('#vv-action-error');
-    const confirmBox = q('#vv-confirm');
-    newName.placeholder = isSnapshot ? 'clone name' : 'snapshot name';
-    q('#vv-make').textContent = isSnapshot ? 'Clone' : 'Take snapshot';
-    q('#vv-delete').textContent = isSnapshot ? 'Delete snapshot…' : 'Delete volume…';
-    const fail = (e) => { errorLine.textContent = e.message || String(e); };
-    q('#vv-actions').addEventListener('submit', async (ev) => {
-      ev.preventDefault();
-      errorLine.textContent = '';
-      const n = newName.value.trim();
-      if (!n) { errorLine.textContent = 'give a name'; return; }
-      try {
-        const made = isSnapshot
-          ? await Api.send('POST', '/snapshots/' + encodeURIComponent(name) + '/clones', { name: n })
-          : await Api.send('POST', '/volumes/' + encodeURIComponent(name) + '/snapshots', { name: n });
-        location.hash = '#/volume/' + encodeURIComponent(made.name);
-      } catch (e) { fail(e); }
-    });
-    const sessions = info.sessions || [];
-    const snapshots = info.snapshots || [];
-    q('#vv-delete').addEventListener('click', () => {
-      errorLine.textContent = '';
-      const parts = ['Delete ' + name + ' (' + Fmt.bytes(info.size_bytes) + ')'];
-      if (snapshots.length) parts.push('with its ' + snapshots.length + ' snapshot(s)');
-      if (sessions.length) {
-        parts.push('and disconnect ' + sessions.map((s) => s.protocol + ' ' + s.client).join(', '));
-      }
-      q('#vv-confirm-text').textContent = parts.join(' ') + '?';
-      q('#vv-confirm-yes').textContent = sessions.length ? 'Disconnect and delete' : 'Delete';
-      confirmBox.hidden = false;
-    });
-    q('#vv-confirm-no').addEventListener('click', () => { confirmBox.hidden = true; });
-    q('#vv-confirm-yes').addEventListener('click', async () => {
-      const query = [];
-      if (!isSnapshot && snapshots.length) query.push('with_snapshots=true');
-      if (!isSnapshot && sessions.length) query.push('force=true');
-      const path = (isSnapshot ? '/snapshots/' : '/volumes/') + encodeURIComponent(name) +
-        (query.length ? '?' + query.join('&') : '');
-      try {
-        await Api.send('DELETE', path);
-        location.hash = '#/volumes';
-      } catch (e) {
-        confirmBox.hidden = true;
-        fail(e);
-      }
-    });
-    window.weft.volume.actionsReady = true;
-  }
-
+  // The export's figures, its clients and hosts, and the tree of its family.
   async function loadInfo(q, name, signal) {
     // A snapshot's full name has an '@' (no volume's does): ask for it as a snapshot at once,
     // not after a 404 from /volumes.
@@ -397,8 +373,13 @@ const VolumePage = (() => {
     ];
     if (info.origin) pairs.splice(1, 0, ['origin', originText(name, info.origin)]);
     if (isSnapshot && info.volume) pairs.splice(1, 0, ['of volume', info.volume]);
+    const hosts = (info.hosts || []).map((h) => h.host + ' (LUN ' + h.lun + ')');
+    pairs.push(['hosts', hosts.length ? hosts.join(', ') : 'none (served to local clients)']);
+    pairs.push(['created', Fmt.moment(info.created_unix_s)]);
     Dom.fillKv(q('#vv-info'), pairs);
-    wireActions(q, name, info);
+    VolumeActions.showSessions(q('#vv-sessions'), info.sessions || []);
+    window.weft.volume.sessions = (info.sessions || []).length;
+    await VolumeActions.wire(q, name, info, signal);
 
     // The tree starts at the volume: the page's own, or the snapshot's.
     const rootVolume = isSnapshot ? info.volume : name;
@@ -460,7 +441,7 @@ const VolumePage = (() => {
     const fill = Dom.el('span', { class: 'fill' });
     fill.style.width = (mapped ? Math.min(100, (100 * (sp.own_bytes || 0)) / mapped) : 0).toFixed(1) + '%';
     bar.append(fill);
-    const created = info.created_unix_s ? new Date(info.created_unix_s * 1000).toLocaleString() : '';
+    const created = info.created_unix_s ? Fmt.moment(info.created_unix_s) : '';
     const li = Dom.el('li', { class: kind + (info.name === current ? ' current' : ''), 'data-name': info.name },
       Dom.el('span', { class: 'kind', text: kind === 'snapshot' ? '◆' : '▣' }), ' ',
       link(info.name), ' ', bar,

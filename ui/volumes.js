@@ -1,5 +1,8 @@
-// The volume list: every export (volumes and snapshots) with a sparkline of its IOPS over the
-// last minute and its rates, sortable, updated each second from the statistics stream.
+// The volume list: every export (volumes and snapshots) with its space, data reduction and
+// hosts, a sparkline of its IOPS over the last minute and its rates, sortable, updated each
+// second from the statistics stream (space, reduction and hosts every SPACE_POLL_MS from the
+// catalog: they walk the block maps). Every sparkline has one scale, the busiest row's peak,
+// printed in the column's header, so a quiet clone looks quiet beside a busy volume.
 //
 // Built for hundreds of volumes: each row is created once and its cells are updated in place
 // (text only when it changed); sparklines are drawn on a small canvas per row, and only for rows
@@ -12,11 +15,16 @@ const VolumesPage = (() => {
   const SPARK_SECONDS = 60;
   // Without the live stream, how often to poll /stats/volumes.
   const POLL_MS = 1000;
+  // How often the space, reduction and host columns are read again (GET /volumes computes
+  // space by walking every map: not a per-second call).
+  const SPACE_POLL_MS = 10000;
 
   // Sort keys: a value per row, and whether bigger comes first.
   const SORTS = {
     name: { key: (r) => r.name, desc: false },
     size: { key: (r) => r.size, desc: true },
+    allocated: { key: (r) => r.allocated, desc: true },
+    reduction: { key: (r) => r.reduction, desc: true },
     iops: { key: (r) => r.iops, desc: true },
     mbps: { key: (r) => r.mbps, desc: true },
     p99: { key: (r) => r.p99, desc: true },
@@ -61,7 +69,7 @@ const VolumesPage = (() => {
       const errorLine = root.querySelector('#vl-create-error');
       errorLine.textContent = '';
       const name = root.querySelector('#vl-new-name').value.trim();
-      const size = parseSize(root.querySelector('#vl-new-size').value);
+      const size = Fmt.parseSize(root.querySelector('#vl-new-size').value);
       if (!size) {
         errorLine.textContent = 'size: a number with K, M, G or T (powers of 1024), e.g. 100G';
         return;
@@ -74,11 +82,18 @@ const VolumesPage = (() => {
       }
     });
 
+    let sparkMax = 1; // the shared scale of the sparklines
+    const sparkMaxLabel = root.querySelector('#vl-spark-max');
+    let catalog = new Map(); // name -> its /volumes or /snapshots JSON
+
     window.weft.volumes = {
       rows: () => order.map((r) => r.name),
       sort: () => ({ ...sort }),
+      sparkMax: () => sparkMax,
+      catalogReads: 0,
       updates: 0,
     };
+    readCatalog(signal);
 
     // First paint from the one-shot endpoint, then the 1 s stream; without a stream (an older
     // server), poll; without live statistics at all, list the volumes alone.
@@ -110,6 +125,36 @@ const VolumesPage = (() => {
       }
     }
 
+    // Space, reduction and hosts of every export, now and every SPACE_POLL_MS.
+    async function readCatalog(sig) {
+      while (!sig.aborted) {
+        try {
+          const [vols, snaps] = await Promise.all([Api.get('/volumes', sig), Api.get('/snapshots', sig)]);
+          catalog = new Map(vols.concat(snaps).map((v) => [v.name, v]));
+          for (const r of order) fillCatalog(r);
+          window.weft.volumes.catalogReads += 1;
+          applySort(true);
+        } catch (e) {
+          if (e instanceof Api.Unauthorized || sig.aborted) return;
+        }
+        await Api.sleep(SPACE_POLL_MS, sig);
+      }
+    }
+
+    function fillCatalog(r) {
+      const v = catalog.get(r.name);
+      if (!v) return;
+      const space = v.space || {};
+      const reduction = v.family && v.family.reduction ? v.family.reduction.ratio : null;
+      r.allocated = space.mapped_bytes || 0;
+      r.reduction = reduction || 0;
+      Dom.setText(r.cells.allocated, Fmt.bytes(r.allocated));
+      Dom.setText(r.cells.reduction, Fmt.ratio(reduction));
+      const hosts = (v.hosts || []).map((h) => h.host + ' (LUN ' + h.lun + ')');
+      Dom.setText(r.cells.hosts, hosts.length ? hosts.join(', ') : '–');
+      r.cells.hosts.title = hosts.length ? 'mapped to ' + hosts.join(', ') : 'mapped to no host';
+    }
+
     function update(data) {
       const seen = new Set();
       let added = false;
@@ -136,6 +181,17 @@ const VolumesPage = (() => {
       if (removed) order = order.filter((r) => rows.has(r.name));
       if (added) applyFilter();
       applySort(added);
+      // One scale for every sparkline: the busiest export's peak over the minute.
+      let peak = 1;
+      for (const r of order) for (const x of r.sparkValues || []) if (x > peak) peak = x;
+      if (peak !== sparkMax) {
+        sparkMax = peak;
+        for (const r of order) {
+          r.sparkDirty = true;
+          if (r.onScreen) drawSpark(r);
+        }
+      }
+      Dom.setText(sparkMaxLabel, '(scale 0–' + Fmt.si(sparkMax) + ')');
       const volumes = order.filter((r) => !r.readOnly).length;
       Dom.setText(count, volumes + ' volumes, ' + (order.length - volumes) + ' snapshots');
       window.weft.volumes.updates += 1;
@@ -154,9 +210,15 @@ const VolumesPage = (() => {
       const link = Dom.el('a', { href: '#/volume/' + encodeURIComponent(v.name), text: v.name });
       const nameCell = Dom.el('td', { class: 'name' }, link);
       if (r.readOnly) nameCell.append(' ', Dom.el('span', { class: 'tag small', text: 'snapshot' }));
-      for (const k of ['size', 'iops', 'mbps', 'p99', 'iopsgb']) r.cells[k] = Dom.el('td', { class: 'num' });
+      for (const k of ['size', 'allocated', 'reduction', 'iops', 'mbps', 'p99', 'iopsgb']) {
+        r.cells[k] = Dom.el('td', { class: 'num' });
+      }
+      r.cells.hosts = Dom.el('td', { class: 'hosts' });
+      r.allocated = 0;
+      r.reduction = 0;
       r.tr = Dom.el('tr', { 'data-name': v.name },
-        nameCell, r.cells.size, Dom.el('td', { class: 'sparkcell' }, r.spark),
+        nameCell, r.cells.size, r.cells.allocated, r.cells.reduction, r.cells.hosts,
+        Dom.el('td', { class: 'sparkcell' }, r.spark),
         r.cells.iops, r.cells.mbps, r.cells.p99, r.cells.iopsgb);
       r.tr.weftRow = r;
       r.tr.addEventListener('click', (ev) => {
@@ -164,6 +226,7 @@ const VolumesPage = (() => {
       });
       tbody.append(r.tr);
       visible.observe(r.tr);
+      fillCatalog(r);
       return r;
     }
 
@@ -188,7 +251,7 @@ const VolumesPage = (() => {
     }
 
     function drawSpark(r) {
-      Dom.sparkline(r.spark, r.sparkValues, SPARK_COLOUR, SPARK_SECONDS);
+      Dom.sparkline(r.spark, r.sparkValues, SPARK_COLOUR, SPARK_SECONDS, sparkMax);
       r.sparkDirty = false;
     }
 
@@ -227,14 +290,6 @@ const VolumesPage = (() => {
         r.tr.hidden = (text && !r.name.toLowerCase().includes(text)) || (!snaps && r.readOnly);
       }
     }
-  }
-
-  // `100G`, `512M`, `1.5T`, `10GiB`, or bytes: the CLI's sizes (powers of 1024); 0 if not one.
-  function parseSize(text) {
-    const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$/i.exec(text);
-    if (!m) return 0;
-    const shift = { '': 0, k: 10, m: 20, g: 30, t: 40, p: 50 }[m[2].toLowerCase()];
-    return Math.round(parseFloat(m[1]) * 2 ** shift);
   }
 
   function loadSort() {

@@ -496,6 +496,17 @@ fn report_overlays_results_and_renders_in_chromium() {
         );
     }
     assert!(dom.contains("small \\ large"));
+    // The oltp run has no large I/O: its grids are one row, a column per outstanding I/Os
+    // (1, 2, 4), not a one-column matrix.
+    let oltp_grid = dom
+        .split("<table")
+        .find(|t| t.contains("data-grid=\"iops\" data-run=\"0\""))
+        .expect("the oltp run's IOPS grid");
+    assert!(oltp_grid.contains("data-layout=\"row\""), "{oltp_grid}");
+    assert_eq!(oltp_grid.matches("<td").count(), 3, "{oltp_grid}");
+    // The target's size in binary units, as the CLI prints it (64 MiB, not "67MB").
+    assert!(dom.contains("(64.0 MiB), mode oltp"), "target size");
+    assert!(!dom.contains("67MB"));
     assert!(dom.contains("60% compressible, 20% duplicate 4 KiB blocks"));
     assert!(dom.contains("class=\"knee\""));
 

@@ -309,7 +309,13 @@ fn effective_settings(
             arg.get_action(),
             ArgAction::Set | ArgAction::Append | ArgAction::SetTrue | ArgAction::SetFalse
         );
-        if !daemon_own || !setting || id == CONFIG_ARG_ID || id == CHECK_CONFIG_ARG_ID {
+        // Hidden flags are for tests (e.g. --test-clock-scale): not settings to show.
+        if !daemon_own
+            || !setting
+            || arg.is_hide_set()
+            || id == CONFIG_ARG_ID
+            || id == CHECK_CONFIG_ARG_ID
+        {
             continue;
         }
         let Some(raw) = matches.get_raw(id) else {

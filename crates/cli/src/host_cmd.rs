@@ -1,5 +1,6 @@
 //! The host commands, the storage-array model of who sees which volume:
-//! `weft host create|list|info|delete` and `weft volume map|unmap`.
+//! `weft host create|list|info|delete`, in-place edits (`add-initiator`, `remove-initiator`,
+//! `set-chap`) and `weft volume map|unmap`.
 //!
 //! Secrets can come from the command line, a file (`--chap-secret-file`, first line) or the
 //! environment (`WEFT_CHAP_SECRET`, `WEFT_MUTUAL_SECRET`), so scripts need not put them in
@@ -31,6 +32,60 @@ pub enum HostCommand {
         /// The host's name.
         name: String,
     },
+    /// Let a host log in with one more iSCSI initiator name (it sees its LUNs from it).
+    AddInitiator {
+        /// The host's name.
+        name: String,
+        /// The initiator name, e.g. from /etc/iscsi/initiatorname.iscsi.
+        iqn: String,
+    },
+    /// Take an initiator name away from a host: its sessions lose their LUNs at once.
+    RemoveInitiator {
+        /// The host's name.
+        name: String,
+        /// The initiator name.
+        iqn: String,
+    },
+    /// Set or change a host's CHAP secrets (or remove them with --none) without deleting it:
+    /// the next login needs the new ones; sessions logged in go on.
+    SetChap(Box<SetChapArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct SetChapArgs {
+    /// The host's name.
+    name: String,
+    /// Remove the host's CHAP: its initiators log in without it.
+    #[arg(long, conflicts_with_all = ["chap_user", "chap_secret", "chap_secret_file", "mutual_user", "mutual_secret", "mutual_secret_file"])]
+    none: bool,
+    /// CHAP user name the initiator logs in with.
+    #[arg(long, required_unless_present = "none")]
+    chap_user: Option<String>,
+    /// The new CHAP secret (12-255 characters).
+    #[arg(
+        long,
+        env = "WEFT_CHAP_SECRET",
+        hide_env_values = true,
+        conflicts_with = "chap_secret_file"
+    )]
+    chap_secret: Option<String>,
+    /// Read the new CHAP secret from the first line of this file.
+    #[arg(long, value_name = "FILE")]
+    chap_secret_file: Option<PathBuf>,
+    /// Name the target answers mutual CHAP with (default: the CHAP user).
+    #[arg(long)]
+    mutual_user: Option<String>,
+    /// Mutual CHAP: the secret the target proves itself with (without it: one-way CHAP).
+    #[arg(
+        long,
+        env = "WEFT_MUTUAL_SECRET",
+        hide_env_values = true,
+        conflicts_with = "mutual_secret_file"
+    )]
+    mutual_secret: Option<String>,
+    /// Read the mutual CHAP secret from the first line of this file.
+    #[arg(long, value_name = "FILE")]
+    mutual_secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -173,8 +228,75 @@ pub fn host(client: &ApiClient, command: HostCommand, json: bool) -> anyhow::Res
             let v = json!({ "deleted": "host", "name": name });
             show(json, &v, |_| println!("deleted host {name}"))?;
         }
+        HostCommand::AddInitiator { name, iqn } => {
+            let path = format!("/hosts/{}/initiators", seg(&name));
+            let v = client.call("POST", &path, Some(json!({ "iqn": iqn })))?;
+            show(json, &v, |v| {
+                println!("host {name} logs in as {}", names_of(v, "iqns"));
+            })?;
+        }
+        HostCommand::RemoveInitiator { name, iqn } => {
+            let path = format!("/hosts/{}/initiators/{}", seg(&name), seg(&iqn));
+            let v = client.call("DELETE", &path, None)?;
+            show(json, &v, |v| {
+                println!(
+                    "removed initiator {iqn} from host {name}; it logs in as {}",
+                    names_of(v, "iqns")
+                );
+            })?;
+        }
+        HostCommand::SetChap(a) => set_chap(client, *a, json)?,
     }
     Ok(())
+}
+
+fn set_chap(client: &ApiClient, a: SetChapArgs, json: bool) -> anyhow::Result<()> {
+    let path = format!("/hosts/{}/chap", seg(&a.name));
+    let v = if a.none {
+        client.call("DELETE", &path, None)?
+    } else {
+        let mutual = secret(a.mutual_secret, a.mutual_secret_file)?;
+        let Some(chap_secret) = secret(a.chap_secret, a.chap_secret_file)? else {
+            return Err(crate::exit_code::Failure::Usage(
+                "give the new secret: --chap-secret, --chap-secret-file or WEFT_CHAP_SECRET".into(),
+            )
+            .into());
+        };
+        let body = json!({
+            "chap_user": a.chap_user,
+            "chap_secret": chap_secret,
+            "mutual_chap_user": a.mutual_user,
+            "mutual_chap_secret": mutual,
+        });
+        client.call("PUT", &path, Some(body))?
+    };
+    show(json, &v, |v| {
+        println!("host {} chap: {}", a.name, chap_text(v));
+    })
+}
+
+/// What a host's JSON says of its CHAP (never a secret).
+fn chap_text(v: &Value) -> String {
+    match (v["chap_user"].as_str(), v["mutual_chap_user"].as_str()) {
+        (Some(u), Some(m)) => format!("user {u}, mutual (target answers as {m})"),
+        (Some(u), None) => format!("user {u}"),
+        _ => "none".into(),
+    }
+}
+
+/// A list of a host's JSON, comma-separated, or `nothing`.
+fn names_of(v: &Value, key: &str) -> String {
+    let items: Vec<&str> = v[key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if items.is_empty() {
+        "no initiator".into()
+    } else {
+        items.join(", ")
+    }
 }
 
 pub fn map(client: &ApiClient, a: MapArgs, json: bool) -> anyhow::Result<()> {
@@ -262,11 +384,7 @@ fn print_host(v: &Value) {
     println!("  initiators:    {}", list("iqns"));
     println!("  nbd addresses: {}", list("nbd_addresses"));
     println!("  tls names:     {}", list("tls_names"));
-    match (v["chap_user"].as_str(), v["mutual_chap_user"].as_str()) {
-        (Some(u), Some(m)) => println!("  chap:          user {u}, mutual (target answers as {m})"),
-        (Some(u), None) => println!("  chap:          user {u}"),
-        _ => println!("  chap:          none"),
-    }
+    println!("  chap:          {}", chap_text(v));
     if let (Some(target), Some(portal)) = (v["iscsi_target"].as_str(), v["iscsi_portal"].as_str()) {
         println!("  iscsi target:  {target} at {portal}");
     }

@@ -13,6 +13,7 @@ mod generate;
 mod host_cmd;
 mod logging;
 mod print;
+mod schedule_cmd;
 mod size;
 mod status_cmd;
 mod top;
@@ -215,6 +216,10 @@ struct EngineArgs {
     /// durable stripe, before they are acknowledged (0 = journal every write).
     #[arg(long, default_value = "256K", value_parser = parse_size)]
     write_through_min_size: u64,
+    /// Tests only: the snapshot scheduler's clock runs this many times as fast as the wall
+    /// clock (3600: a scheduled hour passes in a second; snapshot names carry its time).
+    #[arg(long, default_value_t = 1, hide = true)]
+    test_clock_scale: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -248,6 +253,18 @@ enum VolumeCommand {
     Sessions {
         /// The volume's (or snapshot's) name.
         name: String,
+    },
+    /// Rename a volume: its snapshots (OLD@x become NEW@x), host LUN maps, clones' origins
+    /// and snapshot schedule follow. Refused while clients have it open, unless --force.
+    Rename {
+        /// The volume's name.
+        name: String,
+        /// Its new name.
+        new_name: String,
+        /// Go on while clients have the volume or its snapshots open: they are disconnected
+        /// and reconnect by the new name.
+        #[arg(long)]
+        force: bool,
     },
     /// Grow a volume.
     Resize {
@@ -334,6 +351,12 @@ enum SnapshotCommand {
         /// The snapshot's name.
         name: String,
     },
+    /// Snapshot a volume on a schedule and keep a number of them (as sanoid does):
+    /// `--every 1h --keep 24 --daily 7` keeps a day of hourly snapshots and the first one of
+    /// each of the last seven days. Snapshots are named VOLUME@auto-YYYYMMDD-HHMMSS (UTC).
+    Schedule(schedule_cmd::ScheduleArgs),
+    /// List snapshot schedules with their next run.
+    Schedules,
     /// Delete a snapshot (asks on a terminal; --yes in scripts).
     #[command(visible_alias = "rm")]
     Delete {
@@ -426,6 +449,8 @@ fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
         Command::Pool(c) => cluster_cmd::pool(&client, c, json),
         Command::Host(c) => host_cmd::host(&client, c, json),
         Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a, json),
+        Command::Snapshot(SnapshotCommand::Schedule(a)) => schedule_cmd::set(&client, a, json),
+        Command::Snapshot(SnapshotCommand::Schedules) => schedule_cmd::list(&client, json),
         Command::Volume(VolumeCommand::Unmap(a)) => host_cmd::unmap(&client, a, json),
         Command::Cluster(c) => cluster_cmd::cluster(&client, c, json),
         Command::Top(_) if json => {
@@ -466,6 +491,15 @@ fn command_to_request(command: Command) -> volume_cmd::Request {
         Command::Volume(VolumeCommand::List) => R::List,
         Command::Volume(VolumeCommand::Info { name }) => R::Info { name },
         Command::Volume(VolumeCommand::Sessions { name }) => R::Sessions { name },
+        Command::Volume(VolumeCommand::Rename {
+            name,
+            new_name,
+            force,
+        }) => R::Rename {
+            name,
+            new_name,
+            force,
+        },
         Command::Volume(VolumeCommand::Resize { name, size }) => R::Resize {
             name,
             size_bytes: size,
@@ -529,6 +563,7 @@ fn command_to_request(command: Command) -> volume_cmd::Request {
         | Command::Dnode(_)
         | Command::Host(_)
         | Command::Volume(VolumeCommand::Map(_) | VolumeCommand::Unmap(_))
+        | Command::Snapshot(SnapshotCommand::Schedule(_) | SnapshotCommand::Schedules)
         | Command::Pool(_)
         | Command::Cluster(_)
         | Command::Status
@@ -607,6 +642,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
         io_stats: !args.engine.no_io_stats,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
+        schedule_clock_scale: args.engine.test_clock_scale,
     };
     run_server(config)
 }
@@ -655,6 +691,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
         io_stats: !args.engine.no_io_stats,
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
+        schedule_clock_scale: args.engine.test_clock_scale,
     };
     run_server(config)
 }

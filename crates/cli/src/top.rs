@@ -88,7 +88,9 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
     let mut s = format!(
         "weft top  {}  {} volumes, {} snapshots, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by \
          {sorted_by}; latency is weft's own, request to reply, without network or client queue; \
-         QD: reads and writes in flight in weft, on average)\n",
+         QD: reads and writes in flight in weft, on average; await: QD / IOPS, the mean time \
+         a request spends in weft, as iostat's; %util: of the second, the time with a request \
+         in flight)\n",
         clock(stats.time_ms),
         stats.volumes.len() - snapshots,
         snapshots,
@@ -97,7 +99,7 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         total_mbps,
     );
     s.push_str(&format!(
-        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>9} {:>10}\n",
+        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>6} {:>9} {:>10}\n",
         "VOLUME",
         "r/s",
         "w/s",
@@ -108,12 +110,14 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         "w_p50",
         "w_p99",
         "QD",
+        "await",
+        "%util",
         "IOPS/GB",
         "SIZE"
     ));
     for v in rows.iter().take(height.saturating_sub(3)) {
         s.push_str(&format!(
-            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>6.1} {:>9.1} {:>10}\n",
+            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>6.1} {:>8} {:>6.0} {:>9.1} {:>10}\n",
             shorten(&v.name, 24),
             v.read.iops,
             v.write.iops,
@@ -124,6 +128,8 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
             latency(v.write.p50_us),
             latency(v.write.p99_us),
             v.read.queue_depth + v.write.queue_depth,
+            latency(await_us(v)),
+            v.util_pct,
             v.iops_per_gb,
             size(v.size_bytes),
         ));
@@ -132,6 +138,17 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         s.push_str("(no volume did I/O in the last second; --all lists them all)\n");
     }
     s
+}
+
+/// The mean time a read or write spends in weft, by Little's law (requests in flight over
+/// requests per second), in µs; 0 without I/O. iostat's `await`.
+fn await_us(v: &VolumeRate) -> f32 {
+    let iops = v.read.iops + v.write.iops;
+    if iops > 0.0 {
+        (v.read.queue_depth + v.write.queue_depth) / iops * 1e6
+    } else {
+        0.0
+    }
 }
 
 fn iops(v: &VolumeRate) -> f64 {
@@ -238,6 +255,7 @@ mod tests {
             },
             iops_per_gb: f64::from(read_iops + 10.0) / 10.737,
             spark_iops: Vec::new(),
+            util_pct: 73.0,
         }
     }
 
@@ -280,6 +298,9 @@ mod tests {
             lines[2].contains(" 1.5 "),
             "reads and writes in flight: {text}"
         );
+        // await: 1.5 in flight at 5,010 IOPS is 299 µs each (the column after QD).
+        assert!(lines[1].contains(" QD    await  %util "), "{text}");
+        assert!(lines[2].contains(" 1.5    299µs     73 "), "{text}");
         assert!(
             lines[2].contains("2.5ms") && lines[2].contains("10.0G"),
             "{text}"

@@ -1,4 +1,4 @@
-//! `weft volume`, `weft snapshot`, `weft clone` and the engine maintenance commands (`stats`,
+//! `weft volume`, `weft snapshot` (but schedules, `schedule_cmd`), `weft clone` and the engine maintenance commands (`stats`,
 //! `sync`, `gc`, `checkpoint`): one [`Request`] each, sent through [`ApiClient`], destructive
 //! ones confirmed first (see `confirm`).
 
@@ -30,6 +30,11 @@ pub enum Request {
     Resize {
         name: String,
         size_bytes: u64,
+    },
+    Rename {
+        name: String,
+        new_name: String,
+        force: bool,
     },
     Delete {
         name: String,
@@ -130,6 +135,33 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
                     "resized {} to {}",
                     name,
                     human(v["size_bytes"].as_u64().unwrap_or(size_bytes))
+                );
+            })?;
+        }
+        Request::Rename {
+            name,
+            new_name,
+            force,
+        } => {
+            let mut body = json!({ "name": new_name });
+            if force {
+                body["force"] = true.into();
+            }
+            let v = client.call(
+                "POST",
+                &format!("/volumes/{}/rename", seg(&name)),
+                Some(body),
+            )?;
+            show(json, &v, |v| {
+                let snapshots = v["snapshots"].as_array().map_or(0, Vec::len);
+                let cut = if force {
+                    "; clients that had it open were disconnected"
+                } else {
+                    ""
+                };
+                println!(
+                    "renamed {name} to {new_name} (with {snapshots} snapshot{}){cut}",
+                    if snapshots == 1 { "" } else { "s" }
                 );
             })?;
         }

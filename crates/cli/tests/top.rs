@@ -58,6 +58,17 @@ fn top_in_a_terminal_shows_the_busy_volume_first() {
             .filter(|qd| *qd > 0.0 && *qd <= 4.5)
             .map(|_| ())
     });
+    // ...so it is busy part of each second (%util), never more than all of it.
+    poll_until(Duration::from_secs(30), "vol0's utilisation", || {
+        let v = srv.api_json("GET", "/api/v1/stats/volumes", None);
+        v["volumes"]
+            .as_array()?
+            .iter()
+            .find(|x| x["name"] == "vol0")
+            .and_then(|x| x["util_pct"].as_f64())
+            .filter(|u| *u > 0.0 && *u <= 100.0)
+            .map(|_| ())
+    });
 
     let top = format!(
         "{} --data-dir {} top --count 3 --interval 500ms",

@@ -2,7 +2,8 @@
 //! page): the static files' headers, login with the token (a wrong one refused), the volume
 //! list, the volume page's live charts and heat map moving while fio writes, the list sorted
 //! by IOPS with the busy volume first, the cluster page (with the capacity of the file
-//! systems), and 500 volumes listed and sorted.
+//! systems), and 500 volumes listed and sorted; and the UI acting as the CLI does, with its
+//! confirmations (resize, rename, rollback, refresh, hosts page map/unmap, clients listed).
 //!
 //! Screenshots of each page go to `$CARGO_TARGET_TMPDIR/web-ui-screenshots/` (the path is
 //! printed). The page exposes its data for tests as `window.weft` (see ui/app.js).
@@ -689,4 +690,237 @@ fn web_ui_in_headless_chromium() {
         started.elapsed(),
         shots.display()
     );
+}
+
+/// Clicks `id` in the page.
+fn click(page: &mut Page, id: &str) {
+    page.eval(&format!("document.getElementById({}).click()", json!(id)));
+}
+
+/// Sets the value of the input or select `id`.
+fn set_value(page: &mut Page, id: &str, value: &str) {
+    page.eval(&format!(
+        "document.getElementById({}).value = {}",
+        json!(id),
+        json!(value)
+    ));
+}
+
+/// The UI does what the CLI does, asking what the CLI asks: the list's space, reduction and
+/// hosts columns and its sparklines on one labelled scale; the hosts page maps and unmaps; a
+/// volume's page lists its clients, resizes, rolls back (naming the client it cuts off),
+/// refreshes a clone and renames; read and write latency on charts of their own; every time in
+/// UTC.
+#[test]
+fn web_ui_acts_like_the_cli() {
+    const TEST: &str = "web_ui_acts_like_the_cli";
+    chromium();
+    let srv = Server::start_with("web-ui-acts", ServeOpts::default().volume_size("64M"));
+    if srv.skip_without_api(TEST) {
+        return;
+    }
+    let (mut rng, _) = test_rng(TEST);
+    srv.cli_ok(&["volume", "create", "pg", "--size", "64M"]);
+    let mut c = srv.nbd_client("pg");
+    c.write(0, &random_bytes(&mut rng, 2 << 20)).unwrap();
+    c.flush().unwrap();
+    c.disconnect();
+    srv.cli_ok(&["snapshot", "create", "pg@mon"]);
+    srv.cli_ok(&["clone", "create", "pg@mon", "dev"]);
+    let mut c = srv.nbd_client("dev");
+    c.write(8 << 20, &random_bytes(&mut rng, 1 << 20)).unwrap();
+    c.flush().unwrap();
+    c.disconnect();
+    srv.cli_ok(&[
+        "host",
+        "create",
+        "db1",
+        "--iqn",
+        "iqn.1994-05.com.redhat:db1",
+        "--nbd-address",
+        "10.1.1.1",
+    ]);
+
+    let shots = screenshot_dir();
+    let browser = Browser::launch();
+    let mut page = browser.page();
+    page.navigate(&format!("{}/", srv.api));
+    page.wait_for(
+        "the login page",
+        "window.weft && weft.page === 'login'",
+        PAGE_TIMEOUT,
+    );
+    page.login(&srv.token());
+
+    // The list: space, reduction and hosts columns from the catalog; one sparkline scale.
+    page.wait_for(
+        "the list with its catalog columns",
+        "weft.page === 'volumes' && weft.volumes.catalogReads > 0 \
+         && document.querySelector('#vl-table tr[data-name=\"pg\"] td:nth-child(3)').textContent.endsWith('MiB')",
+        PAGE_TIMEOUT,
+    );
+    let header = page.eval(
+        "Array.from(document.querySelectorAll('#vl-table th')).map((th) => th.textContent.trim())",
+    );
+    for col in ["allocated", "reduction", "hosts"] {
+        assert!(
+            header.as_array().unwrap().iter().any(|h| h == col),
+            "{col} not in {header}"
+        );
+    }
+    let reduction = page.eval(
+        "document.querySelector('#vl-table tr[data-name=\"pg\"] td:nth-child(4)').textContent",
+    );
+    assert!(reduction.as_str().unwrap().ends_with('×'), "{reduction}");
+    // Some I/O for the sparklines: the scale is the busiest row's peak, and it says so.
+    let mut c = srv.nbd_client("pg");
+    for i in 0..200u64 {
+        c.read((i % 16) * 4096, 4096).unwrap();
+    }
+    c.disconnect();
+    let scale = page.wait_for(
+        "a shared sparkline scale above 1",
+        "weft.volumes.sparkMax() > 1 && document.getElementById('vl-spark-max').textContent",
+        PAGE_TIMEOUT,
+    );
+    assert!(scale.as_str().unwrap().starts_with("(scale 0–"), "{scale}");
+    page.screenshot(&shots, "acts-1-volumes", VIEW_HEIGHT_PX);
+
+    // Hosts: map pg as LUN 3, then unmap it after the page asked.
+    page.go("#/hosts");
+    page.wait_for(
+        "the hosts page",
+        "weft.page === 'hosts' && weft.hosts.names().includes('db1')",
+        PAGE_TIMEOUT,
+    );
+    page.eval(
+        "const tr = document.querySelector('#hs-table tr[data-host=\"db1\"]'); \
+         tr.querySelector('select.map-export').value = 'pg'; \
+         tr.querySelector('input.map-lun').value = '3'; \
+         tr.querySelector('button.map').click()",
+    );
+    page.wait_for(
+        "pg mapped as LUN 3",
+        "JSON.stringify(weft.hosts.luns('db1')) === '[[3,\"pg\"]]'",
+        PAGE_TIMEOUT,
+    );
+    let host = srv.api_json("GET", "/api/v1/hosts/db1", None);
+    assert_eq!(host["luns"][0]["export"], "pg", "{host}");
+    assert_eq!(host["luns"][0]["lun"], 3, "{host}");
+    page.screenshot(&shots, "acts-2-hosts", VIEW_HEIGHT_PX);
+    page.eval("document.querySelector('#hs-table button.unmap').click()");
+    let asked = page.eval("weft.hosts.asking");
+    assert_eq!(
+        asked,
+        "Unmap pg (LUN 3) from host db1? Its sessions lose the LUN at their next command."
+    );
+    click(&mut page, "hs-confirm-yes");
+    page.wait_for(
+        "pg unmapped",
+        "weft.hosts.loads > 2 && weft.hosts.luns('db1').length === 0",
+        PAGE_TIMEOUT,
+    );
+    let host = srv.api_json("GET", "/api/v1/hosts/db1", None);
+    assert_eq!(host["luns"], json!([]), "{host}");
+
+    // pg's page with a client connected: it is listed, times are UTC, latency has two charts.
+    let mut held = srv.nbd_client("pg");
+    page.go("#/volume/pg");
+    page.wait_for(
+        "pg's page with its client",
+        "weft.page === 'volume' && weft.volume.actionsReady === true && weft.volume.sessions === 1 \
+         && document.querySelectorAll('#vv-sessions tbody tr[data-client]').length === 1",
+        PAGE_TIMEOUT,
+    );
+    let info = page.eval("document.getElementById('vv-info').textContent");
+    assert!(info.as_str().unwrap().contains(" UTC"), "{info}");
+    let since =
+        page.eval("document.querySelector('#vv-sessions tbody td:nth-child(4)').textContent");
+    assert!(since.as_str().unwrap().ends_with(" UTC"), "{since}");
+    let series = page.eval(
+        "[document.querySelectorAll('#vv-lat-read .u-series').length, \
+          document.querySelectorAll('#vv-lat-write .u-series').length]",
+    );
+    assert_eq!(
+        series,
+        json!([4, 4]),
+        "time + p50, p99, max on each latency chart"
+    );
+    page.screenshot(&shots, "acts-3-volume", 1600);
+
+    // Resize asks nothing and grows it.
+    set_value(&mut page, "vv-size", "128M");
+    click(&mut page, "vv-resize");
+    poll_until(PAGE_TIMEOUT, "pg resized", || {
+        let v = srv.api_json("GET", "/api/v1/volumes/pg", None);
+        (v["size_bytes"] == 128u64 << 20).then_some(())
+    });
+    page.wait_for(
+        "pg's page again",
+        "weft.volume.actionsReady === true && document.getElementById('vv-info').textContent.includes('128 MiB')",
+        PAGE_TIMEOUT,
+    );
+
+    // Rollback asks the CLI's question, naming the client it disconnects.
+    set_value(&mut page, "vv-rollback-to", "pg@mon");
+    click(&mut page, "vv-rollback");
+    let asked = page.eval("weft.volume.asking");
+    let asked = asked.as_str().unwrap();
+    assert!(
+        asked.starts_with("Roll back volume pg (128 MiB) to snapshot pg@mon (taken 20")
+            && asked.contains(" UTC)? Its writes since then are discarded")
+            && asked.contains("This disconnects nbd 127.0.0.1:"),
+        "{asked}"
+    );
+    assert_eq!(
+        page.eval("document.getElementById('vv-confirm-yes').textContent"),
+        "Disconnect and roll back"
+    );
+    click(&mut page, "vv-confirm-yes");
+    poll_until(PAGE_TIMEOUT, "pg rolled back", || {
+        let v = srv.api_json("GET", "/api/v1/volumes/pg", None);
+        (v["origin"] == "pg@mon").then_some(())
+    });
+    assert!(held.read(0, 4096).is_err(), "the client was not cut off");
+
+    // Refresh of the clone: the CLI's question (its own changes), then they are gone.
+    page.go("#/volume/dev");
+    page.wait_for(
+        "dev's page",
+        "weft.page === 'volume' && weft.volume.name === 'dev' && weft.volume.actionsReady === true",
+        PAGE_TIMEOUT,
+    );
+    set_value(&mut page, "vv-refresh-to", "pg@mon");
+    click(&mut page, "vv-refresh");
+    let asked = page.eval("weft.volume.asking");
+    assert!(
+        asked
+            .as_str()
+            .unwrap()
+            .starts_with("Refresh volume dev (64 MiB, 1 MiB of its own changes) to snapshot pg@mon of pg (taken 20"),
+        "{asked}"
+    );
+    click(&mut page, "vv-confirm-yes");
+    poll_until(PAGE_TIMEOUT, "dev refreshed", || {
+        let v = srv.api_json("GET", "/api/v1/volumes/dev", None);
+        (v["space"]["own_bytes"] == 0).then_some(())
+    });
+
+    // Rename, with nobody connected: no question; the page follows the new name.
+    page.go("#/volume/pg");
+    page.wait_for(
+        "pg's page",
+        "weft.volume.name === 'pg' && weft.volume.actionsReady === true",
+        PAGE_TIMEOUT,
+    );
+    set_value(&mut page, "vv-rename-to", "pgx");
+    click(&mut page, "vv-rename");
+    page.wait_for(
+        "the renamed volume's page",
+        "location.hash === '#/volume/pgx' && weft.volume.actionsReady === true",
+        PAGE_TIMEOUT,
+    );
+    let v = srv.api_json("GET", "/api/v1/volumes/pgx", None);
+    assert_eq!(v["snapshots"], json!(["pgx@mon"]), "{v}");
+    assert_no_page_errors(&mut page, "after the UI's actions");
 }

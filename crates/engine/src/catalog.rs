@@ -33,9 +33,10 @@ use crate::layers::{LayerOp, CHAIN_LAYERS_MAX};
 use crate::metastore::{ClusterState, ClusterStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
 use crate::state::State;
 use crate::units::{
-    FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES, BLOCK_SIZE_U64,
+    binary_size, FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_U64,
 };
 
+mod rename;
 mod report;
 
 use crate::names::{
@@ -43,6 +44,7 @@ use crate::names::{
 };
 pub use crate::names::{snapshot_short_name, SNAPSHOT_SEPARATOR};
 
+pub use rename::Renamed;
 use report::{children_of, clones_of, snapshot_info, volume_info, Child};
 pub use report::{image_summaries, FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
 
@@ -163,6 +165,7 @@ impl Engine {
         }
         let mut next = meta.state.clone();
         next.volumes.retain(|v| v.id != record.id);
+        crate::schedules::forget_volume(&mut next, name);
         let mut switch = Switch {
             remove_images: vec![record.name.clone()],
             ..Switch::default()
@@ -192,7 +195,11 @@ impl Engine {
         let record = find_volume(&meta.state, name)?;
         if size_bytes < record.size_bytes {
             return Err(EngineError::InvalidSize {
-                reason: format!("volumes only grow: {name} is {} bytes", record.size_bytes),
+                reason: format!(
+                    "volumes only grow: {name} is {}, more than {}",
+                    binary_size(record.size_bytes),
+                    binary_size(size_bytes)
+                ),
             });
         }
         let mut next = meta.state.clone();
@@ -766,7 +773,10 @@ fn check_size(size_bytes: u64) -> Result<(), EngineError> {
     {
         return Err(EngineError::InvalidSize {
             reason: format!(
-                "{size_bytes} bytes: a volume is a non-zero multiple of {BLOCK_SIZE_BYTES} bytes, at most {VOLUME_SIZE_MAX_BYTES}"
+                "{}: a volume is a non-zero multiple of {} and at most {}",
+                binary_size(size_bytes),
+                binary_size(BLOCK_SIZE_U64),
+                binary_size(VOLUME_SIZE_MAX_BYTES)
             ),
         });
     }

@@ -57,6 +57,10 @@ pub enum EngineError {
     InvalidName { name: String },
     #[error("pool {pool:?}: {reason}")]
     InvalidPool { pool: String, reason: String },
+    #[error("volume {volume:?} has no snapshot schedule")]
+    NoSchedule { volume: String },
+    #[error("invalid snapshot schedule: {reason}")]
+    InvalidSchedule { reason: String },
     #[error("invalid size: {reason}")]
     InvalidSize { reason: String },
     #[error("request outside the volume or not 4 KiB aligned: offset {offset_bytes}, length {length_bytes}")]

@@ -24,8 +24,10 @@ pub use crate::host_records::{ChapRecord, HostRecord, LunMapping, MutualChap, Se
 use crate::metastore::ClusterState;
 use crate::names::{check_name, resolve_snapshot};
 
+mod edit;
 mod validate;
 
+pub use edit::ChapSpec;
 pub use validate::{network_contains, parse_network, SECRET_MIN_BYTES};
 
 /// Largest LUN number (SAM-5 flat space addressing, 14 bits).
@@ -230,7 +232,7 @@ impl Engine {
         self.shared.hosts_generation.load(Ordering::Acquire)
     }
 
-    fn hosts_changed(&self) {
+    pub(crate) fn hosts_changed(&self) {
         self.shared.hosts_generation.fetch_add(1, Ordering::AcqRel);
     }
 }
@@ -394,47 +396,12 @@ fn host_record(state: &ClusterState, spec: &HostSpec) -> Result<HostRecord, Engi
             tls_names.push(n);
         }
     }
-    let chap = match (&spec.chap_user, &spec.chap_secret) {
-        (None, None) => None,
-        (Some(user), Some(secret)) => {
-            let user = validate::chap_user(user)?;
-            let secret = validate::chap_secret(secret, "CHAP secret")?;
-            let mutual = match &spec.mutual_secret {
-                None => None,
-                Some(m) => {
-                    let m = validate::chap_secret(m, "mutual CHAP secret")?;
-                    if m == secret {
-                        return Err(invalid(
-                            "the mutual CHAP secret must differ from the CHAP secret (RFC 7143 §12.1.3)".into(),
-                        ));
-                    }
-                    let user = match &spec.mutual_user {
-                        Some(u) => validate::chap_user(u)?,
-                        None => user.clone(),
-                    };
-                    Some(MutualChap {
-                        user,
-                        secret: Secret(m),
-                    })
-                }
-            };
-            Some(ChapRecord {
-                user,
-                secret: Secret(secret),
-                mutual,
-            })
-        }
-        _ => {
-            return Err(invalid(
-                "CHAP needs both a user (--chap-user) and a secret (--chap-secret)".into(),
-            ))
-        }
-    };
-    if chap.is_none() && (spec.mutual_secret.is_some() || spec.mutual_user.is_some()) {
-        return Err(invalid(
-            "mutual CHAP needs one-way CHAP too (--chap-user and --chap-secret)".into(),
-        ));
-    }
+    let chap = edit::chap_record(&ChapSpec {
+        user: spec.chap_user.clone(),
+        secret: spec.chap_secret.clone(),
+        mutual_user: spec.mutual_user.clone(),
+        mutual_secret: spec.mutual_secret.clone(),
+    })?;
     if chap.is_some() && iqns.is_empty() {
         return Err(invalid(
             "CHAP secrets are for iSCSI: give the host's initiator name (--iqn)".into(),

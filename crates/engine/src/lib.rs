@@ -26,6 +26,8 @@ pub mod layers;
 pub mod metastore;
 pub mod names;
 pub mod reduce;
+pub mod schedule_records;
+pub mod schedules;
 pub mod segment;
 pub mod space;
 pub mod stripe;
@@ -50,13 +52,14 @@ mod state;
 mod stats;
 
 pub use catalog::{
-    image_summaries, snapshot_short_name, FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo,
-    SNAPSHOT_SEPARATOR,
+    image_summaries, snapshot_short_name, FamilySummary, ImageSummary, Renamed, SnapshotInfo,
+    VolumeInfo, SNAPSHOT_SEPARATOR,
 };
 pub use engine::{Backends, Engine, EngineConfig, LocalStoreConfig};
 pub use error::{EngineError, IoFailure};
-pub use hosts::{HostInfo, HostRecord, HostSpec, LunInfo};
+pub use hosts::{ChapSpec, HostInfo, HostRecord, HostSpec, LunInfo};
 pub use repair_status::RepairStatus;
+pub use schedules::ScheduleRecord;
 pub use space::{FamilyReduction, SpaceUsage};
 pub use stats::{EngineStats, GcReport, GcStats, ReductionStats};
 pub use units::{BlockId, FamilyId, Lba, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES};

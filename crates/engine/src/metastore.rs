@@ -103,6 +103,10 @@ pub struct ClusterState {
     /// they can read them or not. Recorded before the journal may release those records.
     #[serde(default)]
     pub ignored_stripes: Vec<IgnoredStripe>,
+    /// Snapshot schedules, by volume name (see `schedules`). Written only when there are
+    /// some, so a state without them stays readable by builds from before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshot_schedules: Vec<crate::schedule_records::ScheduleRecord>,
 }
 
 /// A stripe recovery proved never durable; see [`ClusterState::ignored_stripes`].

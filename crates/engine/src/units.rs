@@ -7,6 +7,25 @@ pub const BLOCK_SIZE_BYTES: usize = 4096;
 /// The same, as the u64 used in byte arithmetic on offsets.
 pub const BLOCK_SIZE_U64: u64 = 4096;
 
+/// A size in binary units as messages print it, as the CLI does: `512 B`, `4 KiB`, `1.5 GiB`,
+/// `4 PiB` (whole numbers without decimals). Never raw byte counts in a message a person reads.
+pub fn binary_size(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut unit = 0;
+    let mut whole = bytes;
+    while whole >= 1024 && unit < UNITS.len() - 1 {
+        whole /= 1024;
+        unit += 1;
+    }
+    let exact = unit == 0 || bytes.is_multiple_of(1u64 << (10 * unit));
+    if exact {
+        return format!("{whole} {}", UNITS[unit]);
+    }
+    #[allow(clippy::cast_precision_loss)] // a size for people: three digits are plenty
+    let value = bytes as f64 / (1u64 << (10 * unit)) as f64;
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 /// The sector size a volume presents to hosts (NBD minimum block size, SCSI logical block
 /// length): 512 ("512e": 512-byte sectors emulated over 4 KiB blocks by read-modify-write in
 /// the front-end seam) or 4096 ("4Kn"). Metadata only: the engine maps, dedups and compresses
@@ -138,3 +157,18 @@ impl Lba {
 /// A 128-bit dedup fingerprint: the first 16 bytes of the block's BLAKE3 hash. Collisions are
 /// not a practical concern at 2^-49 for 2^40 unique blocks, so dedup does not compare bytes.
 pub type Fingerprint = u128;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_print_in_binary_units() {
+        assert_eq!(binary_size(512), "512 B");
+        assert_eq!(binary_size(4096), "4 KiB");
+        assert_eq!(binary_size(3 << 29), "1.5 GiB");
+        assert_eq!(binary_size(1 << 52), "4 PiB");
+        assert_eq!(binary_size(10 << 30), "10 GiB");
+        assert_eq!(binary_size(u64::MAX), "16.0 EiB");
+    }
+}

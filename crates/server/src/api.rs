@@ -2,8 +2,9 @@
 //! token created at first start. Handlers call the engine on the blocking pool.
 //!
 //! Volumes: `GET|POST /volumes`, `GET|DELETE /volumes/{name}[?with_snapshots=true&force=true]`,
-//! `POST /volumes/{name}/{resize,snapshots,refresh,rollback}`, `GET /volumes/{name}/sessions`.
-//! Delete, refresh and rollback are refused (409) while clients have the volume open, unless
+//! `POST /volumes/{name}/{resize,rename,snapshots,refresh,rollback}`,
+//! `GET /volumes/{name}/sessions`, snapshot schedules (see [`schedules`]).
+//! Delete, rename, refresh and rollback are refused (409) while clients have the volume open, unless
 //! forced (`force`: a query parameter of the delete, a body field of refresh and rollback);
 //! see [`sessions`].
 //! Snapshots: `GET /snapshots[?volume=V]`, `GET|DELETE /snapshots/{name}[?keep_hidden=true]`,
@@ -39,6 +40,8 @@ mod cluster;
 mod cnodes;
 mod hosts;
 pub mod openapi;
+mod rename;
+mod schedules;
 mod sessions;
 pub mod stats;
 pub mod types;
@@ -70,6 +73,8 @@ pub struct ApiState {
     pub sessions: Arc<crate::sessions::Sessions>,
     /// The SCSI reservation records, removed with their exports.
     pub reservations: crate::reservation_records::ReservationRecords,
+    /// The snapshot scheduler's clock (the wall clock but in tests).
+    pub schedule_clock: crate::snapshot_scheduler::Clock,
 }
 
 /// An API error: status and message.
@@ -89,6 +94,7 @@ impl From<EngineError> for ApiError {
             EngineError::UnknownVolume { .. }
             | EngineError::UnknownSnapshot { .. }
             | EngineError::UnknownHost { .. }
+            | EngineError::NoSchedule { .. }
             | EngineError::NotMapped { .. }
             | EngineError::Gone => StatusCode::NOT_FOUND,
             EngineError::VolumeExists { .. }
@@ -105,6 +111,7 @@ impl From<EngineError> for ApiError {
             EngineError::InvalidName { .. }
             | EngineError::InvalidSnapshotName { .. }
             | EngineError::InvalidHost { .. }
+            | EngineError::InvalidSchedule { .. }
             | EngineError::InvalidSize { .. }
             | EngineError::InvalidPool { .. }
             | EngineError::OutOfRange { .. } => StatusCode::BAD_REQUEST,
@@ -125,6 +132,12 @@ pub fn router(state: ApiState) -> Router {
             get(volume_info).delete(delete_volume),
         )
         .route("/api/v1/volumes/{name}/resize", post(resize_volume))
+        .route("/api/v1/volumes/{name}/rename", post(rename::rename_volume))
+        .route(
+            "/api/v1/volumes/{name}/snapshot-schedule",
+            axum::routing::put(schedules::set).delete(schedules::remove),
+        )
+        .route("/api/v1/snapshot-schedules", get(schedules::list))
         .route("/api/v1/volumes/{name}/snapshots", post(create_snapshot))
         .route("/api/v1/volumes/{name}/refresh", post(refresh_volume))
         .route("/api/v1/volumes/{name}/rollback", post(rollback_volume))
@@ -176,6 +189,18 @@ pub fn router(state: ApiState) -> Router {
         .route(
             "/api/v1/hosts/{name}/luns/{export}",
             axum::routing::delete(hosts::unmap),
+        )
+        .route(
+            "/api/v1/hosts/{name}/initiators",
+            post(hosts::add_initiator),
+        )
+        .route(
+            "/api/v1/hosts/{name}/initiators/{iqn}",
+            axum::routing::delete(hosts::remove_initiator),
+        )
+        .route(
+            "/api/v1/hosts/{name}/chap",
+            axum::routing::put(hosts::set_chap).delete(hosts::remove_chap),
         )
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         // Probes for load balancers and supervisors: no token, no data.

@@ -18,6 +18,7 @@ pub mod recovering;
 pub mod reservation_records;
 pub mod serve;
 pub mod sessions;
+pub mod snapshot_scheduler;
 pub mod sub_block;
 pub mod target_port_groups;
 pub mod web_ui;

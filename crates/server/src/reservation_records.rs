@@ -7,7 +7,8 @@
 //! Each LU's `weft_scsi::LunState` reaches its record through [`ReservationRecords::for_export`]
 //! (load, and store with a compare-and-swap on the key's mod revision); [`follow`] tells the
 //! LUs of this process when a record changed under them. The record of an export goes when the
-//! export is deleted ([`ReservationRecords::remove`]); at power-on ([`ReservationRecords::power_on`])
+//! export is deleted ([`ReservationRecords::remove`]) and moves when it is renamed
+//! ([`ReservationRecords::rename`]); at power-on ([`ReservationRecords::power_on`])
 //! records without APTPL go, as SPC-4 has a power loss clear them, and so do those of exports
 //! that no longer exist.
 //!
@@ -71,6 +72,16 @@ impl ReservationRecords {
     /// `export` was deleted: its record goes with it.
     pub fn remove(&self, export: &str) -> Result<(), MetaError> {
         self.kv.delete(&key_of(export))
+    }
+
+    /// `from` was renamed `to` (a volume rename): its record moves with it, so a host keeps
+    /// its registrations and reservation across the rename.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), MetaError> {
+        if let Some(record) = self.kv.get(&key_of(from))? {
+            self.kv.put(&key_of(to), &record.value, None)?;
+            self.kv.delete(&key_of(from))?;
+        }
+        Ok(())
     }
 
     /// The LUs come back after every process serving them stopped (a power loss in SPC-4's

@@ -98,6 +98,9 @@ pub struct ServeConfig {
     pub io_stats: bool,
     pub default_volume: String,
     pub default_volume_size_bytes: u64,
+    /// The snapshot scheduler's clock runs this many times as fast as the wall clock (1; more
+    /// only in tests, see `snapshot_scheduler`).
+    pub schedule_clock_scale: u64,
 }
 
 /// Run until a signal; returns after a clean shutdown (destaged and checkpointed).
@@ -366,7 +369,19 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             }
         })
     };
+    let schedule_clock = crate::snapshot_scheduler::Clock::scaled(
+        config.schedule_clock_scale,
+        crate::snapshot_scheduler::last_run_unix_s(&engine),
+    );
+    let scheduler = tokio::spawn(crate::snapshot_scheduler::run(
+        engine.clone(),
+        Arc::clone(&sessions),
+        reservations.clone(),
+        schedule_clock.clone(),
+        shutdown.clone(),
+    ));
     let state = ApiState {
+        schedule_clock,
         compute: compute.clone(),
         cluster: cluster.clone(),
         engine: engine.clone(),
@@ -521,6 +536,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     front_ends.join().await;
     let _ = api_task.await;
     let _ = capacity_sampler.await;
+    let _ = scheduler.await;
     if let Some(task) = metrics_task {
         let _ = task.await;
     }

@@ -77,8 +77,20 @@ const ASSETS: &[Asset] = &[
         cache_control: CACHE_REVALIDATE,
     },
     Asset {
+        name: "volume_actions.js",
+        body: include_bytes!("../../../ui/volume_actions.js"),
+        content_type: JS,
+        cache_control: CACHE_REVALIDATE,
+    },
+    Asset {
         name: "volume.js",
         body: include_bytes!("../../../ui/volume.js"),
+        content_type: JS,
+        cache_control: CACHE_REVALIDATE,
+    },
+    Asset {
+        name: "hosts.js",
+        body: include_bytes!("../../../ui/hosts.js"),
         content_type: JS,
         cache_control: CACHE_REVALIDATE,
     },

@@ -419,6 +419,21 @@
           // Small I/O figures have no row without small I/O; large ones no column without large.
           var gRows = g.small ? rows.filter(function (s) { return s > 0; }) : rows;
           var gCols = g.small ? cols : cols.filter(function (l) { return l > 0; });
+          // Without large I/O (oltp mode) the matrix is one column: lay it out as one row, a
+          // column per small outstanding I/Os, as ORION's oltp output reads.
+          if (g.small && gCols.length === 1 && gCols[0] === 0) {
+            t.setAttribute("data-layout", "row");
+            var hr = html("tr", null, t), vr = html("tr", null, t);
+            html("th", "small outstanding I/Os", hr);
+            html("th", g.key === "latency" ? "latency" : "IOPS", vr);
+            gRows.forEach(function (s) {
+              html("th", s, hr);
+              var p = cell(s, 0), v = p ? g.value(p) : null;
+              var td = html("td", v === null ? "" : v, vr);
+              if (p) td.title = p.name;
+            });
+            return;
+          }
           var head = html("tr", null, t);
           html("th", "small \\ large", head);
           gCols.forEach(function (l) { html("th", l, head); });
@@ -479,7 +494,7 @@
     runs.forEach(function (run) {
       html("h3", run.label, root);
       var m = run.machine, c = run.config, tg = run.target;
-      html("p", tg.kind + " target " + tg.uri + " (" + fmt(tg.size_bytes) + "B), mode " + c.mode +
+      html("p", tg.kind + " target " + tg.uri + " (" + fmtSize(tg.size_bytes) + "), mode " + c.mode +
         ", small " + fmtBytes(c.small_io_bytes) + ", large " + fmtBytes(c.large_io_bytes) +
         ", region " + c.region_spec + ", " + c.duration_s + " s per point after " + c.warmup_s +
         " s warm-up, written data: " + patternText(c) + unwrittenText(run.unwritten) +

@@ -1,7 +1,9 @@
 //! Host endpoints of the management API, the storage-array model of who sees what:
 //! `GET|POST /hosts`, `GET|DELETE /hosts/{name}`, `POST /hosts/{name}/luns`
 //! (`{"export": NAME, "lun": N}`, `lun` optional: the lowest free) and
-//! `DELETE /hosts/{name}/luns/{export}`.
+//! `DELETE /hosts/{name}/luns/{export}`; edits in place: `POST /hosts/{name}/initiators`
+//! (`{"iqn": IQN}`), `DELETE /hosts/{name}/initiators/{iqn}`, `PUT /hosts/{name}/chap`
+//! (new CHAP secrets) and `DELETE /hosts/{name}/chap`.
 //!
 //! CHAP secrets go in with `POST /hosts` and never come out: a host's JSON says which CHAP
 //! user it logs in as, never the secret. Every host's JSON carries how to reach its LUNs:
@@ -10,9 +12,9 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use weft_engine::HostSpec;
+use weft_engine::{ChapSpec, HostSpec};
 
-use super::types::{CreateHost, ErrorBody, Host, Lun, MapExport, MappedLun};
+use super::types::{AddInitiator, CreateHost, ErrorBody, Host, Lun, MapExport, MappedLun, SetChap};
 use super::{blocking, ApiError, ApiState, JsonBody};
 
 fn host(state: &ApiState, info: weft_engine::HostInfo) -> Host {
@@ -177,4 +179,117 @@ pub(super) async fn unmap(
     let engine = state.engine.clone();
     blocking(move || engine.unmap_export(&name, &export)).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Let a host log in with one more initiator name.
+#[utoipa::path(
+    post,
+    path = "/api/v1/hosts/{name}/initiators",
+    operation_id = "add_initiator",
+    tag = "hosts",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The host")),
+    request_body = AddInitiator,
+    responses(
+        (status = 200, description = "The host", body = Host),
+        (status = 400, description = "Not an initiator name, too many, or invalid body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such host", body = ErrorBody),
+        (status = 409, description = "Another host has that initiator", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
+pub(super) async fn add_initiator(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<AddInitiator>,
+) -> Result<Json<Host>, ApiError> {
+    let engine = state.engine.clone();
+    let info = blocking(move || engine.add_initiator(&name, &body.iqn)).await?;
+    Ok(Json(host(&state, info)))
+}
+
+/// Take an initiator name away from a host (its sessions lose their LUNs).
+#[utoipa::path(
+    delete,
+    path = "/api/v1/hosts/{name}/initiators/{iqn}",
+    operation_id = "remove_initiator",
+    tag = "hosts",
+    security(("bearer" = [])),
+    params(
+        ("name" = String, Path, description = "The host"),
+        ("iqn" = String, Path, description = "The initiator name"),
+    ),
+    responses(
+        (status = 200, description = "The host", body = Host),
+        (status = 400, description = "The host has no such initiator, or it is the last one it needs", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such host", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
+pub(super) async fn remove_initiator(
+    State(state): State<ApiState>,
+    Path((name, iqn)): Path<(String, String)>,
+) -> Result<Json<Host>, ApiError> {
+    let engine = state.engine.clone();
+    let info = blocking(move || engine.remove_initiator(&name, &iqn)).await?;
+    Ok(Json(host(&state, info)))
+}
+
+/// Set or change a host's CHAP secrets (the next login uses them).
+#[utoipa::path(
+    put,
+    path = "/api/v1/hosts/{name}/chap",
+    operation_id = "set_host_chap",
+    tag = "hosts",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The host")),
+    request_body = SetChap,
+    responses(
+        (status = 200, description = "The host", body = Host),
+        (status = 400, description = "Invalid CHAP user or secret, no initiator, or invalid body", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such host", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
+pub(super) async fn set_chap(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<SetChap>,
+) -> Result<Json<Host>, ApiError> {
+    let spec = ChapSpec {
+        user: Some(body.chap_user),
+        secret: Some(body.chap_secret),
+        mutual_user: body.mutual_chap_user,
+        mutual_secret: body.mutual_chap_secret,
+    };
+    let engine = state.engine.clone();
+    let info = blocking(move || engine.set_host_chap(&name, &spec)).await?;
+    Ok(Json(host(&state, info)))
+}
+
+/// Remove a host's CHAP: its initiators log in without it.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/hosts/{name}/chap",
+    operation_id = "remove_host_chap",
+    tag = "hosts",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The host")),
+    responses(
+        (status = 200, description = "The host", body = Host),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such host", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+)]
+pub(super) async fn remove_chap(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Host>, ApiError> {
+    let engine = state.engine.clone();
+    let info = blocking(move || engine.set_host_chap(&name, &ChapSpec::default())).await?;
+    Ok(Json(host(&state, info)))
 }

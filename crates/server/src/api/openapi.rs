@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{audit, cluster, cnodes, hosts, sessions, stats};
+use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats};
 
 /// The document (see [`document`]).
 #[derive(OpenApi)]
@@ -34,6 +34,10 @@ use super::{audit, cluster, cnodes, hosts, sessions, stats};
         super::volume_info,
         super::delete_volume,
         super::resize_volume,
+        rename::rename_volume,
+        schedules::list,
+        schedules::set,
+        schedules::remove,
         super::create_snapshot,
         super::refresh_volume,
         super::rollback_volume,
@@ -72,6 +76,10 @@ use super::{audit, cluster, cnodes, hosts, sessions, stats};
         hosts::delete,
         hosts::map,
         hosts::unmap,
+        hosts::add_initiator,
+        hosts::remove_initiator,
+        hosts::set_chap,
+        hosts::remove_chap,
     ),
     // Reached by no operation's body: the payload of the `sample` events of the stream.
     components(schemas(stats::NamedSample)),

@@ -50,6 +50,9 @@ pub struct VolumeRate {
     pub iops_per_gb: f64,
     /// Read plus write IOPS per second over the last minute, oldest first.
     pub spark_iops: Vec<f32>,
+    /// Percent of the last second with a request in flight (iostat's `%util`).
+    #[serde(default)]
+    pub util_pct: f32,
 }
 
 /// One export's series.
@@ -94,6 +97,7 @@ fn volumes_stats(state: &ApiState) -> VolumesStats {
                 .last()
                 .filter(|s| now.saturating_sub(s.t_ms) <= STALE_MS);
             let (read, write) = last.map(|s| (s.read, s.write)).unwrap_or_default();
+            let util_pct = last.map_or(0.0, |s| s.util_pct);
             let iops = f64::from(read.iops + write.iops);
             VolumeRate {
                 iops_per_gb: if image.size_bytes == 0 {
@@ -107,6 +111,7 @@ fn volumes_stats(state: &ApiState) -> VolumesStats {
                 read_only: image.read_only,
                 read,
                 write,
+                util_pct,
             }
         })
         .collect();

@@ -56,6 +56,74 @@ pub struct ToSnapshot {
     pub force: bool,
 }
 
+/// `POST /volumes/{name}/rename`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenameVolume {
+    /// The new name; its snapshots `OLD@x` become `NEW@x`.
+    pub name: String,
+    /// Go on while clients have the volume or its snapshots open (they are disconnected and
+    /// reconnect by the new name); without it a volume with sessions is refused with 409.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `POST /hosts/{name}/initiators`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddInitiator {
+    /// An iSCSI initiator name (`iqn.`, `eui.` or `naa.`).
+    pub iqn: String,
+}
+
+/// `PUT /hosts/{name}/chap`: the host's CHAP settings, replacing the old ones. Secrets are
+/// 12-255 characters and never shown again.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetChap {
+    pub chap_user: String,
+    pub chap_secret: String,
+    /// The name the target answers mutual CHAP with (default: the CHAP user).
+    #[serde(default)]
+    pub mutual_chap_user: Option<String>,
+    /// Mutual CHAP: the secret the target proves itself with (differs from `chap_secret`).
+    #[serde(default)]
+    pub mutual_chap_secret: Option<String>,
+}
+
+/// `PUT /volumes/{name}/snapshot-schedule`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetSchedule {
+    /// Seconds between snapshots (at least 60).
+    pub every_s: u64,
+    /// How many of the newest scheduled snapshots to keep (at least 1).
+    pub keep: u32,
+    /// Also keep the first scheduled snapshot of each of this many newest days.
+    #[serde(default)]
+    pub daily: u32,
+}
+
+/// A snapshot schedule as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Schedule {
+    pub volume: String,
+    /// Seconds between snapshots.
+    pub every_s: u64,
+    /// The newest scheduled snapshots kept.
+    pub keep: u32,
+    /// The first scheduled snapshot of each of this many newest days is kept too.
+    pub daily: u32,
+    /// When it was set (seconds since the Unix epoch, by the scheduler's clock).
+    pub created_unix_s: u64,
+    /// When it last fired (`None`: never).
+    pub last_run_unix_s: Option<u64>,
+    /// When it fires next (seconds since the Unix epoch).
+    pub next_run_unix_s: u64,
+    /// Its scheduled snapshots now (full names, oldest first).
+    pub snapshots: Vec<String>,
+}
+
 /// `DELETE /api/v1/volumes/{name}`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

@@ -2,6 +2,8 @@
 //! every I/O and what `/metrics` and the sampler read.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
 
 use super::histogram::{AtomicHistogram, Buckets};
 
@@ -112,6 +114,55 @@ impl ProtocolCounters {
 #[derive(Debug, Default)]
 pub struct ExportCounters {
     protocols: [ProtocolCounters; 2],
+    /// The time it had a request in flight, whatever the protocol and operation.
+    pub busy: BusyTime,
+}
+
+/// The time an export had at least one request in flight (iostat's `%util`): the union of its
+/// requests' intervals. The clock starts when the requests in flight go from 0 to 1 and the
+/// time is added when they go back to 0: two atomic adds per request and no lock. A request
+/// that starts in the instant the last other one ends may lose that instant (the two race on
+/// `since_us`); the figure is for people, and the sampler clamps it to 100 %.
+#[derive(Debug, Default)]
+pub struct BusyTime {
+    in_flight: AtomicU64,
+    /// [`clock_us`] when `in_flight` last went from 0 to 1.
+    since_us: AtomicU64,
+    /// Busy time of the intervals that ended, in µs.
+    total_us: AtomicU64,
+}
+
+impl BusyTime {
+    pub fn start(&self, now_us: u64) {
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.since_us.store(now_us, Ordering::Release);
+        }
+    }
+
+    pub fn end(&self, now_us: u64) {
+        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let since = self.since_us.load(Ordering::Acquire);
+            self.total_us
+                .fetch_add(now_us.saturating_sub(since), Ordering::Relaxed);
+        }
+    }
+
+    /// The busy time up to `now_us`, the interval under way included.
+    pub fn busy_us(&self, now_us: u64) -> u64 {
+        let total = self.total_us.load(Ordering::Acquire);
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            total + now_us.saturating_sub(self.since_us.load(Ordering::Acquire))
+        } else {
+            total
+        }
+    }
+}
+
+/// Microseconds on a monotonic clock that starts with the first call: the time base of
+/// [`BusyTime`] and of the front ends' request timing.
+pub fn clock_us() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 impl ExportCounters {
@@ -121,5 +172,26 @@ impl ExportCounters {
 
     pub fn op(&self, protocol: Protocol, op: Op) -> &OpCounters {
         self.protocol(protocol).op(op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_time_is_the_union_of_overlapping_requests() {
+        let b = BusyTime::default();
+        // [100, 300) and [200, 500) overlap: busy from 100 to 500. Then [600, 650).
+        b.start(100);
+        b.start(200);
+        b.end(300);
+        assert_eq!(b.busy_us(400), 300, "under way");
+        b.end(500);
+        assert_eq!(b.busy_us(550), 400);
+        b.start(600);
+        b.end(650);
+        assert_eq!(b.busy_us(1000), 450);
+        assert!(clock_us() <= clock_us());
     }
 }

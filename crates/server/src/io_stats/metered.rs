@@ -3,13 +3,12 @@
 //! protocol label); the wrappers share one [`IoStats`].
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::backend::{
     AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
 };
 
-use super::counters::{ExportCounters, Op, ProtocolCounters};
+use super::counters::{clock_us, ExportCounters, Op, ProtocolCounters};
 use super::{IoStats, Protocol};
 
 /// An export backend whose opened exports record their I/O.
@@ -74,10 +73,14 @@ impl MeteredExport {
         bytes: u64,
         io: impl FnOnce() -> Result<T, ExportIoError>,
     ) -> Result<T, ExportIoError> {
-        let start = Instant::now();
+        let start_us = clock_us();
+        self.counters.busy.start(start_us);
         let result = io();
-        let us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.counters().op(op).record(bytes, us, result.is_ok());
+        let end_us = clock_us();
+        self.counters.busy.end(end_us);
+        self.counters()
+            .op(op)
+            .record(bytes, end_us.saturating_sub(start_us), result.is_ok());
         result
     }
 }

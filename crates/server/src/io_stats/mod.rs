@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
-pub use counters::{ExportCounters, Op, OpTotals, Protocol};
+pub use counters::{clock_us, BusyTime, ExportCounters, Op, OpTotals, Protocol};
 pub use metered::MeteredBackend;
 pub use series::{OpRate, Sample, Step, HEAT_BOUNDS_US, HEAT_BUCKETS};
 
@@ -60,26 +60,33 @@ struct ExportSampling {
     /// Present once the export did I/O; dropped after an hour of idleness.
     history: Option<Box<History>>,
     last_active_tick: u64,
+    /// The export's busy time at the last tick (see [`BusyTime`]).
+    last_busy_us: u64,
 }
 
 impl ExportSampling {
     fn new(counters: Arc<ExportCounters>) -> ExportSampling {
         let last = Protocol::ALL
             .map(|p| [Op::Read, Op::Write, Op::Flush].map(|op| counters.op(p, op).load()));
+        let last_busy_us = counters.busy.busy_us(clock_us());
         ExportSampling {
             counters,
             last,
             history: None,
             last_active_tick: 0,
+            last_busy_us,
         }
     }
 
     /// The interval since the last tick; reads the histograms only of operations that moved.
     fn interval(&mut self, seconds: f64) -> Interval {
+        let busy_us = self.counters.busy.busy_us(clock_us());
         let mut interval = Interval {
             seconds,
+            busy_us: busy_us.saturating_sub(self.last_busy_us),
             ..Interval::default()
         };
+        self.last_busy_us = self.last_busy_us.max(busy_us);
         for (p, protocol) in Protocol::ALL.into_iter().enumerate() {
             for (o, op) in [Op::Read, Op::Write, Op::Flush].into_iter().enumerate() {
                 let counters = self.counters.op(protocol, op);

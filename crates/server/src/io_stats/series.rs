@@ -87,6 +87,10 @@ pub struct Sample {
     pub flush: OpRate,
     /// Reads and writes per latency bucket ([`HEAT_BOUNDS_US`]).
     pub heat: [u32; HEAT_BUCKETS],
+    /// Percent of the interval with at least one request in flight (iostat's `%util`; with
+    /// many requests in parallel 100 % is not saturation).
+    #[serde(default)]
+    pub util_pct: f32,
 }
 
 impl Sample {
@@ -98,6 +102,7 @@ impl Sample {
             write: OpRate::default(),
             flush: OpRate::default(),
             heat: [0; HEAT_BUCKETS],
+            util_pct: 0.0,
         }
     }
 }
@@ -148,11 +153,13 @@ impl OpInterval {
 pub(super) struct Interval {
     pub ops: [OpInterval; 3],
     pub seconds: f64,
+    /// Time with a request in flight, in µs.
+    pub busy_us: u64,
 }
 
 impl Interval {
     pub fn is_idle(&self) -> bool {
-        self.ops.iter().all(|o| o.ops == 0)
+        self.ops.iter().all(|o| o.ops == 0) && self.busy_us == 0
     }
 
     pub fn add(&mut self, other: &Interval) {
@@ -160,6 +167,7 @@ impl Interval {
             mine.add(theirs);
         }
         self.seconds += other.seconds;
+        self.busy_us += other.busy_us;
     }
 
     pub fn sample(&self, t_ms: u64) -> Sample {
@@ -182,6 +190,7 @@ impl Interval {
             write: self.ops[1].rate(seconds),
             flush: self.ops[2].rate(seconds),
             heat,
+            util_pct: ((self.busy_us as f64 / (seconds * 1e6)) * 100.0).min(100.0) as f32,
         }
     }
 }
@@ -226,7 +235,9 @@ impl History {
 
     /// Every kept sample is idle: the history can go.
     pub fn is_idle(&self) -> bool {
-        let quiet = |s: &Sample| s.read.iops == 0.0 && s.write.iops == 0.0 && s.flush.iops == 0.0;
+        let quiet = |s: &Sample| {
+            s.read.iops == 0.0 && s.write.iops == 0.0 && s.flush.iops == 0.0 && s.util_pct == 0.0
+        };
         self.rings.iter().all(|r| r.iter().all(quiet)) && self.pending.iter().all(Interval::is_idle)
     }
 }
@@ -269,6 +280,12 @@ mod tests {
         // 50 µs is in the (32, 64] cell.
         assert_eq!(s.heat[2], 100);
         assert_eq!(s.heat.iter().sum::<u32>(), 100);
+        // Busy 25 ms of the 100: 25 % utilised; never more than 100 %.
+        let mut busy = interval(100, 50);
+        busy.busy_us = 25_000;
+        assert!((busy.sample(7).util_pct - 25.0).abs() < 1e-3);
+        busy.busy_us = 250_000;
+        assert_eq!(busy.sample(7).util_pct, 100.0);
     }
 
     #[test]

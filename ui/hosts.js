@@ -1,0 +1,107 @@
+// The hosts page: every host with its initiators, NBD addresses and CHAP (never a secret), the
+// LUNs mapped to it, and the actions of `weft host create` and `weft volume map|unmap`: map an
+// export (volume read-write, snapshot read-only) under the lowest free LUN or a chosen one, and
+// unmap it after asking (the host's sessions lose the LUN at their next command).
+'use strict';
+
+const HostsPage = (() => {
+  const template = 'tpl-hosts';
+
+  async function mount(root, _arg, signal) {
+    const q = (sel) => root.querySelector(sel);
+    const tbody = q('#hs-table tbody');
+    const errorLine = q('#hs-error');
+    const confirmBox = q('#hs-confirm');
+    let pending = null;
+    window.weft.hosts = { names: () => [], luns: () => [], loads: 0 };
+
+    const fail = (e) => { errorLine.textContent = e.message || String(e); };
+    q('#hs-confirm-no').addEventListener('click', () => { confirmBox.hidden = true; pending = null; });
+    q('#hs-confirm-yes').addEventListener('click', async () => {
+      const action = pending;
+      pending = null;
+      confirmBox.hidden = true;
+      if (action) {
+        try { await action(); } catch (e) { fail(e); }
+      }
+    });
+    q('#hs-create').addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      errorLine.textContent = '';
+      const body = { name: q('#hs-new-name').value.trim() };
+      const iqn = q('#hs-new-iqn').value.trim();
+      const addr = q('#hs-new-nbd').value.trim();
+      body.iqns = iqn ? [iqn] : [];
+      body.nbd_addresses = addr ? [addr] : [];
+      try {
+        await Api.send('POST', '/hosts', body);
+        await load();
+      } catch (e) { fail(e); }
+    });
+
+    await load();
+
+    async function load() {
+      const [hosts, volumes, snapshots] = await Promise.all([
+        Api.get('/hosts', signal), Api.get('/volumes', signal), Api.get('/snapshots', signal),
+      ]);
+      const exports = volumes.map((v) => v.name).concat(snapshots.map((s) => s.name)).sort();
+      tbody.replaceChildren(...hosts.map((h) => row(h, exports)));
+      if (!hosts.length) {
+        tbody.append(Dom.el('tr', {}, Dom.el('td', { colSpan: 4, class: 'note', text: 'no hosts yet: create one below' })));
+      }
+      window.weft.hosts = {
+        names: () => hosts.map((h) => h.name),
+        luns: (name) => ((hosts.find((h) => h.name === name) || {}).luns || []).map((l) => [l.lun, l.export]),
+        loads: window.weft.hosts.loads + 1,
+      };
+    }
+
+    function row(h, exports) {
+      const ids = (h.iqns || []).concat((h.nbd_addresses || []).map((a) => 'nbd ' + a),
+        (h.tls_names || []).map((n) => 'tls ' + n));
+      const chap = h.chap_user ? 'user ' + h.chap_user + (h.mutual_chap_user ? ', mutual' : '') : 'none';
+      const luns = Dom.el('ul', { class: 'luns' }, ...(h.luns || []).map((l) => Dom.el('li', { 'data-lun': String(l.lun) },
+        'LUN ' + l.lun + ' ', Dom.el('a', { href: '#/volume/' + encodeURIComponent(l.export), text: l.export }),
+        l.read_only ? ' (read-only) ' : ' ',
+        Dom.el('button', {
+          type: 'button', class: 'danger unmap', text: 'Unmap…', 'data-export': l.export,
+          onclick: () => askUnmap(h.name, l),
+        }))));
+      const select = Dom.el('select', { class: 'map-export' },
+        ...exports.map((e) => Dom.el('option', { value: e, text: e })));
+      const lun = Dom.el('input', { class: 'map-lun', placeholder: 'LUN (lowest free)', size: 14 });
+      const map = Dom.el('form', { class: 'toolbar actions' }, select, lun,
+        Dom.el('button', { type: 'submit', class: 'map', text: 'Map' }));
+      map.addEventListener('submit', async (ev) => {
+        ev.preventDefault();
+        errorLine.textContent = '';
+        const body = { export: select.value };
+        if (lun.value.trim()) body.lun = Number(lun.value.trim());
+        try {
+          await Api.send('POST', '/hosts/' + encodeURIComponent(h.name) + '/luns', body);
+          await load();
+        } catch (e) { fail(e); }
+      });
+      return Dom.el('tr', { 'data-host': h.name },
+        Dom.el('td', { class: 'name', text: h.name }),
+        Dom.el('td', { text: ids.join(', ') || '–' }),
+        Dom.el('td', { text: chap }),
+        Dom.el('td', {}, luns, map));
+    }
+
+    function askUnmap(host, l) {
+      errorLine.textContent = '';
+      q('#hs-confirm-text').textContent = 'Unmap ' + l.export + ' (LUN ' + l.lun + ') from host ' + host +
+        '? Its sessions lose the LUN at their next command.';
+      confirmBox.hidden = false;
+      window.weft.hosts.asking = q('#hs-confirm-text').textContent;
+      pending = async () => {
+        await Api.send('DELETE', '/hosts/' + encodeURIComponent(host) + '/luns/' + encodeURIComponent(l.export));
+        await load();
+      };
+    }
+  }
+
+  return { template, mount };
+})();
