@@ -313,7 +313,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let (front_ends, nbd_addr, iscsi_addrs) = match early {
         Some(early) => {
             // From now on this c.node serves from its own engine.
-            early.local.set(Arc::clone(&engine_backend));
+            early.serve_locally(Arc::clone(&engine_backend));
             (early.front_ends, early.nbd_addr, early.iscsi_addrs)
         }
         None => {

@@ -20,7 +20,7 @@ use crate::front_ends::{Bound, Running};
 use crate::io_stats::IoStats;
 use crate::reservation_records::ReservationRecords;
 use crate::sessions::Sessions;
-use crate::target_port_groups::{CnodeGroup, TargetPortGroups};
+use crate::target_port_groups::{ClusterOwner, CnodeGroup, TargetPortGroups};
 
 /// A c.node whose forwarding is set up and whose front ends are bound, not yet started.
 pub(crate) struct Early {
@@ -40,6 +40,7 @@ pub(crate) struct Early {
 pub(crate) struct Started {
     pub front_ends: Running,
     pub group: CnodeGroup,
+    pub port_groups: Arc<TargetPortGroups>,
     pub local: Arc<LocalSlot>,
     pub kv: Arc<dyn weft_meta::MetaStore>,
     pub reservations: ReservationRecords,
@@ -117,6 +118,17 @@ pub(crate) async fn start_early(
     })
 }
 
+impl Started {
+    /// This c.node owns the cluster and its engine is open: it serves from `engine`, and its
+    /// LUs say so at once (its ALUA group active/optimized) rather than at the port groups'
+    /// next reading of etcd.
+    pub fn serve_locally(&self, engine: Arc<dyn ExportBackend>) {
+        self.local.set(engine);
+        self.port_groups
+            .set_cluster_owner(ClusterOwner::Cnode(self.group.cnode.clone()));
+    }
+}
+
 impl Early {
     /// Start the front ends on the routed backend.
     pub fn start_front_ends(
@@ -132,6 +144,7 @@ impl Early {
         Started {
             front_ends,
             group: self.group,
+            port_groups: self.port_groups,
             local: self.local,
             kv: self.kv,
             reservations: self.reservations,
