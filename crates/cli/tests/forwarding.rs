@@ -72,6 +72,10 @@ fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_
         "a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_the_owners_loss",
     );
     let standby_json = serving(&standby);
+    let standby_api = standby_json["api"]
+        .as_str()
+        .expect("the standby's API")
+        .to_string();
     assert_eq!(standby_json["forwarding"], true, "{standby_json}");
     let standby_nbd = format!("nbd://{}/vol0", standby_json["nbd"].as_str().unwrap());
     let owner_nbd = c.nbd_uri("vol0");
@@ -103,6 +107,22 @@ fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_
         "reading through the owner what the standby's portal wrote",
     );
     c.step("NBD and iSCSI through the standby reach the owner's volume, both ways");
+
+    // The standby's management API names the owner and where its API is.
+    let token = std::fs::read_to_string(standby.data_dir.join("api-token")).unwrap();
+    let (status, body) = api_request(
+        &standby_api,
+        "GET",
+        "/api/v1/volumes",
+        None,
+        Some(token.trim()),
+    );
+    let owner_api = &c.cnode.as_ref().unwrap().api;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("this c.node is a standby") && body.contains(owner_api.as_str()),
+        "the standby's API names the owner's ({owner_api}): {body}"
+    );
 
     // ALUA: one target port group per c.node, the same answer through either; the owner's
     // group active/optimized, the standby's active/non-optimized.

@@ -5,7 +5,9 @@
 //! - `GET /healthz` (no token): the process is up; `GET /readyz` (no token): 503 and why;
 //! - `GET /api/v1/cluster` (token): `"mode": "recovering"` with the blocked stripes, the
 //!   d.nodes it waits for and every d.node's state (`weft cluster status`);
-//! - any other API route (token): 503 "recovering";
+//! - any other API route (token): 503 "recovering", or, on a c.node waiting while another
+//!   owns the cluster, 503 naming the owner and its API (this one serves NBD and iSCSI
+//!   through it meanwhile);
 //! - `/metrics`: `weft_recovery_waiting`, `weft_recovery_blocked_stripes` and one
 //!   `weft_recovery_waiting_for_dnode{dnode}` per d.node it waits for.
 //!
@@ -29,11 +31,16 @@ use crate::cluster::placement::ClusterPlacement;
 /// The placement, once the c.node has joined its cluster (single-process mode has none).
 pub type PlacementSlot = Arc<OnceLock<Arc<ClusterPlacement>>>;
 
+/// Says, while another c.node owns the cluster, that this one is serving through it (who the
+/// owner is, where its API is); `None` when it is not so.
+pub type StandbySlot = Arc<OnceLock<Arc<dyn Fn() -> Option<String> + Send + Sync>>>;
+
 /// What the early routers read.
 #[derive(Clone)]
 pub struct Recovering {
     pub status: RecoveryStatus,
     pub placement: PlacementSlot,
+    pub standby: StandbySlot,
     pub token: Arc<str>,
 }
 
@@ -43,6 +50,9 @@ impl Recovering {
     }
 
     fn why(&self) -> String {
+        if let Some(standby) = self.standby.get().and_then(|f| f()) {
+            return standby;
+        }
         match self.status.waiting() {
             Some(w) => format!("weft is recovering: {w}"),
             None => "weft is recovering (reading its checkpoints and segments)".into(),

@@ -152,6 +152,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let recovering = crate::recovering::Recovering {
         status: engine_config.recovery_status.clone(),
         placement: Arc::default(),
+        standby: Arc::default(),
         token: Arc::clone(&token),
     };
     let api_slot: Arc<std::sync::OnceLock<axum::Router>> = Arc::default();
@@ -233,6 +234,16 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             )
             .await?;
             let iscsi = iscsi_options(early.reservations.clone(), Arc::clone(&early.port_groups));
+            let view = Arc::clone(&early.view);
+            let me = early.group.cnode.clone();
+            let _ = recovering.standby.set(Arc::new(move || {
+                view.now().owner.clone().filter(|o| o.id != me).map(|o| {
+                    format!(
+                        "this c.node is a standby: c.node {} owns the cluster and serves the management API at {}; this one serves NBD and iSCSI through it, and takes over if it fails",
+                        o.id, o.api
+                    )
+                })
+            }));
             Some(early.start_front_ends(
                 io_for_front_ends,
                 nbd_options(nbd_tls.take()),

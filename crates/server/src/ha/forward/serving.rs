@@ -30,6 +30,8 @@ pub(crate) struct Early {
     pub port_groups: Arc<TargetPortGroups>,
     /// This c.node's group.
     pub group: CnodeGroup,
+    /// The cluster as read from etcd (exports, hosts, owner).
+    pub view: Arc<ClusterView>,
     kv: Arc<dyn weft_meta::MetaStore>,
     local: Arc<LocalSlot>,
     backend: Arc<dyn ExportBackend>,
@@ -91,7 +93,7 @@ pub(crate) async fn start_early(
     let local = LocalSlot::new();
     let backend: Arc<dyn ExportBackend> = Arc::new(RoutedBackend::new(
         Arc::clone(&local),
-        view,
+        Arc::clone(&view),
         id.clone(),
         secret.clone(),
         retry_window(ha.lease_ttl),
@@ -110,6 +112,7 @@ pub(crate) async fn start_early(
         bound,
         port_groups,
         group,
+        view,
         reservations: ReservationRecords::new(Arc::clone(&kv)),
         kv,
         local,
