@@ -37,17 +37,62 @@ const RECORD_FORMAT: u32 = 1;
 const FOLLOW_POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// How long [`follow`] waits before watching again after its watch broke.
 const FOLLOW_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// Where each c.node of a cluster says up to which revision of the records its LUs have
+/// dropped what they cached: this prefix, then its id.
+pub const APPLIED_PREFIX: &str = "weft/scsi/applied/";
+const PEERS_POLL: Duration = Duration::from_millis(2);
+
+/// The other c.nodes serving the same LUs (cluster mode): a reservation change made here is
+/// answered only once each of them has applied it, so a host fenced through one c.node is
+/// refused at once through every other.
+#[derive(Clone)]
+pub struct Peers {
+    /// This c.node's id.
+    pub me: String,
+    /// The ids of the other c.nodes that serve iSCSI now.
+    pub others: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
+    /// How long a change waits for them: longer than a c.node cut off from etcd goes on
+    /// serving (its lease time).
+    pub wait: Duration,
+}
+
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peers")
+            .field("me", &self.me)
+            .finish_non_exhaustive()
+    }
+}
 
 /// The reservation records of every export, in one metadata store.
 #[derive(Debug, Clone)]
 pub struct ReservationRecords {
     kv: Arc<dyn MetaStore>,
+    peers: Option<Peers>,
 }
 
 impl ReservationRecords {
     /// Records in `kv` (the cluster's etcd in cluster mode).
     pub fn new(kv: Arc<dyn MetaStore>) -> ReservationRecords {
-        ReservationRecords { kv }
+        ReservationRecords { kv, peers: None }
+    }
+
+    /// Records shared with other c.nodes: changes wait for them (see [`Peers`]).
+    pub fn with_peers(self, peers: Peers) -> ReservationRecords {
+        ReservationRecords {
+            peers: Some(peers),
+            ..self
+        }
+    }
+
+    /// Say that this c.node's LUs have applied every change up to `revision`.
+    fn applied(&self, revision: u64) {
+        if let Some(p) = &self.peers {
+            let key = format!("{APPLIED_PREFIX}{}", p.me);
+            if let Err(error) = self.kv.put(&key, revision.to_string().as_bytes(), None) {
+                tracing::warn!(%error, "could not say which reservation changes this c.node applied");
+            }
+        }
     }
 
     /// The single-process server's records, in `data_dir`/[`RESERVATIONS_DIR`].
@@ -65,6 +110,7 @@ impl ReservationRecords {
     pub fn for_export(&self, export: &str) -> Arc<dyn ReservationStore> {
         Arc::new(ExportRecord {
             kv: Arc::clone(&self.kv),
+            peers: self.peers.clone(),
             key: key_of(export),
         })
     }
@@ -122,8 +168,13 @@ pub fn follow(
         let watch = records
             .kv
             .list_with_revision(RESERVATIONS_PREFIX)
-            .and_then(|(_, revision)| records.kv.watch(RESERVATIONS_PREFIX, revision));
-        let watch = match watch {
+            .and_then(|(_, revision)| {
+                records
+                    .kv
+                    .watch(RESERVATIONS_PREFIX, revision)
+                    .map(|w| (w, revision))
+            });
+        let (watch, start) = match watch {
             Ok(watch) => watch,
             Err(error) => {
                 tracing::warn!(%error, "cannot watch the reservation records; retrying");
@@ -133,6 +184,7 @@ pub fn follow(
         };
         // Whatever happened before the watch started is unknown here.
         changed(None);
+        records.applied(start);
         loop {
             if shutdown.is_cancelled() {
                 return;
@@ -141,6 +193,9 @@ pub fn follow(
                 Ok(event) => {
                     let key = event.key();
                     changed(Some(key.strip_prefix(RESERVATIONS_PREFIX).unwrap_or(key)));
+                    let (WatchEvent::Put { revision, .. } | WatchEvent::Delete { revision, .. }) =
+                        &event;
+                    records.applied(*revision);
                     if let WatchEvent::Delete { .. } = event {
                         tracing::debug!(key, "reservation record removed");
                     }
@@ -168,6 +223,7 @@ fn key_of(export: &str) -> String {
 #[derive(Debug)]
 struct ExportRecord {
     kv: Arc<dyn MetaStore>,
+    peers: Option<Peers>,
     key: String,
 }
 
@@ -190,10 +246,42 @@ impl ReservationStore for ExportRecord {
         let bytes = serde_json::to_vec(&StoredRecord::from(record))
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         match self.kv.compare_and_put(&self.key, expected, &bytes, None) {
-            Ok(revision) => Ok(revision),
+            Ok(revision) => {
+                if let Some(peers) = &self.peers {
+                    wait_for_peers(&*self.kv, peers, revision);
+                }
+                Ok(revision)
+            }
             Err(MetaError::Conflict { .. }) => Err(StoreError::Conflict),
             Err(e) => Err(unavailable(e)),
         }
+    }
+}
+
+/// Until every other c.node serving iSCSI has applied `revision` (or `peers.wait` passed:
+/// one that does not answer etcd is named in the log; it has stopped serving by then).
+fn wait_for_peers(kv: &dyn MetaStore, peers: &Peers, revision: u64) {
+    let deadline = std::time::Instant::now() + peers.wait;
+    loop {
+        let behind: Vec<String> = (peers.others)()
+            .into_iter()
+            .filter(|id| {
+                let applied = kv
+                    .get(&format!("{APPLIED_PREFIX}{id}"))
+                    .ok()
+                    .flatten()
+                    .and_then(|v| String::from_utf8_lossy(&v.value).parse::<u64>().ok());
+                applied.is_none_or(|a| a < revision)
+            })
+            .collect();
+        if behind.is_empty() {
+            return;
+        }
+        if std::time::Instant::now() >= deadline {
+            tracing::warn!(?behind, revision, "a reservation change answered before these c.nodes applied it: a host fenced here may still write through them until they do");
+            return;
+        }
+        std::thread::sleep(PEERS_POLL);
     }
 }
 
@@ -357,14 +445,19 @@ mod tests {
     /// Two c.nodes on one etcd, each with its own connection and its own `LunState` of one
     /// LU: a reservation one takes is seen and enforced by the other once the watch tells it.
     #[test]
-    fn two_cnodes_on_one_etcd_share_a_reservation() {
+    fn two_cnodes_on_one_etcd_share_a_reservation_and_a_change_waits_for_the_other() {
         use weft_scsi::{build, opcode, LunState, MemLun, Status};
 
         let etcd = weft_meta::testing::EtcdServer::start().expect("starting etcd");
-        let connect = || -> ReservationRecords {
-            ReservationRecords::new(Arc::new(etcd.connect().expect("connect")))
+        // Each c.node knows the other serves the LU: a change waits until the other applied it.
+        let connect = |me: &str, other: &'static str| -> ReservationRecords {
+            ReservationRecords::new(Arc::new(etcd.connect().expect("connect"))).with_peers(Peers {
+                me: me.to_string(),
+                others: Arc::new(move || vec![other.to_string()]),
+                wait: Duration::from_secs(3),
+            })
         };
-        let (one, two) = (connect(), connect());
+        let (one, two) = (connect("one", "two"), connect("two", "one"));
         let state_one = LunState::with_reservation_store(one.for_export("vol"));
         let state_two = Arc::new(LunState::with_reservation_store(two.for_export("vol")));
         let lu = MemLun::with_blocks(512, 64);
@@ -396,15 +489,17 @@ mod tests {
             weft_scsi::execute(&state_one, &lu, &a, &cdb, &list).status
         };
         assert_eq!(prout(opcode::SA_REGISTER, 0, 0, 0xa), Status::Good);
+        let started = std::time::Instant::now();
         assert_eq!(prout(opcode::SA_RESERVE, 0x3, 0xa, 0), Status::Good);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while write(&state_two, &b) != Status::ReservationConflict {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "c.node two never saw the reservation"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "c.node two applied it: no time-out"
+        );
+        assert_eq!(
+            write(&state_two, &b),
+            Status::ReservationConflict,
+            "c.node two refuses b's very next write"
+        );
         shutdown.cancel();
         follower.join().expect("follower");
         let (record, _) = two.for_export("vol").load().expect("load");

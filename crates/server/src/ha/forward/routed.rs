@@ -38,6 +38,11 @@ struct Route {
     hello: wire::Hello,
     /// How long a request may wait for an owner to answer it.
     retry_for: Duration,
+    /// A c.node that has not read etcd for this long stops forwarding: its access rules and
+    /// cached reservations may be stale, and other c.nodes stop waiting for it to apply a
+    /// reservation change once its registration lapses (half a lease time after that at the
+    /// earliest).
+    stale_after: Duration,
 }
 
 /// See the module doc.
@@ -54,6 +59,7 @@ impl RoutedBackend {
         me: String,
         secret: String,
         retry_for: Duration,
+        stale_after: Duration,
     ) -> RoutedBackend {
         RoutedBackend {
             route: Arc::new(Route {
@@ -61,6 +67,7 @@ impl RoutedBackend {
                 view,
                 hello: wire::Hello { secret, cnode: me },
                 retry_for,
+                stale_after,
             }),
         }
     }
@@ -151,6 +158,13 @@ impl ForwardedExport {
             })?;
             self.kill_connection();
             return Ok(Target::Local(Arc::clone(self.local.get_or_init(|| handle))));
+        }
+        let stale = self.route.view.unread_for();
+        if stale > self.route.stale_after {
+            self.kill_connection();
+            return Ok(Target::Nobody(format!(
+                "this c.node has not reached etcd for {stale:?}: its access rules and reservations may be stale"
+            )));
         }
         let mut conn = self.conn.lock();
         if let Some(c) = conn.as_ref().filter(|c| !c.is_dead()) {

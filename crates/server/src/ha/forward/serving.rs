@@ -18,7 +18,7 @@ use super::view::ClusterView;
 use crate::backend::ExportBackend;
 use crate::front_ends::{Bound, Running};
 use crate::io_stats::IoStats;
-use crate::reservation_records::ReservationRecords;
+use crate::reservation_records::{Peers, ReservationRecords};
 use crate::sessions::Sessions;
 use crate::target_port_groups::{ClusterOwner, CnodeGroup, TargetPortGroups};
 
@@ -97,13 +97,14 @@ pub(crate) async fn start_early(
         id.clone(),
         secret.clone(),
         retry_window(ha.lease_ttl),
+        ha.lease_ttl / 2,
     ));
     tokio::spawn(super::server::run(
         listener,
         ForwardService {
             local: Arc::clone(&local),
             secret: secret.into(),
-            id: id.into(),
+            id: id.clone().into(),
             sessions: Arc::clone(sessions),
         },
         shutdown,
@@ -113,7 +114,33 @@ pub(crate) async fn start_early(
         port_groups,
         group,
         view,
-        reservations: ReservationRecords::new(Arc::clone(&kv)),
+        reservations: ReservationRecords::new(Arc::clone(&kv)).with_peers(Peers {
+            me: id.clone(),
+            others: {
+                let (kv, me) = (Arc::clone(&kv), id.clone());
+                // The registered c.nodes with iSCSI portals, and the owner even when its
+                // registration lapsed first.
+                Arc::new(move || {
+                    let mut ids: Vec<String> = crate::ha::registry::list(&*kv)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|r| !r.iscsi.is_empty())
+                        .map(|r| r.id)
+                        .chain(
+                            crate::ha::ownership::Ownership::owner(&*kv)
+                                .ok()
+                                .flatten()
+                                .map(|o| o.id),
+                        )
+                        .filter(|id| *id != me)
+                        .collect();
+                    ids.sort();
+                    ids.dedup();
+                    ids
+                })
+            },
+            wait: ha.lease_ttl + Duration::from_secs(1),
+        }),
         kv,
         local,
         backend,

@@ -108,6 +108,7 @@ fn forwarder(kv: &Arc<dyn MetaStore>, secret: &str) -> (RoutedBackend, Arc<Local
         "forwarder".into(),
         secret.into(),
         Duration::from_secs(10),
+        Duration::from_secs(60),
     );
     (backend, local)
 }
@@ -217,4 +218,36 @@ fn a_request_waiting_when_the_owner_stops_is_served_by_the_forwarders_own_engine
     let mut buf = vec![0u8; 8192];
     v.read(0, &mut buf).unwrap();
     assert!(buf[..4096].iter().all(|&b| b == 3) && buf[4096..].iter().all(|&b| b == 4));
+}
+
+#[test]
+fn a_forwarder_cut_off_from_etcd_stops_forwarding() {
+    let kv = memory_store();
+    let owner = owner(&kv);
+    let faulty = Arc::new(weft_meta::FaultyMetaStore::new(Arc::clone(&kv), 7));
+    let faulty_kv: Arc<dyn MetaStore> = faulty.clone();
+    let routed = RoutedBackend::new(
+        LocalSlot::new(),
+        ClusterView::start(faulty_kv),
+        "forwarder".into(),
+        "s3cret".into(),
+        Duration::from_secs(3),
+        Duration::from_secs(1),
+    );
+    let v = routed.open("v").unwrap();
+    v.write(0, &[5u8; 4096], false).unwrap();
+    // Its access rules and cached reservations may go stale: it stops forwarding until etcd
+    // answers again.
+    faulty.set_partitioned(true);
+    std::thread::sleep(Duration::from_millis(1500));
+    let r = v.write(4096, &[6u8; 4096], false);
+    assert!(
+        matches!(r, Err(ExportIoError::Io { ref detail }) if detail.contains("etcd")),
+        "{r:?}"
+    );
+    faulty.set_partitioned(false);
+    std::thread::sleep(Duration::from_millis(1200));
+    v.write(4096, &[6u8; 4096], false).unwrap();
+    owner.stop.cancel();
+    owner.runtime.shutdown_timeout(Duration::from_secs(5));
 }

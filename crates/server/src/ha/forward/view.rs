@@ -35,6 +35,8 @@ pub struct ClusterView {
     state_revision: Mutex<u64>,
     /// Bumped when the hosts change: the access generation front ends compare.
     hosts_generation: Mutex<u64>,
+    /// When etcd last answered a reading.
+    read_at: Mutex<std::time::Instant>,
     stop: AtomicBool,
 }
 
@@ -46,6 +48,7 @@ impl ClusterView {
             now: Mutex::default(),
             state_revision: Mutex::new(0),
             hosts_generation: Mutex::new(1),
+            read_at: Mutex::new(std::time::Instant::now()),
             stop: AtomicBool::new(false),
         });
         view.refresh();
@@ -66,6 +69,11 @@ impl ClusterView {
         Arc::clone(&self.now.lock())
     }
 
+    /// How long since etcd last answered a reading.
+    pub fn unread_for(&self) -> Duration {
+        self.read_at.lock().elapsed()
+    }
+
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
     }
@@ -84,6 +92,7 @@ impl ClusterView {
             Ok(v) => v,
             Err(_) => return,
         };
+        *self.read_at.lock() = std::time::Instant::now();
         let (exports, access) = match state {
             Some(v) if v.mod_revision != *self.state_revision.lock() => {
                 match serde_json::from_slice::<ClusterState>(&v.value) {
