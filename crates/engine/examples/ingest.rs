@@ -7,7 +7,8 @@
 //! to the return of `sync`; data generation, engine open and shutdown are outside it.
 //!
 //! Reported per cell: GB/s (10^9 bytes over the window), CPU-seconds per GB (the process's
-//! utime+stime from `getrusage` over the window) and how that CPU splits over the engine's
+//! utime+stime from `getrusage` over the window), the CPU other processes used meanwhile
+//! (`/proc/stat` less ours: this machine is shared) and how our CPU splits over the engine's
 //! threads (`/proc/self/task/*/stat`, 10 ms ticks; threads that exited during the window,
 //! such as destage's scoped reduce helper, are the remainder).
 //!
@@ -18,6 +19,8 @@
 //! ```sh
 //! cargo run --release -p weft-engine --example ingest -- \
 //!     --size 1G --dirs /dev/shm,target --kinds incompressible,database --cpus 1,2
+//! mkfifo /tmp/ctl && perf record -g -D -1 --control fifo:/tmp/ctl -- \
+//!     target/release/examples/ingest --perf-ctl /tmp/ctl ...   # profile the windows only
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,6 +44,8 @@ struct Args {
     dirs: Vec<String>,
     kinds: Vec<String>,
     cpus: Vec<usize>,
+    /// `perf record -D -1 --control fifo:PATH`: sampling is enabled over each window only.
+    perf_ctl: Option<String>,
 }
 
 /// CPU seconds of one thread (by name) or the process.
@@ -50,9 +55,9 @@ fn main() {
     let args = parse_args();
     println!("load before: {}", loadavg());
     println!(
-        "| kind | data dir | cpus | GB | ack GB/s | ingest GB/s | CPU-s/GB | cores busy | stored/host | CPU split (cores) |"
+        "| kind | data dir | cpus | GB | ack GB/s | ingest GB/s | CPU-s/GB | cores busy | stored/host | others (cores) | CPU split (cores) |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for kind in &args.kinds {
         let data = generate(kind, args.size_bytes);
         for dir in &args.dirs {
@@ -80,7 +85,9 @@ fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>
         .expect("open the volume")
         .id;
 
+    perf_ctl(args, "enable");
     let (start, cpu0, threads0) = (Instant::now(), process_cpu_s(), thread_ticks());
+    let machine0 = machine_busy_s();
     let next = Arc::new(AtomicU64::new(0));
     let writers_cpu_us = Arc::new(AtomicU64::new(0));
     let writes = args.size_bytes / args.write_size_bytes as u64;
@@ -113,6 +120,8 @@ fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>
     engine.sync().expect("sync");
     let secs = start.elapsed().as_secs_f64();
     let cpu = process_cpu_s() - cpu0;
+    perf_ctl(args, "disable");
+    let others = (machine_busy_s() - machine0 - cpu).max(0.0) / secs;
     let writers_s = writers_cpu_us.load(Ordering::Relaxed) as f64 / 1e6;
     let split = split_cpu(&threads0, &thread_ticks(), writers_s, cpu, secs);
     let stats = engine.stats();
@@ -120,7 +129,7 @@ fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>
     let gb = (writes * args.write_size_bytes as u64) as f64 / 1e9;
     let stored = stats.chunk_written_bytes as f64 / (gb * 1e9);
     println!(
-        "| {kind} | {dir} | {cpus} | {gb:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {stored:.2} | {split} |",
+        "| {kind} | {dir} | {cpus} | {gb:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {stored:.2} | {others:.2} | {split} |",
         gb / acked,
         gb / secs,
         cpu / gb,
@@ -261,6 +270,35 @@ fn split_cpu(before: &Ticks, after: &Ticks, writers_s: f64, cpu_s: f64, secs: f6
         .join(", ")
 }
 
+/// Tell a `perf record --control fifo:PATH` to start or stop sampling.
+fn perf_ctl(args: &Args, command: &str) {
+    if let Some(path) = &args.perf_ctl {
+        use std::io::Write;
+        let mut fifo = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("open the perf control fifo");
+        writeln!(fifo, "{command}").expect("write to the perf control fifo");
+    }
+}
+
+/// CPU time every process of the machine spent (user, nice, system, irq, softirq, steal):
+/// with ours subtracted, the load that competed with the window.
+#[allow(unsafe_code)]
+fn machine_busy_s() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let stat = std::fs::read_to_string("/proc/stat").expect("procfs");
+    let cpu = stat.lines().next().expect("a cpu line");
+    let f: Vec<u64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    (f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) as f64 / hz
+}
+
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "?".into(), |s| s.trim().into())
 }
@@ -273,6 +311,7 @@ fn parse_args() -> Args {
         dirs: vec!["/dev/shm".into(), "target".into()],
         kinds: vec!["incompressible".into(), "database".into()],
         cpus: vec![1, 2],
+        perf_ctl: None,
     };
     let list = |v: &str| v.split(',').map(String::from).collect::<Vec<_>>();
     let mut it = std::env::args().skip(1);
@@ -284,13 +323,14 @@ fn parse_args() -> Args {
             "--writers" => args.writers = value.parse().expect("--writers N"),
             "--dirs" => args.dirs = list(&value),
             "--kinds" => args.kinds = list(&value),
+            "--perf-ctl" => args.perf_ctl = Some(value),
             "--cpus" => {
                 args.cpus = list(&value)
                     .iter()
                     .map(|c| c.parse().expect("--cpus 1,2"))
                     .collect()
             }
-            _ => panic!("unknown flag {flag}: --size --write-size --writers --dirs --kinds --cpus"),
+            _ => panic!("unknown flag {flag}: --size --write-size --writers --dirs --kinds --cpus --perf-ctl"),
         }
     }
     assert!(
