@@ -177,7 +177,10 @@ fn generate(kind: &str, size_bytes: u64) -> Arc<Vec<u8>> {
 /// Pin the calling thread (and every thread it starts later) to CPUs 0..n; 0: all CPUs.
 #[allow(unsafe_code)]
 fn pin_to_cpus(n: usize) {
-    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Not available_parallelism: that reads this thread's affinity, which we change.
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let all = usize::try_from(online).unwrap_or(1).max(1);
     let n = if n == 0 { all } else { n.min(all) };
     // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write inside it and
     // sched_setaffinity reads it for the calling thread only.
@@ -189,6 +192,15 @@ fn pin_to_cpus(n: usize) {
         }
         let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
         assert_eq!(rc, 0, "sched_setaffinity");
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        assert_eq!(
+            usize::try_from(libc::CPU_COUNT(&set)).ok(),
+            Some(n),
+            "pinned to {n} cpus"
+        );
     }
 }
 
