@@ -48,7 +48,7 @@ GROUPS = [
     ("locks, wake-ups, scheduling",
      r"spin|futex|schedule|finish_task_switch|wake_up|parking_lot|lock"),
     ("syscall entry/exit, interrupts", r"syscall|SYSCALL|irqentry|entry_|irq|apic|do_idle"),
-    ("allocator (malloc/free)", r"malloc|_int_free|cfree|free\b|realloc|sdallocx|mmap|munmap"),
+    ("allocator (malloc/free)", r"malloc|calloc|_int_free|cfree|free\b|realloc|unlink_chunk|mmap"),
     ("engine metadata: maps, block table, dedup index, write buffer",
      r"weft_engine::|hash_one|sip::|hashbrown|BTree|btree"),
 ]
