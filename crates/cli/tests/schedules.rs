@@ -89,6 +89,13 @@ fn schedules_fire_prune_to_retention_and_survive_a_restart() {
         return;
     }
     srv.cli_ok(&["volume", "create", "pg", "--size", "16M"]);
+    // The scheduler's names are its own: retention prunes by name, so a user may not take one.
+    let theirs = srv.cli(&["snapshot", "create", "pg@auto-20260101-000000"]);
+    assert!(
+        !theirs.success() && theirs.all().contains("belong to the snapshot scheduler"),
+        "{}",
+        theirs.all()
+    );
     let too_often = srv.cli(&[
         "snapshot", "schedule", "pg", "--every", "10s", "--keep", "3",
     ]);

@@ -603,6 +603,17 @@ async fn create_snapshot(
     Path(volume): Path<String>,
     JsonBody(body): JsonBody<NewName>,
 ) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
+    // Retention prunes by name: the scheduler's names are its own, so no snapshot a user takes
+    // is ever pruned as one it took.
+    if weft_engine::schedules::auto_snapshot_time(&body.name).is_some() {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "snapshot names of the form auto-YYYYMMDD-HHMMSS belong to the snapshot scheduler (its retention deletes them): {:?}",
+                body.name
+            ),
+        ));
+    }
     let engine = state.engine.clone();
     let info = blocking(move || engine.create_snapshot(&volume, &body.name)).await?;
     Ok((StatusCode::CREATED, Json(snapshot(&state, info))))

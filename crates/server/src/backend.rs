@@ -134,6 +134,16 @@ pub trait ExportHandle: Send + Sync + 'static {
     ) -> Result<Option<u64>, ExportIoError>;
 }
 
+/// COMPARE AND WRITE's two halves (bytes to compare, bytes to write) are of one length.
+pub fn check_halves(compare: &[u8], new: &[u8]) -> Result<(), ExportIoError> {
+    if compare.len() == new.len() {
+        return Ok(());
+    }
+    Err(ExportIoError::Invalid {
+        reason: "compare and write halves differ in length",
+    })
+}
+
 /// COMPARE AND WRITE as a read, a compare and a write, for a handle whose caller holds the
 /// lock that makes it atomic.
 pub fn read_compare_write(
@@ -143,11 +153,7 @@ pub fn read_compare_write(
     new: &[u8],
     fua: bool,
 ) -> Result<Option<u64>, ExportIoError> {
-    if compare.len() != new.len() {
-        return Err(ExportIoError::Invalid {
-            reason: "compare and write halves differ in length",
-        });
-    }
+    check_halves(compare, new)?;
     let mut medium = vec![0u8; compare.len()];
     handle.read(offset_bytes, &mut medium)?;
     if let Some(at) = medium.iter().zip(compare).position(|(x, y)| x != y) {

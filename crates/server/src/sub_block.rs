@@ -440,11 +440,7 @@ impl<E: ExportHandle + ?Sized> ExportHandle for SubBlockExport<E> {
         new: &[u8],
         fua: bool,
     ) -> Result<Option<u64>, ExportIoError> {
-        if compare.len() != new.len() {
-            return Err(ExportIoError::Invalid {
-                reason: "compare and write halves differ in length",
-            });
-        }
+        crate::backend::check_halves(compare, new)?;
         let length_bytes = new.len() as u64;
         self.check_write(offset_bytes, length_bytes)?;
         if length_bytes == 0 {

@@ -390,11 +390,7 @@ impl ExportHandle for ForwardedExport {
         new: &[u8],
         fua: bool,
     ) -> Result<Option<u64>, ExportIoError> {
-        if compare.len() != new.len() {
-            return Err(ExportIoError::Invalid {
-                reason: "compare and write halves differ in length",
-            });
-        }
+        crate::backend::check_halves(compare, new)?;
         let data = [compare, new].concat();
         let len = new.len() as u64;
         let answer = self.run(
