@@ -325,23 +325,72 @@ impl Journal {
         Ok(on_written(seq))
     }
 
+    /// Append `records` in order under one lock, each under the journal's next seq, with one
+    /// write per journal file they land in (a partner mirroring an owner's stream appends
+    /// what arrived together this way); returns the last seq, 0 for none.
+    pub fn append_batch(&self, records: &[JournalRecord]) -> Result<u64, IoFailure> {
+        let mut inner = self.inner.lock();
+        let mut rest = records;
+        while !rest.is_empty() {
+            let first_bytes = (RECORD_HEADER_BYTES + rest[0].payload.len()) as u64;
+            if inner.write_offset > 0 && inner.write_offset + first_bytes > self.options.file_bytes
+            {
+                self.rotate(&mut inner)?;
+            }
+            // As many as fit in this file (at least one: a new file takes any record).
+            let room = self.options.file_bytes.saturating_sub(inner.write_offset);
+            let mut bytes = 0u64;
+            let fit = rest
+                .iter()
+                .take_while(|r| {
+                    bytes += (RECORD_HEADER_BYTES + r.payload.len()) as u64;
+                    bytes <= room
+                })
+                .count()
+                .max(1);
+            let (now, later) = rest.split_at(fit);
+            inner.record.clear();
+            let first_seq = inner.next_seq;
+            for (i, r) in now.iter().enumerate() {
+                Self::encode(&mut inner, first_seq + i as u64, r.header, &r.payload);
+            }
+            self.write_encoded(&mut inner, now.len() as u64)?;
+            rest = later;
+        }
+        Ok(if records.is_empty() {
+            0
+        } else {
+            inner.next_seq - 1
+        })
+    }
+
     fn append_locked(
         &self,
         inner: &mut Inner,
         header: RecordHeader,
         payload: &[u8],
     ) -> Result<u64, IoFailure> {
-        let payload_len = u32::try_from(payload.len()).expect("payload below 4 GiB");
-        assert!(
-            payload_len <= JOURNAL_PAYLOAD_MAX_BYTES,
-            "front ends bound request sizes"
-        );
         let record_bytes = (RECORD_HEADER_BYTES + payload.len()) as u64;
         if inner.write_offset > 0 && inner.write_offset + record_bytes > self.options.file_bytes {
             self.rotate(inner)?;
         }
         let seq = inner.next_seq;
-        let h = &mut inner.header;
+        inner.record.clear();
+        Self::encode(inner, seq, header, payload);
+        self.write_encoded(inner, 1)?;
+        Ok(seq)
+    }
+
+    /// Add the record `seq` to `inner.record`.
+    fn encode(inner: &mut Inner, seq: u64, header: RecordHeader, payload: &[u8]) {
+        let payload_len = u32::try_from(payload.len()).expect("payload below 4 GiB");
+        assert!(
+            payload_len <= JOURNAL_PAYLOAD_MAX_BYTES,
+            "front ends bound request sizes"
+        );
+        let Inner {
+            header: h, record, ..
+        } = inner;
         h[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
         h[8..16].copy_from_slice(&seq.to_le_bytes());
         h[16..24].copy_from_slice(&header.layer.0.to_le_bytes());
@@ -352,33 +401,36 @@ impl Journal {
         h[44..48].copy_from_slice(&payload_len.to_le_bytes());
         let crc = crc32c::crc32c_append(crc32c::crc32c(&h[8..]), payload);
         h[4..8].copy_from_slice(&crc.to_le_bytes());
+        record.extend_from_slice(h);
+        record.extend_from_slice(payload);
+    }
+
+    /// Hand the `count` records encoded in `inner.record` to the OS at the write offset.
+    fn write_encoded(&self, inner: &mut Inner, count: u64) -> Result<(), IoFailure> {
         let Inner {
-            header,
             record,
             file,
             write_offset,
             ..
         } = inner;
-        record.clear();
-        record.extend_from_slice(header);
-        record.extend_from_slice(payload);
+        let bytes = record.len() as u64;
         if let Err(e) = file.write_all_at(record, *write_offset) {
             // A partial record would be a torn tail in the middle of the log: start a new file
-            // so replay sees the next records. The seq is not consumed.
+            // so replay sees the next records. The seqs are not consumed.
             let _ = self.rotate(inner);
             return Err(IoFailure::disk(self.dir.display().to_string(), e));
         }
-        self.writeback.note(file, *write_offset, record_bytes);
+        self.writeback.note(file, *write_offset, bytes);
         if record.capacity() > 1 << 20 {
             *record = Vec::new();
         }
-        inner.write_offset += record_bytes;
-        inner.next_seq += 1;
-        self.written_seq.store(seq, Ordering::Release);
-        Ok(seq)
+        inner.write_offset += bytes;
+        inner.next_seq += count;
+        self.written_seq
+            .store(inner.next_seq - 1, Ordering::Release);
+        Ok(())
     }
 
-    /// Make every record with seq <= `upto` durable (group commit).
     pub fn sync(&self, upto: u64) -> Result<(), IoFailure> {
         if self.synced_seq.load(Ordering::Acquire) >= upto {
             return Ok(());
@@ -682,6 +734,42 @@ mod tests {
         assert_eq!(records[1].header.kind, RecordKind::Zero);
         j.release_upto(2).unwrap();
         assert_eq!(j.file_count(), 1);
+    }
+
+    /// A batch that crosses file boundaries replays as if appended one by one, and appends
+    /// after it go on from its last seq.
+    #[test]
+    fn a_batch_spanning_files_replays_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let records: Vec<JournalRecord> = (0..700u64)
+            .map(|i| JournalRecord {
+                seq: 0,
+                header: header(RecordKind::Write, i, 1),
+                payload: vec![(i % 251) as u8; 4096],
+            })
+            .collect();
+        {
+            let (j, _) = Journal::open(dir.path(), 10, TEST_OPTIONS).unwrap();
+            assert_eq!(j.append_batch(&[]).unwrap(), 0);
+            assert_eq!(j.append_batch(&records[..1]).unwrap(), 10);
+            assert_eq!(j.append_batch(&records[1..]).unwrap(), 709);
+            assert_eq!(j.written_seq(), 709);
+            assert!(j.file_count() >= 3, "700 x 4 KiB spans 1 MiB files");
+            assert_eq!(
+                j.append(header(RecordKind::Write, 9999, 1), &[1u8; 512], |s| s)
+                    .unwrap(),
+                710
+            );
+            j.sync(710).unwrap();
+        }
+        let (_, replayed) = Journal::open(dir.path(), 1, TEST_OPTIONS).unwrap();
+        assert_eq!(replayed.len(), 701);
+        for (i, r) in replayed.iter().take(700).enumerate() {
+            assert_eq!(r.seq, 10 + i as u64);
+            assert_eq!(r.header.lba, i as u64);
+            assert_eq!(r.payload, records[i].payload);
+        }
+        assert_eq!(replayed[700].header.lba, 9999);
     }
 
     #[test]

@@ -118,6 +118,11 @@ impl WriteLog for OwnedLog {
             let mut tee = Tee { inner, link };
             f(&mut tee);
         });
+        // Outside the journal's lock: the socket write (and the wait for another writer's)
+        // holds up no append.
+        if let Some(link) = link {
+            link.flush_pending();
+        }
     }
 
     fn sync(&self, upto: u64) -> Result<(), IoFailure> {

@@ -23,6 +23,8 @@ use super::wire;
 
 /// The marker of a complete generation.
 const COMPLETE_FILE: &str = "complete";
+/// Records that arrived together are appended once they reach this many payload bytes.
+const BATCH_BYTES_MAX: usize = 4 << 20;
 
 #[derive(Debug)]
 pub struct Partner {
@@ -146,16 +148,29 @@ impl Partner {
         let mut journal: Option<Journal> = None;
         let mut received = 0u64;
         let mut answered = 0u64;
+        // Records that arrived together, appended with one write before they are answered
+        // or any other frame is handled.
+        let mut batch: Vec<JournalRecord> = Vec::new();
+        let mut batch_bytes = 0usize;
         loop {
             if self.took_over.load(Ordering::Acquire) {
                 anyhow::bail!("took over");
             }
             let (kind, body) = wire::read_frame(&mut input)?;
+            if kind != wire::RECORD {
+                append_all(&mut journal, &gen_dir, self.options, &mut batch)?;
+                batch_bytes = 0;
+            }
             match kind {
                 wire::RECORD => {
                     let r = wire::record_of(body)?;
-                    append(&mut journal, &gen_dir, self.options, &r)?;
                     received = r.seq;
+                    batch_bytes += r.payload.len();
+                    batch.push(r);
+                    if batch_bytes >= BATCH_BYTES_MAX {
+                        append_all(&mut journal, &gen_dir, self.options, &mut batch)?;
+                        batch_bytes = 0;
+                    }
                 }
                 wire::CAUGHT_UP => {
                     let seq = wire::seq_of(&body)?;
@@ -183,6 +198,8 @@ impl Partner {
             }
             // Answer once the frames that arrived together are in the journal.
             if input.buffer().is_empty() {
+                append_all(&mut journal, &gen_dir, self.options, &mut batch)?;
+                batch_bytes = 0;
                 if received > answered {
                     wire::write_seq(&mut out, wire::RECEIVED, received)?;
                     answered = received;
@@ -204,6 +221,40 @@ fn open_if_needed<'a>(
         *journal = Some(j);
     }
     Ok(journal.as_ref().expect("just opened"))
+}
+
+/// Append the records of `batch` (emptied) under their own seqs: each run of consecutive
+/// seqs with one write, its first record through [`append`] (which opens the journal, or
+/// reopens it past a gap).
+fn append_all(
+    journal: &mut Option<Journal>,
+    dir: &Path,
+    options: JournalOptions,
+    batch: &mut Vec<JournalRecord>,
+) -> anyhow::Result<()> {
+    let mut start = 0;
+    while start < batch.len() {
+        append(journal, dir, options, &batch[start])?;
+        let first = batch[start].seq;
+        let run = batch[start + 1..]
+            .iter()
+            .enumerate()
+            .take_while(|(i, r)| r.seq == first + 1 + *i as u64)
+            .count();
+        let end = start + 1 + run;
+        if run > 0 {
+            let j = journal.as_ref().expect("append opened it");
+            let last = j.append_batch(&batch[start + 1..end])?;
+            anyhow::ensure!(
+                last == batch[end - 1].seq,
+                "mirror journal gave seq {last} to record {}",
+                batch[end - 1].seq
+            );
+        }
+        start = end;
+    }
+    batch.clear();
+    Ok(())
 }
 
 /// Append `r` under its own seq (a gap in the owner's seqs reopens the journal past it).

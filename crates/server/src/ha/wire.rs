@@ -98,7 +98,9 @@ pub fn record_of(mut body: Vec<u8>) -> std::io::Result<JournalRecord> {
     let kind = RecordKind::from_code(body[8])
         .ok_or_else(|| invalid(format!("unknown record kind {}", body[8])))?;
     let (seq, layer, lba, count) = (u(0), u(9), u(17), u(25));
-    let payload = body.split_off(RECORD_HEAD_BYTES);
+    // Moves the payload to the front of the frame's buffer: no second allocation.
+    body.drain(..RECORD_HEAD_BYTES);
+    let payload = body;
     Ok(JournalRecord {
         seq,
         header: RecordHeader {
