@@ -126,11 +126,14 @@ impl WriteLog for OwnedLog {
     }
 
     fn sync(&self, upto: u64) -> Result<(), IoFailure> {
-        self.local.sync(upto)?;
-        let both = self
+        // The partner's fdatasync runs while this one does, not after it. A SYNC not sent (the
+        // mirror was not caught up) is not waited for: this FLUSH is durable here alone.
+        let asked = self
             .link
             .as_ref()
-            .is_some_and(|link| link.wait(upto, Wait::Synced));
+            .filter(|link| link.push(Out::Sync(upto)));
+        self.local.sync(upto)?;
+        let both = asked.is_some_and(|link| link.wait(upto, Wait::Synced));
         if !both {
             // Durable here alone: a successor must know.
             self.handover.partner_unsynced().map_err(|e| {
@@ -150,7 +153,7 @@ impl WriteLog for OwnedLog {
     fn release_upto(&self, hwm: u64) -> Result<(), IoFailure> {
         self.local.release_upto(hwm)?;
         if let Some(link) = &self.link {
-            link.push(Out::Release(hwm));
+            let _ = link.push(Out::Release(hwm));
         }
         self.handover.released(hwm);
         Ok(())

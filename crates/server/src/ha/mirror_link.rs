@@ -194,11 +194,11 @@ impl Link {
         self.outbox_ready.notify_one();
     }
 
-    /// SYNC or RELEASE, once the partner caught up.
-    pub(super) fn push(&self, out: Out) {
+    /// SYNC or RELEASE, once the partner caught up; false when it has not (nothing sent).
+    pub(super) fn push(&self, out: Out) -> bool {
         let mut st = self.st.lock();
         if !st.mirrored {
-            return;
+            return false;
         }
         if st.direct {
             let connection = st.connection;
@@ -208,10 +208,11 @@ impl Link {
                 Out::Sync(s) => wire::write_seq(w, wire::SYNC, *s),
                 Out::Release(s) => wire::write_seq(w, wire::RELEASE, *s),
             });
-            return;
+            return true;
         }
         st.outbox.push_back(out);
         self.outbox_ready.notify_one();
+        true
     }
 
     /// Send the records queued on the live stream, if another writer has not sent them
@@ -269,10 +270,8 @@ impl Link {
     /// Wait until the partner holds (or synced) `seq`: true once it does; false at once when
     /// the mirror is degraded, and after degrading it when the partner does not answer in
     /// time.
+    /// For `Wait::Synced` the caller has pushed `Out::Sync(seq)` first, and it was taken.
     pub(super) fn wait(&self, seq: u64, what: Wait) -> bool {
-        if matches!(what, Wait::Synced) {
-            self.push(Out::Sync(seq));
-        }
         let mut st = self.st.lock();
         if !st.mirrored {
             return false;
