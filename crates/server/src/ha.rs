@@ -25,6 +25,8 @@ pub mod takeover;
 mod wire;
 
 #[cfg(test)]
+mod mirror_thrash_tests;
+#[cfg(test)]
 mod model_tests;
 
 /// What this c.node reports about the compute layer: who it is, its partner, and how the

@@ -12,10 +12,16 @@
 //! The owner writes the state *before* it acknowledges a write that needs it
 //! ([`Handover::before_ack`]) and writes `clean` only when every write it acknowledged is
 //! released from the journal ([`Handover::released`]), both under one lock, so etcd never says
-//! less than the truth. A missing key (a cluster made before this record) reads as `clean`.
+//! less than the truth. `mirrored` comes back after `unprotected` only when the partner's
+//! answers, read under that lock ([`Coverage`]), cover every acknowledged record still in the
+//! journal and every record a FLUSH made durable here alone: not at the moment a new mirror
+//! connection caught up (records appended during the resend may still be on their way), and
+//! not never (a write that saw the mirror down just before it caught up must not leave the
+//! state `unprotected` for good, which would refuse the partner a takeover it can make). A missing key (a cluster made before this record) reads as `clean`.
 //! `weft cnode --force-takeover` overrides the rule: it gives the dead owner's
 //! unprotected writes up, and says so.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -79,6 +85,14 @@ pub fn may_take_over(
     })
 }
 
+/// What the partner holds on the current, caught-up mirror connection: every record up to
+/// `received` (in its journal) and up to `synced` (and synced). `None`: no such connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coverage {
+    pub received: u64,
+    pub synced: u64,
+}
+
 /// The owner's side: keeps `weft/cnode-journal` at least as strict as the truth.
 #[derive(Debug)]
 pub struct Handover {
@@ -86,6 +100,9 @@ pub struct Handover {
     owner: String,
     partner: String,
     st: Mutex<Recorded>,
+    /// The state is `unprotected` and a partner is configured: the mirror's answers should
+    /// try [`Handover::try_mirrored`] (a flag, so the hot path takes no lock).
+    upgrade_wanted: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -95,6 +112,12 @@ struct Recorded {
     partner_id: String,
     /// The highest seq acknowledged to a client through the journal.
     last_acked: u64,
+    /// Records up to this are released (in durable stripes).
+    released: u64,
+    /// The highest seq a FLUSH made durable here without the partner's SYNCED.
+    unsynced: u64,
+    /// The partner id in the record as last written.
+    written_partner_id: String,
 }
 
 impl Handover {
@@ -115,7 +138,11 @@ impl Handover {
                 state: None,
                 partner_id: String::new(),
                 last_acked: acknowledged,
+                released: 0,
+                unsynced: 0,
+                written_partner_id: String::new(),
             }),
+            upgrade_wanted: AtomicBool::new(false),
         };
         let mut st = h.st.lock();
         h.put(&mut st, JournalState::Unprotected)?;
@@ -123,39 +150,78 @@ impl Handover {
         Ok(h)
     }
 
-    /// Before acknowledging the write of record `seq`; `mirrored`: the partner holds it.
-    pub fn before_ack(&self, seq: u64, mirrored: bool) -> anyhow::Result<()> {
+    /// Before acknowledging the write of record `seq`; `mirrored`: the partner answered for
+    /// it. `coverage` is asked again under this lock (the mirror may have caught up since).
+    pub fn before_ack(
+        &self,
+        seq: u64,
+        mirrored: bool,
+        coverage: &dyn Fn() -> Option<Coverage>,
+    ) -> anyhow::Result<()> {
         let mut st = self.st.lock();
         st.last_acked = st.last_acked.max(seq);
-        let need = if mirrored {
-            JournalState::Mirrored
-        } else {
-            JournalState::Unprotected
-        };
-        match (st.state, need) {
-            (Some(JournalState::Unprotected), _) => Ok(()),
-            (Some(JournalState::Mirrored), JournalState::Mirrored) => Ok(()),
-            _ => self.put(&mut st, need),
+        let mirrored = mirrored || coverage().is_some_and(|c| c.received.max(c.synced) >= seq);
+        match (st.state, mirrored) {
+            (Some(JournalState::Unprotected), true) => {
+                self.try_mirrored_locked(&mut st, coverage);
+                Ok(())
+            }
+            (Some(JournalState::Unprotected), false) => Ok(()),
+            (Some(JournalState::Mirrored), true) => Ok(()),
+            (_, true) => self.put(&mut st, JournalState::Mirrored),
+            (_, false) => self.put(&mut st, JournalState::Unprotected),
         }
     }
 
-    /// The partner did not confirm a sync: what it holds may not survive its machine, so a
-    /// `mirrored` state becomes `unprotected`.
-    pub fn partner_unsynced(&self) -> anyhow::Result<()> {
+    /// A FLUSH made records up to `upto` durable here but the partner did not confirm it:
+    /// what it holds may not survive its machine, so a `mirrored` state becomes
+    /// `unprotected` until the partner has synced them.
+    pub fn partner_unsynced(&self, upto: u64) -> anyhow::Result<()> {
         let mut st = self.st.lock();
+        st.unsynced = st.unsynced.max(upto);
         if st.state == Some(JournalState::Mirrored) {
             self.put(&mut st, JournalState::Unprotected)?;
         }
         Ok(())
     }
 
-    /// The mirror caught up with partner `partner_id`: every record of the journal is on it
-    /// (`still`: and the mirror is still up, asked under this lock).
-    pub fn mirror_caught_up(&self, partner_id: &str, still: impl FnOnce() -> bool) {
+    /// The mirror caught up with partner `partner_id` (its whole journal as it was when the
+    /// connection started is on it); `coverage` says what it holds now.
+    pub fn mirror_caught_up(&self, partner_id: &str, coverage: &dyn Fn() -> Option<Coverage>) {
         let mut st = self.st.lock();
         st.partner_id = partner_id.to_string();
-        if st.state != Some(JournalState::Clean) && still() {
-            if let Err(e) = self.put(&mut st, JournalState::Mirrored) {
+        self.try_mirrored_locked(&mut st, coverage);
+    }
+
+    /// Whether the mirror's answers should call [`Handover::try_mirrored`].
+    pub fn upgrade_wanted(&self) -> bool {
+        self.upgrade_wanted.load(Ordering::Acquire)
+    }
+
+    /// `unprotected` becomes `mirrored` if the partner (`coverage`, asked under this lock)
+    /// holds every acknowledged record not released and has synced every record a FLUSH
+    /// made durable here alone.
+    pub fn try_mirrored(&self, coverage: &dyn Fn() -> Option<Coverage>) {
+        let mut st = self.st.lock();
+        self.try_mirrored_locked(&mut st, coverage);
+    }
+
+    fn try_mirrored_locked(&self, st: &mut Recorded, coverage: &dyn Fn() -> Option<Coverage>) {
+        let current = match st.state {
+            Some(JournalState::Clean) => true,
+            Some(JournalState::Mirrored) => st.written_partner_id == st.partner_id,
+            _ => false,
+        };
+        if current {
+            return;
+        }
+        let Some(c) = coverage() else {
+            return;
+        };
+        let holds_acked = st.last_acked <= st.released || c.received.max(c.synced) >= st.last_acked;
+        let synced = st.unsynced <= st.released || c.synced >= st.unsynced;
+        if holds_acked && synced && !st.partner_id.is_empty() {
+            if let Err(e) = self.put(st, JournalState::Mirrored) {
                 tracing::warn!(error = %e, "could not record the mirrored journal state");
             }
         }
@@ -164,6 +230,7 @@ impl Handover {
     /// The journal released records up to `hwm`: clean once every acknowledged one is.
     pub fn released(&self, hwm: u64) {
         let mut st = self.st.lock();
+        st.released = st.released.max(hwm);
         if st.last_acked <= hwm && st.state != Some(JournalState::Clean) {
             if let Err(e) = self.put(&mut st, JournalState::Clean) {
                 tracing::warn!(error = %e, "could not record the clean journal state");
@@ -207,6 +274,11 @@ impl Handover {
             .put(JOURNAL_STATE_KEY, &serde_json::to_vec(&record)?, None)
             .context("recording the journal state")?;
         st.state = Some(state);
+        st.written_partner_id = record.partner_id;
+        self.upgrade_wanted.store(
+            state == JournalState::Unprotected && !self.partner.is_empty(),
+            Ordering::Release,
+        );
         Ok(())
     }
 }

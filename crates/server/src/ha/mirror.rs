@@ -136,7 +136,7 @@ impl WriteLog for OwnedLog {
         let both = asked.is_some_and(|link| link.wait(upto, Wait::Synced));
         if !both {
             // Durable here alone: a successor must know.
-            self.handover.partner_unsynced().map_err(|e| {
+            self.handover.partner_unsynced(upto).map_err(|e| {
                 IoFailure::disk(
                     "c.node journal state",
                     std::io::Error::other(format!("{e:#}")),
@@ -180,7 +180,8 @@ impl WriteLog for OwnedLog {
 impl OwnedLog {
     /// Before acknowledging `seq`: etcd must say at least as much as is true.
     fn record(&self, seq: u64, mirrored: bool) -> Result<(), IoFailure> {
-        self.handover.before_ack(seq, mirrored).map_err(|e| {
+        let coverage = || self.link.as_ref().and_then(|link| link.coverage());
+        self.handover.before_ack(seq, mirrored, &coverage).map_err(|e| {
             IoFailure::disk(
                 "c.node journal state",
                 std::io::Error::other(format!("{e:#}")),

@@ -22,7 +22,7 @@ use parking_lot::{Condvar, Mutex};
 use weft_engine::journal::{Journal, JournalRecord};
 use weft_engine::write_log::RecordHeader;
 
-use super::handover::Handover;
+use super::handover::{Coverage, Handover};
 use super::wire;
 
 /// How long the owner waits for its partner's answer before it declares the mirror degraded.
@@ -178,7 +178,13 @@ impl Link {
             let connection = st.connection;
             drop(st);
             let mut pending = self.pending.lock();
-            if pending.connection != connection {
+            if pending.connection > connection {
+                // Connection `connection` ended after this thread looked: the next one
+                // resends this record from the journal (it was on disk before that one's
+                // scan), and its own queued records must not be dropped for it.
+                return;
+            }
+            if pending.connection < connection {
                 pending.connection = connection;
                 pending.bytes.clear();
             }
@@ -270,6 +276,15 @@ impl Link {
     /// Wait until the partner holds (or synced) `seq`: true once it does; false at once when
     /// the mirror is degraded, and after degrading it when the partner does not answer in
     /// time.
+    /// What the partner holds on the current connection, once it caught up.
+    pub(super) fn coverage(&self) -> Option<Coverage> {
+        let st = self.st.lock();
+        st.mirrored.then_some(Coverage {
+            received: st.received,
+            synced: st.synced,
+        })
+    }
+
     /// For `Wait::Synced` the caller has pushed `Out::Sync(seq)` first, and it was taken.
     pub(super) fn wait(&self, seq: u64, what: Wait) -> bool {
         let mut st = self.st.lock();
@@ -467,12 +482,24 @@ impl Link {
                             let partner_id = st.partner_id.clone();
                             drop(st);
                             // Lock order: the handover's, then the link's.
-                            self.handover.mirror_caught_up(&partner_id, || {
+                            self.handover.mirror_caught_up(&partner_id, &|| {
                                 let st = self.st.lock();
-                                st.mirrored && st.connection == connection
+                                (st.mirrored && st.connection == connection).then_some(
+                                    Coverage {
+                                        received: st.received,
+                                        synced: st.synced,
+                                    },
+                                )
                             });
                             continue;
                         }
+                    }
+                    // The journal state waits for the partner to hold everything acknowledged
+                    // (lock order: the handover's, then the link's).
+                    if st.mirrored && self.handover.upgrade_wanted() {
+                        drop(st);
+                        self.handover.try_mirrored(&|| self.coverage());
+                        continue;
                     }
                 }
                 wire::HELLO => {

@@ -14,7 +14,15 @@ use rand::{Rng, SeedableRng};
 use weft_meta::EmbeddedMetaStore;
 use weft_meta::MetaStore;
 
-use super::handover::{may_take_over, Handover};
+use super::handover::{may_take_over, Coverage, Handover};
+
+/// A caught-up mirror in the model holds the owner's whole journal.
+fn caught_up() -> Option<Coverage> {
+    Some(Coverage {
+        received: u64::MAX,
+        synced: u64::MAX,
+    })
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Link {
@@ -75,7 +83,7 @@ impl Model {
                 }
                 // Acknowledged as mirrored only on a caught-up connection that answered.
                 let mirrored = self.link == Link::CaughtUp;
-                self.owner.before_ack(seq, mirrored).unwrap();
+                self.owner.before_ack(seq, mirrored, &|| None).unwrap();
                 self.acked.insert(seq);
                 self.log.push(format!("ack {seq} mirrored={mirrored}"));
             }
@@ -116,7 +124,7 @@ impl Model {
                     let n = self.gens.len();
                     self.gens.last_mut().unwrap().1 = true;
                     self.gens.drain(..n - 1);
-                    self.owner.mirror_caught_up("B", || true);
+                    self.owner.mirror_caught_up("B", &caught_up);
                     self.log.push("mirror caught up".into());
                 }
             }
@@ -168,13 +176,13 @@ fn the_partner_is_admitted_when_it_holds_everything() {
     m.gens.push((BTreeSet::new(), false));
     m.link = Link::CaughtUp;
     m.gens[0].1 = true;
-    m.owner.mirror_caught_up("B", || true);
+    m.owner.mirror_caught_up("B", &caught_up);
     for _ in 0..20 {
         let seq = m.next_seq;
         m.next_seq += 1;
         m.journal.insert(seq);
         m.gens[0].0.insert(seq);
-        m.owner.before_ack(seq, true).unwrap();
+        m.owner.before_ack(seq, true, &|| None).unwrap();
         m.acked.insert(seq);
     }
     assert!(may_take_over(&*m.kv, "B", &|o| o == "A").unwrap().is_ok());
