@@ -19,8 +19,16 @@ use iscsi_support::*;
 const TARGET: &str = "iqn.2026-11.dev.weft:vol0";
 const HOST_A: &str = "iqn.2026-01.test:host-a";
 const HOST_B: &str = "iqn.2026-01.test:host-b";
-/// PERSISTENT RESERVE OUT CLEAR.
+/// PERSISTENT RESERVE OUT CLEAR and PREEMPT.
 const CLEAR: u8 = 0x03;
+const PREEMPT: u8 = 0x04;
+/// RESERVE(6), RELEASE(6), TEST UNIT READY.
+const RESERVE6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
+const RELEASE6: [u8; 6] = [0x17, 0, 0, 0, 0, 0];
+const TEST_UNIT_READY: [u8; 6] = [0; 6];
+/// Sense key UNIT ATTENTION and REGISTRATIONS PREEMPTED.
+const UNIT_ATTENTION: u8 = 0x06;
+const REGISTRATIONS_PREEMPTED: (u8, u8) = (0x2a, 0x05);
 
 /// A c.node's ALUA target port group, from its data dir.
 fn port_group(cnode: &Cnode) -> u16 {
@@ -282,9 +290,9 @@ fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_
 }
 
 /// libiscsi's MultipathIO family with one path through each c.node: I/O on both, COMPARE AND
-/// WRITE on both. Reset, which wants a LUN reset through one path seen as a unit attention on
-/// the very next command through the other, fails: a c.node's unit attentions are its own
-/// (see docs/ARCHITECTURE.md, "Reservations"); the test says so if that changes.
+/// WRITE on both, and Reset: a LUN reset through one path is seen as a unit attention on the
+/// very next command through the other (the reset is answered once the other c.node heard
+/// of it, through the reservation record's news).
 #[test]
 fn multipath_io_over_the_portals_of_two_cnodes() {
     let _serial = serial();
@@ -299,18 +307,110 @@ fn multipath_io_over_the_portals_of_two_cnodes() {
         eprintln!("{name}: {verdict:?} {reason}");
     }
     assert_eq!(results.len(), 4, "{results:?}");
+    assert!(results.contains_key("MultipathIO.Reset"), "{results:?}");
     for (name, (verdict, reason)) in &results {
-        if name == "MultipathIO.Reset" {
-            assert_eq!(
-                *verdict,
-                cunit::Verdict::Failed,
-                "a LUN reset now reaches the other c.node's nexuses: make this test claim it"
-            );
-            continue;
-        }
         assert_eq!(*verdict, cunit::Verdict::Passed, "{name}: {reason}");
     }
-    c.step("iscsi-test-cu MultipathIO with a path through each c.node: Simple, CompareAndWrite, CompareAndWriteAsync pass; Reset fails (unit attentions stay on their c.node)");
+    c.step("iscsi-test-cu MultipathIO with a path through each c.node: Simple, Reset (a LUN reset's unit attention on both c.nodes), CompareAndWrite, CompareAndWriteAsync pass");
+}
+
+/// The unit attentions TEST UNIT READY reports to `s` before it answers GOOD (at most 8).
+fn attentions(s: &mut Session) -> Vec<(u8, u8)> {
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        let r = s.run(&TEST_UNIT_READY, &[], 0);
+        match r.sense {
+            Some((UNIT_ATTENTION, asc, ascq)) if r.status == CHECK_CONDITION => {
+                seen.push((asc, ascq))
+            }
+            _ => {
+                assert_eq!(r.status, GOOD, "TEST UNIT READY: {r:?}");
+                return seen;
+            }
+        }
+    }
+    panic!("unit attentions do not stop: {seen:?}");
+}
+
+/// RESERVE(6) through one c.node fences another host's writes through the other c.node, and
+/// RELEASE(6) or the holder's logout lifts it there at once; a PREEMPT through one c.node
+/// leaves the preempted host's nexus on the other c.node a unit attention by the time it
+/// returns.
+#[test]
+fn reserve6_and_reservation_unit_attentions_reach_the_other_cnode() {
+    let _serial = serial();
+    let (c, standby, _seed) =
+        pair("reserve6_and_reservation_unit_attentions_reach_the_other_cnode");
+    let portal = |v: serde_json::Value| -> SocketAddr {
+        v["iscsi"]
+            .as_str()
+            .expect("an iSCSI portal")
+            .parse()
+            .unwrap()
+    };
+    let (c1_portal, c2_portal) = (
+        portal(serving(c.cnode.as_ref().unwrap())),
+        portal(serving(&standby)),
+    );
+    let mut a = Session::login(c1_portal, HOST_A, TARGET);
+    let mut b = Session::login(c2_portal, HOST_B, TARGET);
+    assert_eq!(b.write_block(), GOOD, "no reservation yet");
+    assert_eq!(a.write_block(), GOOD);
+
+    assert_eq!(a.run_past_attentions(&RESERVE6, &[], 0).status, GOOD);
+    assert_eq!(
+        b.write_block(),
+        RESERVATION_CONFLICT,
+        "A's RESERVE(6) through c1 fences B's very next write through c2"
+    );
+    let r = b.run_past_attentions(&RESERVE6, &[], 0);
+    assert_eq!(
+        r.status, RESERVATION_CONFLICT,
+        "B cannot reserve through c2: {r:?}"
+    );
+    assert_eq!(a.write_block(), GOOD, "the holder writes through c1");
+    assert_eq!(a.run_past_attentions(&RELEASE6, &[], 0).status, GOOD);
+    assert_eq!(
+        b.write_block(),
+        GOOD,
+        "released through c1: B writes through c2 at once"
+    );
+    c.step("RESERVE(6) through c1 fences B's very next write through c2; RELEASE(6) through c1 lifts it at once");
+
+    // The holder's nexus is lost (its connection closes): released on every c.node.
+    assert_eq!(a.run_past_attentions(&RESERVE6, &[], 0).status, GOOD);
+    assert_eq!(b.write_block(), RESERVATION_CONFLICT);
+    drop(a);
+    let dropped = Instant::now();
+    poll_until(
+        Duration::from_secs(15),
+        "B's write through c2 after A's connection to c1 closed",
+        || (b.write_block() == GOOD).then_some(()),
+    );
+    c.step(&format!(
+        "A's connection to c1 closed while it held RESERVE(6): B writes through c2 {:.0} ms later",
+        dropped.elapsed().as_secs_f64() * 1e3
+    ));
+
+    // A preempts B through c1: B's nexus on c2 has REGISTRATIONS PREEMPTED pending when the
+    // PREEMPT returns, and its registration is gone.
+    let mut a = Session::login(c1_portal, HOST_A, TARGET);
+    assert_eq!(a.prout(REGISTER, 0, 0, 0xa, 0).status, GOOD);
+    assert_eq!(b.prout(REGISTER, 0, 0, 0xb, 0).status, GOOD);
+    assert_eq!(a.prout(RESERVE, EXCLUSIVE_ACCESS, 0xa, 0, 0).status, GOOD);
+    assert_eq!(attentions(&mut b), Vec::new(), "nothing pending for B yet");
+    assert_eq!(a.prout(PREEMPT, EXCLUSIVE_ACCESS, 0xa, 0xb, 0).status, GOOD);
+    let told = attentions(&mut b);
+    assert_eq!(
+        told,
+        vec![REGISTRATIONS_PREEMPTED],
+        "B's next commands through c2 after the PREEMPT through c1"
+    );
+    assert_eq!(b.keys(), vec![0xa], "B's registration is gone");
+    assert_eq!(b.write_block(), RESERVATION_CONFLICT);
+    assert_eq!(a.prout(CLEAR, 0, 0xa, 0, 0).status, GOOD);
+    assert_eq!(b.write_block(), GOOD);
+    c.step("a PREEMPT through c1 leaves B's nexus on c2 REGISTRATIONS PREEMPTED (2Ah/05h) by the time it returns, once");
 }
 
 /// A rolling restart of both c.nodes under load: fio writes (and then verifies) through

@@ -6,8 +6,9 @@
 //! tokio listener call [`data_out_len`], [`execute`], [`report_luns`] and [`execute_no_lun`],
 //! and on each LU's [`LunState`]: [`LunState::unit_attention`] before every command,
 //! [`LunState::logical_unit_reset`] on LUN and target resets, [`LunState::nexus_joined`] when
-//! a session starts reaching the LU and [`LunState::nexus_lost`] when it ends. Every command
-//! carries its I_T nexus ([`Nexus`]).
+//! a session starts reaching the LU and [`LunState::nexus_lost`] when it ends, and
+//! [`LunState::heard`] when another process serving the LU stored a change with news for
+//! nexuses (see [`RecordNews`]). Every command carries its I_T nexus ([`Nexus`]).
 //!
 //! Modules and what each owns:
 //! - `medium`: [`Geometry`] and [`MediumError`], what the storage under a LUN is and how it
@@ -37,8 +38,9 @@
 //! - `reservations`: persistent reservation and RESERVE(6) state, their service actions, and
 //!   which commands conflict with which reservation.
 //! - [`reservation_store`]: the [`ReservationStore`] seam a LU's persistent reservation state
-//!   is loaded from and stored through (compare-and-swap, shared by several processes), the
-//!   [`ReservationRecord`] it carries, and [`MemReservationStore`], the default.
+//!   (and its RESERVE(6) holder) is loaded from and stored through (compare-and-swap, shared
+//!   by several processes), the [`ReservationRecord`] it carries with the [`RecordNews`] of
+//!   the change that stored it, and [`MemReservationStore`], the default.
 //! - `persistent_reserve_in`, `persistent_reserve_out`: PERSISTENT RESERVE IN/OUT parameter
 //!   data and lists, RESERVE(6)/RELEASE(6).
 //! - `unit_attention`: the bounded per-nexus queue of unit attentions reservations and
@@ -94,7 +96,7 @@ pub use medium::{Geometry, MediumError};
 pub use mem_lun::MemLun;
 pub use nexus::Nexus;
 pub use reservation_store::{
-    MemReservationStore, RecordVersion, RegistrationRecord, ReservationHolder, ReservationRecord,
-    ReservationStore, StoreError,
+    MemReservationStore, RecordNews, RecordVersion, RegistrationRecord, ReservationHolder,
+    ReservationRecord, ReservationStore, StoreError,
 };
 pub use sense::{FieldPointer, Response, Sense, Status};

@@ -17,7 +17,7 @@ use crate::alua::{AccessState, AluaProvider, PortGroups};
 pub use crate::medium::{Geometry, MediumError};
 use crate::nexus::Nexus;
 use crate::opcode;
-use crate::reservation_store::{MemReservationStore, ReservationStore, StoreError};
+use crate::reservation_store::{MemReservationStore, RecordNews, ReservationStore, StoreError};
 use crate::reservations::{Attention, Refusal, Reservations};
 use crate::sense::{asc, key, Response, Sense};
 use crate::unit_attention::{UnitAttentions, ATTENTION_NEXUSES_MAX};
@@ -127,12 +127,16 @@ const RESERVATION_STORE_ATTEMPTS_MAX: usize = 16;
 /// service action and stores the result if nobody else stored since (else it retries);
 /// PERSISTENT RESERVE IN reloads it; other commands reload it only after
 /// [`LunState::invalidate_reservations`] (the server calls that when the store tells it of a
-/// change) and check against the cache otherwise. Unit attentions a service action causes are
-/// queued in this process only.
+/// change) and check against the cache otherwise. RESERVE(6), RELEASE(6), a LU reset and the
+/// loss of a RESERVE(6) holder's nexus change the record the same way. Unit attentions a
+/// change causes are queued here for this process's nexuses and stored with the record as
+/// its [`RecordNews`]; the other processes serving the LU queue them for theirs when they
+/// hear of the change ([`LunState::heard`]).
 ///
 /// What the transport calls besides [`crate::execute`]: [`LunState::unit_attention`] before
-/// each command, [`LunState::logical_unit_reset`] on LUN RESET and target resets, and
-/// [`LunState::nexus_lost`] when a session ends.
+/// each command, [`LunState::logical_unit_reset`] on LUN RESET and target resets,
+/// [`LunState::nexus_lost`] when a session ends, and [`LunState::heard`] with the news of a
+/// change another process stored.
 #[derive(Debug)]
 pub struct LunState {
     /// Caching mode page WCE bit. When cleared, every write is issued with `fua`.
@@ -156,6 +160,10 @@ pub struct LunState {
     /// access states is announced to. At most `ATTENTION_NEXUSES_MAX`; locked after
     /// `attentions` when both are.
     nexuses: Mutex<HashSet<Nexus>>,
+    /// The relative target ports of this process's portals, when other processes serve the
+    /// LU through ports of their own: unit attentions for nexuses through other ports are
+    /// theirs to queue, not ours. `None`: every nexus is this process's.
+    local_ports: Option<Vec<u16>>,
 }
 
 impl Default for LunState {
@@ -184,7 +192,16 @@ impl LunState {
             alua: None,
             alua_generation: AtomicU64::new(0),
             nexuses: Mutex::new(HashSet::new()),
+            local_ports: None,
         }
+    }
+
+    /// The same, serving the LU through the relative target ports `ports` only (other
+    /// processes serve it through theirs): unit attentions are queued for nexuses through
+    /// these ports only.
+    pub fn with_local_ports(mut self, ports: Vec<u16>) -> Self {
+        self.local_ports = Some(ports);
+        self
     }
 
     /// The same, with the target port groups and their access states from `provider`.
@@ -223,10 +240,31 @@ impl LunState {
     }
 
     /// A LUN reset, target warm reset or target cold reset happened: the RESERVE(6)
-    /// reservation is released. Persistent reservations and registrations survive resets
-    /// (SPC-4 5.13.1); the transport reports the reset's own unit attention.
-    pub fn logical_unit_reset(&self) {
-        self.reservations.write().reset();
+    /// reservation is released, and the record is stored with news of the reset
+    /// ([`RecordNews::reset`]) even when nothing else changed, so that every process serving
+    /// the LU tells its nexuses. Persistent reservations and registrations survive resets
+    /// (SPC-4 5.13.1); the transport reports the reset's own unit attention. `Err`: the store
+    /// could not be used; nothing was released or announced.
+    pub fn logical_unit_reset(&self) -> Result<(), Sense> {
+        self.change_reservations(true, |reservations, _| {
+            reservations.reset();
+            Ok(())
+        })
+        .map_err(refusal_sense)
+    }
+
+    /// Another process serving the LU stored a change with `news`: queue its unit attentions
+    /// for this process's nexuses (the reset one is the transport's to report).
+    pub fn heard(&self, news: &RecordNews) {
+        let attentions = news
+            .attentions
+            .iter()
+            .map(|(nexus, code)| Attention {
+                nexus: nexus.clone(),
+                code: *code,
+            })
+            .collect();
+        self.queue_attentions(attentions);
     }
 
     /// The reservation store may hold a newer record than this LU last saw (another process
@@ -236,11 +274,23 @@ impl LunState {
     }
 
     /// `nexus` is gone (logout, connection lost, session reinstated): its RESERVE(6)
-    /// reservation is released. Its registrations and pending unit attentions stay, for when
-    /// it logs in again.
-    pub fn nexus_lost(&self, nexus: &Nexus) {
-        self.reservations.write().nexus_lost(nexus);
+    /// reservation is released (in the store). Its registrations and pending unit attentions
+    /// stay, for when it logs in again. `Err`: the store could not be used, and the nexus may
+    /// still hold it.
+    pub fn nexus_lost(&self, nexus: &Nexus) -> Result<(), Sense> {
         self.nexuses.lock().remove(nexus);
+        // Only this process's sessions reserve through its nexuses, so a fresh cache that
+        // does not name it is the store's truth too: no store round trip per logout.
+        if !self.reservations_stale.load(Ordering::Acquire)
+            && !self.reservations.read().holds_reserve6(nexus)
+        {
+            return Ok(());
+        }
+        self.update_reservations(|reservations, _| {
+            reservations.nexus_lost(nexus);
+            Ok(())
+        })
+        .map_err(refusal_sense)
     }
 
     /// The target port groups and their states now.
@@ -290,23 +340,24 @@ impl LunState {
         self.reservations.read()
     }
 
-    /// Held by RESERVE(6) and RELEASE(6), which change no persistent state; reloaded first
-    /// when stale (they look at the registrations).
-    pub(crate) fn reservations_mut(&self) -> Result<RwLockWriteGuard<'_, Reservations>, Sense> {
-        let mut guard = self.reservations.write();
-        if self.reservations_stale.load(Ordering::Acquire) {
-            self.reload_reservations(&mut guard)?;
-        }
-        Ok(guard)
-    }
-
     /// A PERSISTENT RESERVE OUT: under the exclusive lock, load the record, run `apply` on a
     /// copy, and store the copy if the record is still the one loaded; on a conflict start
     /// again from a fresh load, at most [`RESERVATION_STORE_ATTEMPTS_MAX`] times. The unit
-    /// attentions of the try that counted are queued before the lock is released; a refusal
-    /// changes nothing and stores nothing.
+    /// attentions of the try that counted are stored with the record as its news and queued
+    /// here before the lock is released; a refusal changes nothing and stores nothing.
+    /// RESERVE(6) and RELEASE(6) run through here too.
     pub(crate) fn update_reservations(
         &self,
+        apply: impl FnMut(&mut Reservations, &mut Vec<Attention>) -> Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
+        self.change_reservations(false, apply)
+    }
+
+    /// [`LunState::update_reservations`]; with `reset` the record is stored (with news of
+    /// the reset) even when `apply` changed nothing in it.
+    fn change_reservations(
+        &self,
+        reset: bool,
         mut apply: impl FnMut(&mut Reservations, &mut Vec<Attention>) -> Result<(), Refusal>,
     ) -> Result<(), Refusal> {
         let mut guard = self.reservations.write();
@@ -315,8 +366,15 @@ impl LunState {
             let mut next = guard.clone();
             let mut attentions = Vec::new();
             apply(&mut next, &mut attentions)?;
-            let record = next.record();
-            if record != guard.record() {
+            let mut record = next.record();
+            if reset || record != guard.record() {
+                record.news = RecordNews {
+                    reset,
+                    attentions: attentions
+                        .iter()
+                        .map(|a| (a.nexus.clone(), a.code))
+                        .collect(),
+                };
                 match self.store.store(&record, guard.version()) {
                     Ok(version) => next.set_version(version),
                     Err(StoreError::Conflict) => continue,
@@ -341,13 +399,18 @@ impl LunState {
         Ok(())
     }
 
-    /// Queue unit attentions a service action established.
+    /// Queue unit attentions a change established, for this process's nexuses.
     pub(crate) fn queue_attentions(&self, attentions: Vec<Attention>) {
-        if attentions.is_empty() {
+        let local = |a: &Attention| {
+            self.local_ports
+                .as_ref()
+                .is_none_or(|ports| ports.contains(&a.nexus.relative_target_port))
+        };
+        if !attentions.iter().any(local) {
             return;
         }
         let mut queue = self.attentions.lock();
-        for a in attentions {
+        for a in attentions.iter().filter(|a| local(a)) {
             queue.push(&a.nexus, a.code);
         }
         self.attentions_pending
@@ -406,6 +469,14 @@ impl LunState {
     /// Held by COMPARE AND WRITE from its read to its write.
     pub(crate) fn exclusive_io(&self) -> RwLockWriteGuard<'_, ()> {
         self.io_lock.write()
+    }
+}
+
+/// The sense of a reservation change that cannot conflict (a reset, a nexus loss) and failed.
+fn refusal_sense(refusal: Refusal) -> Sense {
+    match refusal {
+        Refusal::Check(sense) => sense,
+        Refusal::Conflict => store_failure(),
     }
 }
 

@@ -138,17 +138,16 @@ pub(crate) fn persistent_reserve_out(
     }
 }
 
-/// RESERVE(6) and RELEASE(6) for `nexus`.
+/// RESERVE(6) and RELEASE(6) for `nexus`: a read-modify-write of the LU's record, like
+/// PERSISTENT RESERVE OUT, so every process serving the LU enforces the reservation.
 pub(crate) fn reserve_release_6(state: &LunState, nexus: &Nexus, reserve: bool) -> Response {
-    let mut reservations = match state.reservations_mut() {
-        Ok(reservations) => reservations,
-        Err(sense) => return Response::check(sense),
-    };
-    let result = if reserve {
-        reservations.reserve6(nexus)
-    } else {
-        reservations.release6(nexus)
-    };
+    let result = state.update_reservations(|reservations, _| {
+        if reserve {
+            reservations.reserve6(nexus)
+        } else {
+            reservations.release6(nexus)
+        }
+    });
     match result {
         Ok(()) => Response::good(Vec::new()),
         Err(refusal) => refusal.into(),

@@ -4,8 +4,12 @@
 //!
 //! The record is what SPC-4 calls the persistent reservation state of the logical unit:
 //! registrations (reservation key and I_T nexus), the reservation (holder and type),
-//! PRgeneration and the last APTPL value. The SPC-2 RESERVE(6) reservation and pending unit
-//! attentions are not in it: they belong to the process that serves the nexus.
+//! PRgeneration and the last APTPL value; beside it the holder of the SPC-2 RESERVE(6)
+//! reservation, so that every process serving the LU enforces that one too (it does not
+//! survive a power loss, APTPL or not), and the [`RecordNews`] of the change that stored it:
+//! the unit attentions that change established, which the other processes serving the LU
+//! queue for their own I_T nexuses (pending unit attentions themselves stay in the process
+//! that serves the nexus).
 //!
 //! A PERSISTENT RESERVE OUT is a read-modify-write of the record: load it with its version,
 //! apply the service action, store it if the version is still the one loaded, and start over
@@ -38,6 +42,35 @@ pub struct ReservationRecord {
     /// The last valid APTPL bit received: the state survives a power loss (a restart of
     /// every process serving the LU) only when it is set.
     pub aptpl: bool,
+    /// The holder of the SPC-2 RESERVE(6) reservation. Never set while any I_T nexus is
+    /// registered (SPC-2 5.5.1: each refuses the other).
+    pub reserved_by: Option<Nexus>,
+    /// What the change that stored this record told I_T nexuses. Only carried by a store
+    /// (for the other processes serving the LU, see [`RecordNews`]); a loaded record's news
+    /// mean nothing and are ignored.
+    pub news: RecordNews,
+}
+
+/// The unit attentions a change of the record established (SAM-5 5.14), carried with the
+/// record that change stored: every other process serving the LU learns of the change when
+/// its copy of the store tells it the record changed, and queues these for the I_T nexuses
+/// it serves ([`crate::LunState::heard`]); the process that made the change queued them
+/// itself. Bounded: one attention per registration at most, and the reset flag.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordNews {
+    /// The logical unit was reset (LUN RESET, a target reset): every I_T nexus of the LU
+    /// gets the reset's unit attention, which the transport keeps.
+    pub reset: bool,
+    /// Unit attentions for named nexuses, as (nexus, (ASC, ASCQ)), in the order they were
+    /// established: RESERVATIONS PREEMPTED or RELEASED, REGISTRATIONS PREEMPTED.
+    pub attentions: Vec<(Nexus, (u8, u8))>,
+}
+
+impl RecordNews {
+    /// Nothing to tell anyone.
+    pub fn is_empty(&self) -> bool {
+        !self.reset && self.attentions.is_empty()
+    }
 }
 
 /// One registered I_T nexus.
@@ -58,9 +91,14 @@ pub struct ReservationHolder {
 
 impl ReservationRecord {
     /// What is left of the record after the LU loses power (every process serving it
-    /// stopped): all of it with APTPL set, nothing without (SPC-4 5.13.5).
+    /// stopped): the persistent state with APTPL set, nothing without (SPC-4 5.13.5); never
+    /// a RESERVE(6) reservation (SPC-2: a power on releases it) or news.
     pub fn after_power_loss(self) -> Option<ReservationRecord> {
-        self.aptpl.then_some(self)
+        self.aptpl.then_some(ReservationRecord {
+            reserved_by: None,
+            news: RecordNews::default(),
+            ..self
+        })
     }
 }
 
@@ -156,9 +194,21 @@ mod tests {
             }],
             reservation: None,
             aptpl: false,
+            reserved_by: None,
+            news: RecordNews::default(),
         };
         assert_eq!(record.clone().after_power_loss(), None);
         record.aptpl = true;
-        assert_eq!(record.clone().after_power_loss(), Some(record));
+        assert_eq!(record.clone().after_power_loss(), Some(record.clone()));
+        // A RESERVE(6) reservation and the last change's news never survive one.
+        let mut with_reserve6 = record.clone();
+        with_reserve6.registrations.clear();
+        with_reserve6.reserved_by = Some(Nexus::new("b", 1));
+        with_reserve6.news.reset = true;
+        let after = with_reserve6.clone().after_power_loss().expect("APTPL");
+        assert_eq!(
+            (after.reserved_by, after.news),
+            (None, RecordNews::default())
+        );
     }
 }

@@ -15,13 +15,14 @@
 //! all-registrants reservation exists only while some I_T nexus is registered; a RESERVE(6)
 //! reservation and registrations never exist together (SPC-2 5.5.1: each refuses the other).
 //! Persistent reservations survive LUN resets and I_T nexus loss (SPC-4 5.13.1); a RESERVE(6)
-//! reservation does not. The persistent part travels to and from the LU's
-//! `reservation_store` as a record (see [`Reservations::record`], [`Reservations::load`]);
-//! whether it survives a power loss is the store's business, by the APTPL flag it carries.
+//! reservation does not. All of it (the RESERVE(6) holder too, so that every process serving
+//! the LU enforces it) travels to and from the LU's `reservation_store` as a record (see
+//! [`Reservations::record`], [`Reservations::load`]); whether it survives a power loss is the
+//! store's business, by the APTPL flag it carries (a RESERVE(6) reservation never does).
 
 use crate::nexus::Nexus;
 use crate::reservation_store::{
-    RecordVersion, RegistrationRecord, ReservationHolder, ReservationRecord,
+    RecordNews, RecordVersion, RegistrationRecord, ReservationHolder, ReservationRecord,
 };
 use crate::sense::{asc, Sense};
 
@@ -164,8 +165,8 @@ struct Reservation {
 }
 
 /// Reservation state of one logical unit. See the module documentation for its invariants.
-/// Everything but `reserved_by` is the persistent state a [`ReservationRecord`] carries to
-/// and from the LU's store; `version` says which stored record it is.
+/// Everything but `version` is the state a [`ReservationRecord`] carries to and from the LU's
+/// store; `version` says which stored record it is.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Reservations {
     /// PRgeneration: counts the PERSISTENT RESERVE OUT commands that changed registrations.
@@ -178,8 +179,8 @@ pub(crate) struct Reservations {
     aptpl: bool,
     /// The version of the stored record the persistent state was loaded from or stored as.
     version: RecordVersion,
-    /// The holder of the SPC-2 RESERVE(6) reservation. Not persistent, not shared: it lives
-    /// in the process that serves the nexus.
+    /// The holder of the SPC-2 RESERVE(6) reservation: shared through the store like the
+    /// rest, released by the holder's RELEASE(6), its nexus loss and LU resets.
     reserved_by: Option<Nexus>,
 }
 
@@ -202,12 +203,14 @@ impl Reservations {
                 type_code: r.kind.code(),
             }),
             aptpl: self.aptpl,
+            reserved_by: self.reserved_by.clone(),
+            news: RecordNews::default(),
         }
     }
 
-    /// Replace the persistent state with a stored `record` of `version`, after checking it
-    /// keeps this module's invariants; the RESERVE(6) reservation stays. `Err` says what is
-    /// wrong with the record, and leaves `self` as it was.
+    /// Replace the state with a stored `record` of `version` (its news ignored), after
+    /// checking it keeps this module's invariants. `Err` says what is wrong with the record,
+    /// and leaves `self` as it was.
     pub(crate) fn load(
         &mut self,
         record: ReservationRecord,
@@ -253,10 +256,14 @@ impl Reservations {
                 })
             }
         };
+        if record.reserved_by.is_some() && !registrations.is_empty() {
+            return Err("a RESERVE(6) reservation beside registrations".into());
+        }
         self.generation = record.generation;
         self.registrations = registrations;
         self.reservation = reservation;
         self.aptpl = record.aptpl;
+        self.reserved_by = record.reserved_by;
         self.version = version;
         Ok(())
     }
@@ -660,6 +667,11 @@ impl Reservations {
         Ok(())
     }
 
+    /// Whether `nexus` holds the RESERVE(6) reservation.
+    pub(crate) fn holds_reserve6(&self, nexus: &Nexus) -> bool {
+        self.reserved_by.as_ref() == Some(nexus)
+    }
+
     /// A LUN reset (or a target reset) releases the RESERVE(6) reservation; persistent
     /// reservations stay.
     pub(crate) fn reset(&mut self) {
@@ -1027,6 +1039,34 @@ mod tests {
         let mut r = registered(&[(&a, 1)]);
         assert_eq!(r.reserve6(&b), Err(Refusal::Conflict));
         assert_eq!(r.release6(&a), Err(Refusal::Conflict));
+    }
+
+    #[test]
+    fn the_reserve6_holder_travels_in_the_record_and_never_beside_registrations() {
+        let (a, b) = (nexus("a"), nexus("b"));
+        let mut r = Reservations::default();
+        r.reserve6(&a).expect("reserve");
+        let record = r.record();
+        assert_eq!(record.reserved_by, Some(a.clone()));
+        // Another process loads it and enforces it.
+        let mut other = Reservations::default();
+        other.load(record.clone(), 7).expect("load");
+        assert!(other.conflicts(&b, Access::Write));
+        assert!(!other.conflicts(&a, Access::Write));
+        assert_eq!(other.reserve6(&b), Err(Refusal::Conflict));
+        // A record released elsewhere releases it here.
+        r.release6(&a).expect("release");
+        other.load(r.record(), 8).expect("load");
+        assert!(!other.conflicts(&b, Access::Write));
+        // A record that breaks the invariant is refused and changes nothing.
+        let mut broken = record;
+        broken.registrations.push(RegistrationRecord {
+            nexus: b.clone(),
+            key: 1,
+            all_target_ports: false,
+        });
+        assert!(other.load(broken, 9).is_err());
+        assert_eq!(other.version(), 8);
     }
 
     #[test]

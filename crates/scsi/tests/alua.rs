@@ -214,7 +214,7 @@ fn a_change_of_states_is_announced_once_on_every_nexus() {
         "a nexus that joined after the change has nothing to hear"
     );
     // A nexus that is gone is not told; REQUEST SENSE returns the condition as its data.
-    lu.state.nexus_lost(&b);
+    lu.state.nexus_lost(&b).expect("nexus lost");
     groups.set(ActiveOptimized, ActiveNonOptimized);
     let sense = lu.send(&a, &[opcode::REQUEST_SENSE, 0, 0, 0, 18, 0], &[]);
     assert_eq!(sense.status, Status::Good);

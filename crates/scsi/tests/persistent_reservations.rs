@@ -9,8 +9,8 @@ use weft_scsi::build;
 use weft_scsi::opcode;
 use weft_scsi::sense::{asc, key};
 use weft_scsi::{
-    execute, LunState, MemLun, MemReservationStore, Nexus, RecordVersion, ReservationRecord,
-    ReservationStore, Response, Status, StoreError,
+    execute, LunState, MemLun, MemReservationStore, Nexus, RecordNews, RecordVersion,
+    ReservationRecord, ReservationStore, Response, Status, StoreError,
 };
 
 const WE: u8 = 0x1;
@@ -47,6 +47,14 @@ impl Lu {
     fn over(store: Arc<dyn ReservationStore>) -> Lu {
         Lu {
             state: LunState::with_reservation_store(store),
+            lu: MemLun::with_blocks(512, 64),
+        }
+    }
+
+    /// The same, for a process that serves the LU through the target ports `ports` only.
+    fn through(store: Arc<dyn ReservationStore>, ports: &[u16]) -> Lu {
+        Lu {
+            state: LunState::with_reservation_store(store).with_local_ports(ports.to_vec()),
             lu: MemLun::with_blocks(512, 64),
         }
     }
@@ -549,9 +557,9 @@ fn reserve6_between_two_initiators() {
     conflict(&lu.prout(&a, opcode::SA_REGISTER, 0, 0, 0xa));
     good(&lu.run(&a, &build::release6(), &[]));
     good(&lu.run(&b, &build::reserve6(), &[]));
-    lu.state.nexus_lost(&b);
+    lu.state.nexus_lost(&b).expect("nexus lost");
     good(&lu.run(&a, &build::reserve6(), &[]));
-    lu.state.logical_unit_reset();
+    lu.state.logical_unit_reset().expect("reset");
     good(&lu.run(&b, &build::reserve6(), &[]));
     good(&lu.run(&b, &build::release6(), &[]));
     // And RESERVE(6)/RELEASE(6) conflict while anyone is registered.
@@ -566,8 +574,8 @@ fn persistent_reservations_survive_resets_and_nexus_loss() {
     let (a, b) = (host("a", 1), host("b", 1));
     lu.register(&a, 0xa);
     good(&lu.reserve(&a, 0xa, EA));
-    lu.state.logical_unit_reset();
-    lu.state.nexus_lost(&a);
+    lu.state.logical_unit_reset().expect("reset");
+    lu.state.nexus_lost(&a).expect("nexus lost");
     assert_eq!(lu.reservation(&b), Some((0xa, EA)));
     conflict(&lu.read(&b));
     good(&lu.read(&a));
@@ -739,6 +747,109 @@ fn two_processes_sharing_a_store_see_each_others_reservations() {
     assert_eq!(one.reservation(&a), Some((0xb, EA)));
     conflict(&one.write(&a));
     assert_eq!(one.keys(&a).1, vec![0xb]);
+}
+
+/// Two processes serving one LU, each through its own target port (1 and 257), over one
+/// store: a RESERVE(6) through one is enforced by the other once it reloads, and released by
+/// the holder's RELEASE(6), its nexus loss, or a LU reset through either.
+#[test]
+fn reserve6_is_shared_by_every_process_serving_the_lu() {
+    let store = MemReservationStore::shared();
+    let (one, two) = (
+        Lu::through(store.clone(), &[1]),
+        Lu::through(store.clone(), &[257]),
+    );
+    let (a, b) = (host("a", 1), host("b", 257));
+    good(&two.write(&b));
+    good(&one.run(&a, &build::reserve6(), &[]));
+    two.state.invalidate_reservations();
+    conflict(&two.write(&b));
+    conflict(&two.run(&b, &build::reserve6(), &[]));
+    // Registering is refused through the other process too (SPC-2: each refuses the other).
+    conflict(&two.prout(&b, opcode::SA_REGISTER, 0, 0, 0xb));
+    good(&one.run(&a, &build::release6(), &[]));
+    two.state.invalidate_reservations();
+    good(&two.write(&b));
+
+    // The holder's nexus is lost: released in the store, for the other process too.
+    good(&one.run(&a, &build::reserve6(), &[]));
+    two.state.invalidate_reservations();
+    conflict(&two.write(&b));
+    one.state.nexus_lost(&a).expect("nexus lost");
+    two.state.invalidate_reservations();
+    good(&two.write(&b));
+
+    // A LU reset through the other process releases it too.
+    good(&one.run(&a, &build::reserve6(), &[]));
+    two.state.logical_unit_reset().expect("reset");
+    one.state.invalidate_reservations();
+    good(&one.run(&b, &build::reserve6(), &[]));
+    let (record, _) = store.load().expect("load");
+    assert_eq!(record.reserved_by, Some(b.clone()));
+}
+
+/// What a change stores beside the record: the unit attentions it established, for the
+/// other processes to queue for their own nexuses, and nothing for a process whose ports
+/// the nexus does not come through.
+#[test]
+fn the_news_of_a_change_reach_the_nexuses_of_another_process_once() {
+    let store = MemReservationStore::shared();
+    let (one, two) = (
+        Lu::through(store.clone(), &[1]),
+        Lu::through(store.clone(), &[257]),
+    );
+    let (a, b) = (host("a", 1), host("b", 257));
+    one.register(&a, 0xa);
+    two.register(&b, 0xb);
+    good(&one.reserve(&a, 0xa, EA));
+    // a preempts b through process one: b, served by two, is told.
+    good(&one.prout(&a, opcode::SA_PREEMPT, EA, 0xa, 0xb));
+    let (record, _) = store.load().expect("load");
+    assert_eq!(
+        record.news,
+        RecordNews {
+            reset: false,
+            attentions: vec![(b.clone(), asc::REGISTRATIONS_PREEMPTED)],
+        }
+    );
+    // Process one queued nothing for b: b is not its nexus.
+    assert!(one.state.unit_attention(&b, &[0, 0, 0, 0, 0, 0]).is_none());
+    // Before two hears of it, b has nothing pending; after, exactly one unit attention.
+    good(&two.tur(&b));
+    two.state.heard(&record.news);
+    check(
+        &two.tur(&b),
+        key::UNIT_ATTENTION,
+        asc::REGISTRATIONS_PREEMPTED,
+    );
+    good(&two.tur(&b));
+    // News for a nexus of its own that another process heard mean nothing to one.
+    one.state.heard(&RecordNews {
+        reset: false,
+        attentions: vec![(b.clone(), asc::RESERVATIONS_RELEASED)],
+    });
+    assert!(one.state.unit_attention(&b, &[0, 0, 0, 0, 0, 0]).is_none());
+
+    // A reset is stored even though it changes nothing else, so every process hears of it.
+    let (_, before) = store.load().expect("load");
+    one.state.logical_unit_reset().expect("reset");
+    let (record, after) = store.load().expect("load");
+    assert!(after > before, "stored");
+    assert_eq!(
+        record.news,
+        RecordNews {
+            reset: true,
+            attentions: Vec::new(),
+        }
+    );
+    assert_eq!(
+        record.registrations.len(),
+        1,
+        "registrations survive a reset"
+    );
+    // A change without news (a new registration) stores none.
+    two.register(&host("c", 257), 0xc);
+    assert!(store.load().expect("load").0.news.is_empty());
 }
 
 /// A store another process writes to between each of our loads and stores, a few times.

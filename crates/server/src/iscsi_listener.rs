@@ -31,7 +31,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 use weft_iscsi::TargetLimits;
-use weft_scsi::LunState;
+use weft_scsi::{LunState, RecordNews};
 
 use crate::backend::ExportBackend;
 use crate::reservation_records::ReservationRecords;
@@ -76,8 +76,9 @@ pub(crate) struct Portal {
 }
 
 /// What the sessions of one LU share: the SCSI state (mode pages, the COMPARE AND WRITE
-/// lock) and a count of resets, by which every session learns of a LUN RESET on any path
-/// and reports it once as a unit attention (SPC-4 §6.3: every I_T nexus gets one).
+/// lock) and a count of resets, by which every session learns of a LUN RESET on any path,
+/// through this c.node or another ([`Portal::reservations_changed`]), and reports it once as
+/// a unit attention (SPC-4 §6.3: every I_T nexus gets one).
 pub(crate) struct SharedLu {
     pub(crate) state: LunState,
     pub(crate) resets: AtomicU64,
@@ -100,7 +101,8 @@ impl Portal {
             .or_insert_with(|| {
                 Arc::new(SharedLu {
                     state: LunState::with_reservation_store(self.reservations.for_export(export))
-                        .with_alua(self.port_groups.for_export(export)),
+                        .with_alua(self.port_groups.for_export(export))
+                        .with_local_ports(self.ports.clone()),
                     resets: AtomicU64::new(0),
                 })
             })
@@ -108,8 +110,28 @@ impl Portal {
     }
 
     /// The reservation record of `export` changed in the store (`None`: any may have): its
-    /// LU reloads it before its next command.
-    fn reservations_changed(&self, export: Option<&str>) {
+    /// LU reloads it before its next command. With `news` (another c.node's change), first
+    /// every session of the LU here reports a reset, and the nexuses of this c.node's
+    /// portals the unit attentions named for them (the LU's state is made for them if no
+    /// session reached it yet: a registrant that logs in later still hears of it).
+    fn reservations_changed(&self, export: Option<&str>, news: Option<&RecordNews>) {
+        if let (Some(export), Some(news)) = (export, news) {
+            let ours = news
+                .attentions
+                .iter()
+                .any(|(nexus, _)| self.ports.contains(&nexus.relative_target_port));
+            let lu = if ours {
+                Some(self.shared_lu(export))
+            } else {
+                self.lun_states.lock().get(export).cloned()
+            };
+            if let Some(lu) = lu {
+                if news.reset {
+                    lu.resets.fetch_add(1, Ordering::AcqRel);
+                }
+                lu.state.heard(news);
+            }
+        }
         let lun_states = self.lun_states.lock();
         match export {
             Some(export) => {
@@ -190,17 +212,20 @@ pub async fn run(
         sessions: options.sessions,
         reservations: options.reservations,
     });
-    // Another c.node's PERSISTENT RESERVE OUT, or a deleted volume, changes a record: the LU
-    // must not go on checking commands against what it cached.
+    // Another c.node's PERSISTENT RESERVE OUT, RESERVE(6) or LU reset, or a deleted volume,
+    // changes a record: the LU must not go on checking commands against what it cached, and
+    // the unit attentions that change established reach this c.node's nexuses.
     let follower = {
         let portal = Arc::clone(&portal);
         let shutdown = shutdown.clone();
         std::thread::Builder::new()
             .name("iscsi-reservations".into())
             .spawn(move || {
-                crate::reservation_records::follow(&portal.reservations, &shutdown, |export| {
-                    portal.reservations_changed(export)
-                })
+                crate::reservation_records::follow(
+                    &portal.reservations,
+                    &shutdown,
+                    |export, news| portal.reservations_changed(export, news),
+                )
             })?
     };
     let mut tasks = Vec::new();

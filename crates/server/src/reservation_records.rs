@@ -12,6 +12,35 @@
 //! records without APTPL go, as SPC-4 has a power loss clear them, and so do those of exports
 //! that no longer exist.
 //!
+//! The record also holds the RESERVE(6) holder, and carries the news of the change that
+//! stored it (`weft_scsi::RecordNews`: a LU reset, unit attentions for named nexuses) with
+//! the id of the c.node that stored it, so that the unit attentions a LUN RESET or a PR OUT
+//! through one c.node causes reach the nexuses logged in through the others.
+//!
+//! Why every other c.node queues a change's unit attentions before the command that made it
+//! is answered, once each and in order:
+//! 1. A change C through c.node X is one compare-and-put of the LU's key, at etcd revision
+//!    R; the value written at R carries C's news and X's id, and nothing else writes R.
+//! 2. Every other c.node Y watches the prefix; etcd delivers each Put of a watched key once,
+//!    in revision order. On the Put of R, Y's [`follow`] first hands the news to its LUs
+//!    (reset counted, attentions queued for the nexuses of Y's portals), then invalidates
+//!    their caches, and only then writes `weft/scsi/applied/<Y>` = R.
+//! 3. X answers C (the PR OUT's status, the LUN RESET's task management response) only once
+//!    every other c.node serving iSCSI wrote an applied revision >= R ([`Peers`]): so a host
+//!    that saw C answered and then sends a command through Y meets C's unit attention there
+//!    (and C's reservation state). Y's queue is FIFO and fed in revision order, so C's unit
+//!    attentions come after those of every earlier change.
+//! 4. X does not hear its own news (its id is in them; it queued its nexuses' attentions when
+//!    it stored), a watch started or restarted from a listing applies none (the listing's
+//!    records are older news), and a rename copies the record without them: no attention is
+//!    queued twice.
+//!
+//! What can be lost: when a watch breaks it is resumed after the last revision it delivered;
+//! if etcd has compacted that revision away, it starts again from a listing and the news in
+//! between are lost (those nexuses miss a unit attention; the reservation state itself is
+//! reloaded). A c.node that does not answer within [`Peers::wait`] is named in a WARN log and
+//! the command answers anyway, as for any reservation change.
+//!
 //! Calls block: they run on the iSCSI worker threads, the API's blocking pool, or at start.
 
 use std::collections::BTreeSet;
@@ -23,7 +52,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use weft_meta::{EmbeddedMetaStore, MetaError, MetaStore, WatchEvent};
 use weft_scsi::{
-    Nexus, RecordVersion, RegistrationRecord, ReservationHolder, ReservationRecord,
+    Nexus, RecordNews, RecordVersion, RegistrationRecord, ReservationHolder, ReservationRecord,
     ReservationStore, StoreError,
 };
 
@@ -31,8 +60,12 @@ use weft_scsi::{
 pub const RESERVATIONS_PREFIX: &str = "weft/scsi/reservations/";
 /// The single-process server's store of records, in its data dir.
 pub const RESERVATIONS_DIR: &str = "scsi-reservations";
-/// The format of a stored record; a record of another format is refused as corrupt.
-const RECORD_FORMAT: u32 = 1;
+/// The format of a stored record that holds a RESERVE(6) reservation or news; one that holds
+/// neither is written in [`RECORD_FORMAT_PERSISTENT_ONLY`], which builds from before them
+/// read. A record of another format is refused as corrupt.
+const RECORD_FORMAT: u32 = 2;
+/// Persistent reservations only: no `reserved_by`, no `news`.
+const RECORD_FORMAT_PERSISTENT_ONLY: u32 = 1;
 /// How long [`follow`] waits for a change before it looks at the shutdown token again.
 const FOLLOW_POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// How long [`follow`] waits before watching again after its watch broke.
@@ -85,6 +118,17 @@ impl ReservationRecords {
         }
     }
 
+    /// The news of a stored record `value`, if another c.node stored it with some.
+    fn news_from_elsewhere(&self, value: &[u8]) -> Option<RecordNews> {
+        let me = &self.peers.as_ref()?.me;
+        match decode(value) {
+            Ok((record, Some(origin))) if origin != *me && !record.news.is_empty() => {
+                Some(record.news)
+            }
+            _ => None,
+        }
+    }
+
     /// Say that this c.node's LUs have applied every change up to `revision`.
     fn applied(&self, revision: u64) {
         if let Some(p) = &self.peers {
@@ -121,10 +165,22 @@ impl ReservationRecords {
     }
 
     /// `from` was renamed `to` (a volume rename): its record moves with it, so a host keeps
-    /// its registrations and reservation across the rename.
+    /// its registrations and reservation across the rename. Without its news: they were
+    /// heard when it was stored.
     pub fn rename(&self, from: &str, to: &str) -> Result<(), MetaError> {
-        if let Some(record) = self.kv.get(&key_of(from))? {
-            self.kv.put(&key_of(to), &record.value, None)?;
+        if let Some(versioned) = self.kv.get(&key_of(from))? {
+            let value = match decode(&versioned.value) {
+                Ok((record, _)) => encode(
+                    &ReservationRecord {
+                        news: RecordNews::default(),
+                        ..record
+                    },
+                    None,
+                ),
+                // Not ours to read: moved as it is.
+                Err(_) => versioned.value,
+            };
+            self.kv.put(&key_of(to), &value, None)?;
             self.kv.delete(&key_of(from))?;
         }
         Ok(())
@@ -134,16 +190,39 @@ impl ReservationRecords {
     /// terms): drop the records without APTPL (unless `failover`: a c.node that takes over
     /// from another is a path change for the hosts, not a power loss of the LUs, and
     /// clustered databases fence with these reservations), and those of exports not in
-    /// `exports` (deleted while no record could be removed). The number of records dropped.
+    /// `exports` (deleted while no record could be removed). A power-on also releases a
+    /// RESERVE(6) reservation kept in an APTPL record. The number of records dropped.
     pub fn power_on(&self, exports: &BTreeSet<String>, failover: bool) -> Result<usize, MetaError> {
         let mut dropped = 0;
         for (key, versioned) in self.kv.list(RESERVATIONS_PREFIX)? {
             let export = key.strip_prefix(RESERVATIONS_PREFIX).unwrap_or(&key);
-            let keep = exports.contains(export)
-                && decode(&versioned.value)
-                    .is_ok_and(|r| failover || r.after_power_loss().is_some());
-            if keep {
-                continue;
+            let decoded = decode(&versioned.value).ok().map(|(record, _)| record);
+            let kept = match decoded {
+                Some(record) if exports.contains(export) => {
+                    if failover {
+                        Some(None)
+                    } else {
+                        record
+                            .clone()
+                            .after_power_loss()
+                            .map(|after| (after.reserved_by != record.reserved_by).then_some(after))
+                    }
+                }
+                _ => None,
+            };
+            match kept {
+                Some(None) => continue,
+                Some(Some(after)) => {
+                    let value = encode(&after, None);
+                    match self
+                        .kv
+                        .compare_and_put(&key, versioned.mod_revision, &value, None)
+                    {
+                        Ok(_) | Err(MetaError::Conflict { .. }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                None => {}
             }
             match self.kv.compare_and_delete(&key, versioned.mod_revision) {
                 Ok(()) => dropped += 1,
@@ -157,23 +236,36 @@ impl ReservationRecords {
 }
 
 /// Until `shutdown`, call `changed` with the export of every record that changes (another
-/// c.node's PERSISTENT RESERVE OUT, a deletion), and with `None` when changes may have been
-/// missed (the watch broke): then every LU must reload.
+/// c.node's PERSISTENT RESERVE OUT, a deletion) and the news another c.node stored with it,
+/// and with `None` when changes may have been missed (the watch started or broke): then every
+/// LU must reload. See the module documentation for why the news arrive once and in order.
 pub fn follow(
     records: &ReservationRecords,
     shutdown: &CancellationToken,
-    changed: impl Fn(Option<&str>),
+    changed: impl Fn(Option<&str>, Option<&RecordNews>),
 ) {
+    // The last revision the watch delivered: a broken watch resumes after it.
+    let mut resume: Option<u64> = None;
     while !shutdown.is_cancelled() {
-        let watch = records
-            .kv
-            .list_with_revision(RESERVATIONS_PREFIX)
-            .and_then(|(_, revision)| {
-                records
-                    .kv
-                    .watch(RESERVATIONS_PREFIX, revision)
-                    .map(|w| (w, revision))
-            });
+        let resumed = resume.and_then(|after| {
+            records
+                .kv
+                .watch(RESERVATIONS_PREFIX, after)
+                .ok()
+                .map(|w| (w, after))
+        });
+        let watch = match resumed {
+            Some(watch) => Ok(watch),
+            None => records
+                .kv
+                .list_with_revision(RESERVATIONS_PREFIX)
+                .and_then(|(_, revision)| {
+                    records
+                        .kv
+                        .watch(RESERVATIONS_PREFIX, revision)
+                        .map(|w| (w, revision))
+                }),
+        };
         let (watch, start) = match watch {
             Ok(watch) => watch,
             Err(error) => {
@@ -183,8 +275,9 @@ pub fn follow(
             }
         };
         // Whatever happened before the watch started is unknown here.
-        changed(None);
+        changed(None, None);
         records.applied(start);
+        resume = Some(start);
         loop {
             if shutdown.is_cancelled() {
                 return;
@@ -192,10 +285,16 @@ pub fn follow(
             match watch.events.recv_timeout(FOLLOW_POLL_INTERVAL) {
                 Ok(event) => {
                     let key = event.key();
-                    changed(Some(key.strip_prefix(RESERVATIONS_PREFIX).unwrap_or(key)));
+                    let export = key.strip_prefix(RESERVATIONS_PREFIX).unwrap_or(key);
+                    let news = match &event {
+                        WatchEvent::Put { value, .. } => records.news_from_elsewhere(value),
+                        WatchEvent::Delete { .. } => None,
+                    };
+                    changed(Some(export), news.as_ref());
                     let (WatchEvent::Put { revision, .. } | WatchEvent::Delete { revision, .. }) =
                         &event;
                     records.applied(*revision);
+                    resume = Some(*revision);
                     if let WatchEvent::Delete { .. } = event {
                         tracing::debug!(key, "reservation record removed");
                     }
@@ -232,7 +331,7 @@ impl ReservationStore for ExportRecord {
         match self.kv.get(&self.key).map_err(unavailable)? {
             None => Ok((ReservationRecord::default(), 0)),
             Some(v) => {
-                let record = decode(&v.value).map_err(StoreError::Corrupt)?;
+                let (record, _) = decode(&v.value).map_err(StoreError::Corrupt)?;
                 Ok((record, v.mod_revision))
             }
         }
@@ -243,8 +342,9 @@ impl ReservationStore for ExportRecord {
         record: &ReservationRecord,
         expected: RecordVersion,
     ) -> Result<RecordVersion, StoreError> {
-        let bytes = serde_json::to_vec(&StoredRecord::from(record))
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        // News are for the other c.nodes: a server alone stores none.
+        let origin = self.peers.as_ref().map(|p| p.me.as_str());
+        let bytes = encode(record, origin);
         match self.kv.compare_and_put(&self.key, expected, &bytes, None) {
             Ok(revision) => {
                 if let Some(peers) = &self.peers {
@@ -290,15 +390,43 @@ fn unavailable(error: MetaError) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
-fn decode(bytes: &[u8]) -> Result<ReservationRecord, String> {
+/// A stored record and the id of the c.node that stored its news.
+fn decode(bytes: &[u8]) -> Result<(ReservationRecord, Option<String>), String> {
     let stored: StoredRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    if stored.format != RECORD_FORMAT {
+    if ![RECORD_FORMAT_PERSISTENT_ONLY, RECORD_FORMAT].contains(&stored.format) {
         return Err(format!(
-            "record format {}, this weft reads {RECORD_FORMAT}",
+            "record format {}, this weft reads {RECORD_FORMAT_PERSISTENT_ONLY} and {RECORD_FORMAT}",
             stored.format
         ));
     }
-    Ok(stored.into())
+    let origin = stored.news.as_ref().map(|n| n.origin.clone());
+    Ok((stored.into(), origin))
+}
+
+/// `record` as stored; its news with `origin` (`None`: the news are dropped).
+fn encode(record: &ReservationRecord, origin: Option<&str>) -> Vec<u8> {
+    let mut stored = StoredRecord::from(record);
+    stored.news = origin
+        .filter(|_| !record.news.is_empty())
+        .map(|origin| StoredNews {
+            origin: origin.to_string(),
+            reset: record.news.reset,
+            attentions: record
+                .news
+                .attentions
+                .iter()
+                .map(|(nexus, (asc, ascq))| StoredAttention {
+                    initiator_port: nexus.initiator_port.clone(),
+                    relative_target_port: nexus.relative_target_port,
+                    asc: *asc,
+                    ascq: *ascq,
+                })
+                .collect(),
+        });
+    if stored.reserved_by.is_none() && stored.news.is_none() {
+        stored.format = RECORD_FORMAT_PERSISTENT_ONLY;
+    }
+    serde_json::to_vec(&stored).expect("strings and numbers always serialize")
 }
 
 /// A record as JSON in the metadata store.
@@ -310,6 +438,37 @@ struct StoredRecord {
     aptpl: bool,
     registrations: Vec<StoredRegistration>,
     reservation: Option<StoredReservation>,
+    /// The RESERVE(6) holder (format 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reserved_by: Option<StoredNexus>,
+    /// The news of the change that stored the record, for the other c.nodes (format 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    news: Option<StoredNews>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredNexus {
+    initiator_port: String,
+    relative_target_port: u16,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredNews {
+    /// The id of the c.node that stored them (which does not hear its own).
+    origin: String,
+    reset: bool,
+    attentions: Vec<StoredAttention>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredAttention {
+    initiator_port: String,
+    relative_target_port: u16,
+    asc: u8,
+    ascq: u8,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -350,6 +509,12 @@ impl From<&ReservationRecord> for StoredRecord {
                 relative_target_port: h.holder.relative_target_port,
                 type_code: h.type_code,
             }),
+            reserved_by: r.reserved_by.as_ref().map(|n| StoredNexus {
+                initiator_port: n.initiator_port.clone(),
+                relative_target_port: n.relative_target_port,
+            }),
+            // `encode` adds them with their origin.
+            news: None,
         }
     }
 }
@@ -372,6 +537,25 @@ impl From<StoredRecord> for ReservationRecord {
                 holder: Nexus::new(h.initiator_port, h.relative_target_port),
                 type_code: h.type_code,
             }),
+            reserved_by: s
+                .reserved_by
+                .map(|n| Nexus::new(n.initiator_port, n.relative_target_port)),
+            news: s
+                .news
+                .map(|n| RecordNews {
+                    reset: n.reset,
+                    attentions: n
+                        .attentions
+                        .into_iter()
+                        .map(|a| {
+                            (
+                                Nexus::new(a.initiator_port, a.relative_target_port),
+                                (a.asc, a.ascq),
+                            )
+                        })
+                        .collect(),
+                })
+                .unwrap_or_default(),
         }
     }
 }
@@ -393,7 +577,121 @@ mod tests {
                 type_code: 3,
             }),
             aptpl,
+            reserved_by: None,
+            news: RecordNews::default(),
         }
+    }
+
+    /// A record with a RESERVE(6) holder and nobody registered.
+    fn reserved6(aptpl: bool) -> ReservationRecord {
+        ReservationRecord {
+            reserved_by: Some(Nexus::new("iqn.2026-01.test:b,i,0x800000000001", 257)),
+            registrations: Vec::new(),
+            reservation: None,
+            ..record(aptpl)
+        }
+    }
+
+    fn format_of(bytes: &[u8]) -> u64 {
+        let v: serde_json::Value = serde_json::from_slice(bytes).expect("JSON");
+        v["format"].as_u64().expect("a format")
+    }
+
+    #[test]
+    fn records_without_reserve6_or_news_keep_the_first_format() {
+        let plain = encode(&record(true), Some("c1"));
+        assert_eq!(
+            format_of(&plain),
+            1,
+            "builds from before RESERVE(6) was shared read it"
+        );
+        assert_eq!(decode(&plain), Ok((record(true), None)));
+        let with_reserve6 = encode(&reserved6(false), None);
+        assert_eq!(format_of(&with_reserve6), 2);
+        assert_eq!(decode(&with_reserve6), Ok((reserved6(false), None)));
+        let news = RecordNews {
+            reset: true,
+            attentions: vec![(
+                Nexus::new("iqn.2026-01.test:a,i,0x800000000001", 1),
+                (0x2a, 0x05),
+            )],
+        };
+        let told = ReservationRecord {
+            news: news.clone(),
+            ..record(false)
+        };
+        let stored = encode(&told, Some("c1"));
+        assert_eq!(format_of(&stored), 2);
+        assert_eq!(decode(&stored), Ok((told.clone(), Some("c1".to_string()))));
+        // Without an origin (a server alone) the news are not stored at all.
+        assert_eq!(decode(&encode(&told, None)), Ok((record(false), None)));
+    }
+
+    #[test]
+    fn news_are_heard_from_other_cnodes_only_and_not_moved_by_a_rename() {
+        let kv: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::in_memory());
+        let peers = |me: &str| Peers {
+            me: me.to_string(),
+            others: Arc::new(Vec::new),
+            wait: Duration::from_millis(10),
+        };
+        let c1 = ReservationRecords::new(Arc::clone(&kv)).with_peers(peers("c1"));
+        let c2 = ReservationRecords::new(Arc::clone(&kv)).with_peers(peers("c2"));
+        let told = ReservationRecord {
+            news: RecordNews {
+                reset: true,
+                attentions: Vec::new(),
+            },
+            ..reserved6(false)
+        };
+        c1.for_export("vol").store(&told, 0).expect("store");
+        let value = kv.get(&key_of("vol")).expect("get").expect("stored").value;
+        assert_eq!(c1.news_from_elsewhere(&value), None, "c1 stored them");
+        assert_eq!(c2.news_from_elsewhere(&value), Some(told.news.clone()));
+        c1.rename("vol", "renamed").expect("rename");
+        let moved = kv
+            .get(&key_of("renamed"))
+            .expect("get")
+            .expect("moved")
+            .value;
+        assert_eq!(
+            c2.news_from_elsewhere(&moved),
+            None,
+            "heard once, not again"
+        );
+        assert_eq!(
+            c2.for_export("renamed").load().expect("load").0.reserved_by,
+            reserved6(false).reserved_by,
+            "the RESERVE(6) holder moves with the record"
+        );
+    }
+
+    #[test]
+    fn power_on_releases_reserve6_even_in_an_aptpl_record() {
+        let records = ReservationRecords::in_memory();
+        records
+            .for_export("held")
+            .store(&reserved6(true), 0)
+            .expect("store");
+        records
+            .for_export("plain")
+            .store(&reserved6(false), 0)
+            .expect("store");
+        let live: BTreeSet<String> = ["held", "plain"].map(String::from).into();
+        // A takeover keeps it (the holder's nexus may be on the c.node that takes over).
+        assert_eq!(records.power_on(&live, true).expect("failover"), 0);
+        assert!(records
+            .for_export("held")
+            .load()
+            .expect("load")
+            .0
+            .reserved_by
+            .is_some());
+        assert_eq!(records.power_on(&live, false).expect("power on"), 1);
+        let (kept, version) = records.for_export("held").load().expect("load");
+        assert!(version > 0 && kept.aptpl, "the APTPL record stays");
+        assert_eq!(kept.reserved_by, None, "without its RESERVE(6) reservation");
+        assert_eq!(records.for_export("plain").load().expect("load").1, 0);
     }
 
     #[test]
@@ -443,7 +741,9 @@ mod tests {
     }
 
     /// Two c.nodes on one etcd, each with its own connection and its own `LunState` of one
-    /// LU: a reservation one takes is seen and enforced by the other once the watch tells it.
+    /// LU: a reservation one takes is seen and enforced by the other once the watch tells it;
+    /// the unit attentions of a PREEMPT and a LU reset through one are queued on the other
+    /// before the command returns.
     #[test]
     fn two_cnodes_on_one_etcd_share_a_reservation_and_a_change_waits_for_the_other() {
         use weft_scsi::{build, opcode, LunState, MemLun, Status};
@@ -458,8 +758,12 @@ mod tests {
             })
         };
         let (one, two) = (connect("one", "two"), connect("two", "one"));
-        let state_one = LunState::with_reservation_store(one.for_export("vol"));
-        let state_two = Arc::new(LunState::with_reservation_store(two.for_export("vol")));
+        let state_one =
+            LunState::with_reservation_store(one.for_export("vol")).with_local_ports(vec![1]);
+        let state_two = Arc::new(
+            LunState::with_reservation_store(two.for_export("vol")).with_local_ports(vec![257]),
+        );
+        let resets_two = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let lu = MemLun::with_blocks(512, 64);
         let (a, b) = (
             Nexus::iscsi("iqn.2026-01.test:a", [0x80, 0, 0, 0, 0, 1], 1),
@@ -473,10 +777,20 @@ mod tests {
         assert_eq!(write(&state_two, &b), Status::Good);
         let shutdown = CancellationToken::new();
         let follower = {
-            let (two, state_two, shutdown) =
-                (two.clone(), Arc::clone(&state_two), shutdown.clone());
+            let (two, state_two, shutdown, resets_two) = (
+                two.clone(),
+                Arc::clone(&state_two),
+                shutdown.clone(),
+                Arc::clone(&resets_two),
+            );
             std::thread::spawn(move || {
-                follow(&two, &shutdown, |export| {
+                follow(&two, &shutdown, |export, news| {
+                    if let Some(news) = news {
+                        if news.reset {
+                            resets_two.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        state_two.heard(news);
+                    }
                     if export.is_none_or(|e| e == "vol") {
                         state_two.invalidate_reservations();
                     }
@@ -500,6 +814,31 @@ mod tests {
             Status::ReservationConflict,
             "c.node two refuses b's very next write"
         );
+        // b registers through two; a preempts it through one: b's very next command through
+        // two meets REGISTRATIONS PREEMPTED, once.
+        let register_b = build::persistent_reserve_out(opcode::SA_REGISTER, 0, 24);
+        let list = build::prout_parameters(0, 0xb, 0x01);
+        assert_eq!(
+            weft_scsi::execute(&state_two, &lu, &b, &register_b, &list).status,
+            Status::Good
+        );
+        assert_eq!(prout(opcode::SA_PREEMPT, 0x3, 0xa, 0xb), Status::Good);
+        let tur = [0u8; 6];
+        let attention = state_two
+            .unit_attention(&b, &tur)
+            .expect("a unit attention");
+        assert_eq!(
+            attention.sense.map(|s| (s.key, s.asc, s.ascq)),
+            Some((0x06, 0x2a, 0x05))
+        );
+        assert!(state_two.unit_attention(&b, &tur).is_none(), "once");
+        assert!(
+            state_one.unit_attention(&b, &tur).is_none(),
+            "b is not a nexus of c.node one"
+        );
+        // A LU reset through one has reached two when it returns.
+        state_one.logical_unit_reset().expect("reset");
+        assert_eq!(resets_two.load(std::sync::atomic::Ordering::SeqCst), 1);
         shutdown.cancel();
         follower.join().expect("follower");
         let (record, _) = two.for_export("vol").load().expect("load");

@@ -10,6 +10,8 @@
 //! relative target port): every command carries it, so each LU's persistent reservations
 //! and RESERVE(6) reservation know who is asking. A LUN reset releases RESERVE(6) only, and
 //! so does the end of the session; registrations and persistent reservations survive both.
+//! A LUN reset is answered once every other c.node serving the LU heard of it (its sessions
+//! report the reset's unit attention on their next command), as a PR OUT is.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -269,7 +271,9 @@ async fn nexus_lost(reader: &Reader<'_>) {
     let nexus = Arc::clone(&reader.nexus);
     let _ = tokio::task::spawn_blocking(move || {
         for lu in lus {
-            lu.state.nexus_lost(&nexus);
+            if let Err(sense) = lu.state.nexus_lost(&nexus) {
+                warn!(nexus = %nexus.initiator_port, ?sense, "could not release a RESERVE(6) reservation of a lost nexus");
+            }
         }
     })
     .await;
@@ -801,12 +805,15 @@ impl Reader<'_> {
                     lun.shared.resets.fetch_add(1, Ordering::AcqRel);
                 }
                 // A reset releases RESERVE(6) reservations, not persistent ones (SPC-4
-                // 5.13.1). Releasing waits for other sessions' commands on the LU, so it
-                // runs off the async threads.
+                // 5.13.1), and is stored as news for the other c.nodes' sessions, answered
+                // once they heard it. Releasing waits for other sessions' commands on the
+                // LU and for the other c.nodes, so it runs off the async threads.
                 if !reset.is_empty() {
                     let _ = tokio::task::spawn_blocking(move || {
                         for lun in reset {
-                            lun.shared.state.logical_unit_reset();
+                            if let Err(sense) = lun.shared.state.logical_unit_reset() {
+                                warn!(export = %lun.export, ?sense, "a LU reset reached neither the reservation record nor the other c.nodes");
+                            }
                         }
                     })
                     .await;
