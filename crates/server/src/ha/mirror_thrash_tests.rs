@@ -250,7 +250,7 @@ fn run(seed: u64) -> Outcome {
     let settle = rng.random_bool(0.5);
     if settle {
         *proxy.hold_until.lock() = Instant::now();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(20);
         while !status.mirrored.load(Ordering::Acquire) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
