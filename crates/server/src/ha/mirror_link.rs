@@ -273,9 +273,6 @@ impl Link {
         }
     }
 
-    /// Wait until the partner holds (or synced) `seq`: true once it does; false at once when
-    /// the mirror is degraded, and after degrading it when the partner does not answer in
-    /// time.
     /// What the partner holds on the current connection, once it caught up.
     pub(super) fn coverage(&self) -> Option<Coverage> {
         let st = self.st.lock();
@@ -285,7 +282,10 @@ impl Link {
         })
     }
 
-    /// For `Wait::Synced` the caller has pushed `Out::Sync(seq)` first, and it was taken.
+    /// Wait until the partner holds (or synced) `seq`: true once it does; false at once when
+    /// the mirror is degraded, and after degrading it when the partner does not answer in
+    /// time. For `Wait::Synced` the caller has pushed `Out::Sync(seq)` first, and it was
+    /// taken.
     pub(super) fn wait(&self, seq: u64, what: Wait) -> bool {
         let mut st = self.st.lock();
         if !st.mirrored {
