@@ -30,14 +30,68 @@ use crate::provisioning;
 use crate::reservations::Access;
 use crate::sense::{asc, key, medium_error_sense, IoKind, Response, Sense};
 
-/// How many data-out bytes the command carries, from the CDB alone, so the transport can check
-/// it against the initiator's expected transfer length. `None` when the CDB is unknown or
-/// invalid for this geometry: then [`execute`] answers with the right sense without reading
-/// any data-out.
+/// A CDB decoded and checked against the LU's geometry once: the transport asks it how much
+/// data-out the command carries (and may cut a WRITE to what the initiator sends), then
+/// [`execute_decoded`] runs it, without decoding the bytes again.
+#[derive(Debug, Clone)]
+pub struct DecodedCdb {
+    opcode: u8,
+    geometry: Geometry,
+    /// The command, or the sense that refuses its CDB.
+    command: Result<Command, Sense>,
+}
+
+impl DecodedCdb {
+    pub fn new(cdb: &[u8], geometry: &Geometry) -> DecodedCdb {
+        DecodedCdb {
+            opcode: cdb.first().copied().unwrap_or(0),
+            geometry: *geometry,
+            command: decode(cdb).and_then(|c| c.check_limits(geometry).map(|()| c)),
+        }
+    }
+
+    pub fn opcode(&self) -> u8 {
+        self.opcode
+    }
+
+    /// How many data-out bytes the command carries, from the CDB alone, so the transport can
+    /// check it against the initiator's expected transfer length. `None` when the CDB is
+    /// unknown or invalid for this geometry: then [`execute_decoded`] answers with the right
+    /// sense without reading any data-out.
+    pub fn data_out_len(&self) -> Option<u64> {
+        self.command
+            .as_ref()
+            .ok()
+            .map(|c| c.data_out_len_bytes(&self.geometry))
+    }
+
+    /// The same WRITE or WRITE AND VERIFY for its first `blocks` blocks only (the initiator
+    /// sends no more); `None` for any other command.
+    pub fn truncated(&self, blocks: u32) -> Option<DecodedCdb> {
+        let command = match self.command.as_ref().ok()? {
+            Command::Write { range, fua } => Command::Write {
+                range: Blocks {
+                    count: blocks.min(range.count),
+                    ..*range
+                },
+                fua: *fua,
+            },
+            Command::WriteAndVerify(range) => Command::WriteAndVerify(Blocks {
+                count: blocks.min(range.count),
+                ..*range
+            }),
+            _ => return None,
+        };
+        Some(DecodedCdb {
+            command: Ok(command),
+            ..self.clone()
+        })
+    }
+}
+
+/// [`DecodedCdb::data_out_len`] of `cdb`.
 pub fn data_out_len(cdb: &[u8], geometry: &Geometry) -> Option<u64> {
-    let command = decode(cdb).ok()?;
-    command.check_limits(geometry).ok()?;
-    Some(command.data_out_len_bytes(geometry))
+    DecodedCdb::new(cdb, geometry).data_out_len()
 }
 
 /// Execute one command from `nexus` against a logical unit. `data_out` is the whole data-out
@@ -55,6 +109,17 @@ pub fn execute(
     cdb: &[u8],
     data_out: &[u8],
 ) -> Response {
+    execute_decoded(state, lu, nexus, &DecodedCdb::new(cdb, &lu.geometry()), data_out)
+}
+
+/// [`execute`] of a CDB the transport decoded already (against this LU's geometry).
+pub fn execute_decoded(
+    state: &LunState,
+    lu: &dyn LogicalUnit,
+    nexus: &Nexus,
+    decoded: &DecodedCdb,
+    data_out: &[u8],
+) -> Response {
     let geometry = lu.geometry();
     if !geometry.is_valid() {
         return Response::check(Sense::new(
@@ -62,9 +127,16 @@ pub fn execute(
             asc::INTERNAL_TARGET_FAILURE,
         ));
     }
-    let command = match decode(cdb).and_then(|c| c.check_limits(&geometry).map(|()| c)) {
-        Ok(command) => command,
-        Err(sense) => return Response::check(sense),
+    let command = match &decoded.command {
+        // The LU changed since the transport decoded (a resize): its limits again.
+        Ok(command) if geometry != decoded.geometry => {
+            match command.check_limits(&geometry) {
+                Ok(()) => *command,
+                Err(sense) => return Response::check(sense),
+            }
+        }
+        Ok(command) => *command,
+        Err(sense) => return Response::check(sense.clone()),
     };
     let access = command.access();
     // A target port in a state that serves only the commands every reservation allows

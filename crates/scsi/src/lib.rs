@@ -89,7 +89,7 @@ pub mod sense;
 mod unit_attention;
 
 pub use alua::{AccessState, AluaProvider, PortGroup, PortGroups};
-pub use execute::{data_out_len, execute};
+pub use execute::{data_out_len, execute, execute_decoded, DecodedCdb};
 pub use lun::{Identity, LogicalUnit, LunState};
 pub use luns::{decode_lun, encode_lun, execute_no_lun, report_luns, LUN_MAX};
 pub use medium::{Geometry, MediumError};

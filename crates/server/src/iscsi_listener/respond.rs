@@ -4,11 +4,12 @@
 
 use weft_iscsi::request::ScsiCommand;
 use weft_iscsi::response::{self, DataIn, Status};
+use weft_scsi::opcode::{COMPARE_AND_WRITE, WRITE_SAME_10, WRITE_SAME_16};
+use weft_scsi::DecodedCdb;
 
 use super::shared::Shared;
 
-/// Sense key ABORTED COMMAND, and the ASC/ASCQ of a Data-Out out of sequence or offset.
-pub(super) const ABORTED_COMMAND: u8 = 0x0b;
+/// The ASC/ASCQ of a Data-Out out of sequence or offset (sense key ABORTED COMMAND).
 pub(super) const DATA_PHASE_ERROR: (u8, u8) = (0x4b, 0x00);
 pub(super) const DATA_OFFSET_ERROR: (u8, u8) = (0x4b, 0x05);
 
@@ -21,19 +22,19 @@ pub(super) enum Transfer {
     AsIs,
     /// A WRITE asking for more blocks than the initiator sends: done for the blocks it sends
     /// (FCP-4 and libiscsi's residual tests: "process the command normally except that data
-    /// beyond the expected length shall not be transferred"), with this CDB.
-    Truncated([u8; 16]),
+    /// beyond the expected length shall not be transferred"), as this command.
+    Truncated(DecodedCdb),
     /// Anything else asking for more than it sends, a COMPARE AND WRITE not carrying exactly
     /// its two halves, or a WRITE SAME not carrying exactly its one block.
     Refused(weft_scsi::Response),
 }
 
-pub(super) fn transfer(c: &ScsiCommand, data_out_len: Option<u64>, block_bytes: u32) -> Transfer {
-    let Some(needed) = data_out_len else {
+pub(super) fn transfer(c: &ScsiCommand, decoded: &DecodedCdb, block_bytes: u32) -> Transfer {
+    let Some(needed) = decoded.data_out_len() else {
         return Transfer::AsIs;
     };
     let expected = u64::from(c.expected_len);
-    if c.cdb[0] == weft_scsi::opcode::COMPARE_AND_WRITE && needed != expected {
+    if decoded.opcode() == COMPARE_AND_WRITE && needed != expected {
         return Transfer::Refused(weft_scsi::Response::check(
             weft_scsi::Sense::invalid_cdb_field(13, None),
         ));
@@ -46,10 +47,7 @@ pub(super) fn transfer(c: &ScsiCommand, data_out_len: Option<u64>, block_bytes: 
     // WRITE SAME's data is one block, the pattern: more than that is not a longer pattern but
     // a malformed command (libiscsi's InvalidDataOutSize tests, run on LUNs of more than one
     // logical block per physical block).
-    let write_same = matches!(
-        c.cdb[0],
-        weft_scsi::opcode::WRITE_SAME_10 | weft_scsi::opcode::WRITE_SAME_16
-    );
+    let write_same = matches!(decoded.opcode(), WRITE_SAME_10 | WRITE_SAME_16);
     if write_same && needed > 0 && needed != expected {
         return refuse();
     }
@@ -59,16 +57,12 @@ pub(super) fn transfer(c: &ScsiCommand, data_out_len: Option<u64>, block_bytes: 
     if !expected.is_multiple_of(u64::from(block_bytes)) {
         return refuse();
     }
-    let blocks = expected / u64::from(block_bytes);
-    let mut cdb = c.cdb;
-    // The transfer length field of each WRITE and WRITE AND VERIFY.
-    match cdb[0] {
-        0x2a | 0x2e => cdb[7..9].copy_from_slice(&(blocks as u16).to_be_bytes()),
-        0xaa | 0xae => cdb[6..10].copy_from_slice(&(blocks as u32).to_be_bytes()),
-        0x8a | 0x8e => cdb[10..14].copy_from_slice(&(blocks as u32).to_be_bytes()),
-        _ => return refuse(),
+    // Fewer blocks than the CDB names (needed > expected), so it fits the CDB's field.
+    let blocks = u32::try_from(expected / u64::from(block_bytes)).unwrap_or(u32::MAX);
+    match decoded.truncated(blocks) {
+        Some(write) => Transfer::Truncated(write),
+        None => refuse(),
     }
-    Transfer::Truncated(cdb)
 }
 
 /// Send a finished command's data and status.
@@ -142,10 +136,19 @@ pub(super) fn respond(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weft_scsi::opcode::WRITE_10;
 
-    fn command(opcode: u8, expected_len: u32) -> ScsiCommand {
-        let mut cdb = [0u8; 16];
-        cdb[0] = opcode;
+    const GEOMETRY: weft_scsi::Geometry = weft_scsi::Geometry {
+        block_size_bytes: 512,
+        block_count: 1 << 20,
+        physical_block_size_bytes: 4096,
+        read_only: false,
+    };
+
+    /// A command with `cdb`, the initiator expecting to send `expected_len` bytes.
+    fn command(cdb: &[u8], expected_len: u32) -> ScsiCommand {
+        let mut bytes = [0u8; 16];
+        bytes[..cdb.len()].copy_from_slice(cdb);
         ScsiCommand {
             immediate: false,
             final_: true,
@@ -156,38 +159,70 @@ mod tests {
             expected_len,
             cmd_sn: 1,
             exp_stat_sn: 1,
-            cdb,
+            cdb: bytes,
             data: Vec::new(),
         }
     }
 
+    fn transfer_of(cdb: &[u8], expected_len: u32) -> Transfer {
+        let c = command(cdb, expected_len);
+        transfer(&c, &DecodedCdb::new(&c.cdb, &GEOMETRY), 512)
+    }
+
+    /// WRITE SAME(10) and (16) of one block at LBA 0, with NDOB (no data-out) or not.
+    fn write_same(opcode: u8, ndob: bool) -> Vec<u8> {
+        let mut cdb = vec![0u8; if opcode == WRITE_SAME_10 { 10 } else { 16 }];
+        cdb[0] = opcode;
+        if opcode == WRITE_SAME_10 {
+            cdb[8] = 1;
+        } else {
+            cdb[1] = u8::from(ndob);
+            cdb[13] = 1;
+        }
+        cdb
+    }
+
     #[test]
     fn write_same_takes_exactly_one_block_of_data() {
-        use weft_scsi::opcode::{WRITE_10, WRITE_SAME_10, WRITE_SAME_16};
         for opcode in [WRITE_SAME_10, WRITE_SAME_16] {
             for sent in [256, 1024] {
                 assert!(
                     matches!(
-                        transfer(&command(opcode, sent), Some(512), 512),
+                        transfer_of(&write_same(opcode, false), sent),
                         Transfer::Refused(_)
                     ),
                     "{opcode:#x} with {sent} bytes for a 512-byte block"
                 );
             }
             assert!(matches!(
-                transfer(&command(opcode, 512), Some(512), 512),
-                Transfer::AsIs
-            ));
-            // NDOB: no data at all, whatever the initiator announced.
-            assert!(matches!(
-                transfer(&command(opcode, 0), Some(0), 512),
+                transfer_of(&write_same(opcode, false), 512),
                 Transfer::AsIs
             ));
         }
-        // A WRITE sending more than it asks for is still fine (residual overflow).
+        // NDOB: no data at all, whatever the initiator announced.
         assert!(matches!(
-            transfer(&command(WRITE_10, 8192), Some(4096), 512),
+            transfer_of(&write_same(WRITE_SAME_16, true), 0),
             Transfer::AsIs
         ));
+        // A WRITE sending more than it asks for is still fine (residual overflow).
+        let write_8 = [WRITE_10, 0, 0, 0, 0, 0, 0, 0, 8, 0];
+        assert!(matches!(transfer_of(&write_8, 8192), Transfer::AsIs));
+    }
+
+    #[test]
+    fn a_write_asking_for_more_than_it_sends_is_cut_to_what_it_sends() {
+        // WRITE(10) of 8 blocks, the initiator sends 4: done for 4 blocks.
+        let write_8 = [WRITE_10, 0, 0, 0, 0, 0, 0, 0, 8, 0];
+        match transfer_of(&write_8, 2048) {
+            Transfer::Truncated(d) => assert_eq!(d.data_out_len(), Some(2048)),
+            _ => panic!("not truncated"),
+        }
+        // Not a whole number of blocks: refused.
+        assert!(matches!(transfer_of(&write_8, 1000), Transfer::Refused(_)));
+        // Anything but a WRITE asking for more than it sends: refused.
+        let mut unmap = [0u8; 10];
+        unmap[0] = weft_scsi::opcode::UNMAP;
+        unmap[8] = 24;
+        assert!(matches!(transfer_of(&unmap, 8), Transfer::Refused(_)));
     }
 }

@@ -36,7 +36,7 @@ use weft_scsi::{LogicalUnit, Nexus};
 use super::keepalive::{Due, Keepalive};
 use super::lun::ExportLun;
 use super::respond::{
-    respond, transfer, Transfer, ABORTED_COMMAND, DATA_OFFSET_ERROR, DATA_PHASE_ERROR,
+    respond, transfer, Transfer, DATA_OFFSET_ERROR, DATA_PHASE_ERROR,
 };
 use super::shared::{ConnError, Shared, READ_BUFFER_BYTES};
 use super::targets::Viewer;
@@ -52,8 +52,6 @@ const INFLIGHT_COMMANDS_MAX: usize = 2 * weft_iscsi::login::COMMAND_WINDOW as us
 const WRITE_GATHER_MAX_BYTES: u32 = weft_scsi::limits::MAX_TRANSFER_BYTES;
 /// The largest read or write run on the connection's task (see [`runs_inline`]).
 const INLINE_TRANSFER_MAX_BYTES: u32 = 64 * 1024;
-/// Opcode of REPORT LUNS, which the transport answers (it knows the LUN list).
-const REPORT_LUNS: u8 = 0xa0;
 
 /// A session's LUN.
 struct Lun {
@@ -75,15 +73,14 @@ impl Lun {
     /// INQUIRY, REPORT LUNS and REQUEST SENSE, which SPC-4 answers without it (REQUEST SENSE
     /// returns the reservation ones as its data, in `weft_scsi::execute`).
     fn unit_attention(&self, nexus: &Nexus, cdb: &[u8]) -> Option<weft_scsi::Response> {
-        const INQUIRY: u8 = 0x12;
-        const REQUEST_SENSE: u8 = 0x03;
+        use weft_scsi::opcode::{INQUIRY, REPORT_LUNS, REQUEST_SENSE};
         if matches!(cdb[0], INQUIRY | REPORT_LUNS | REQUEST_SENSE) {
             return None;
         }
         let resets = self.shared.resets.load(Ordering::Acquire);
         let seen = self.resets_seen.swap(resets, Ordering::AcqRel);
         let attention =
-            |code| weft_scsi::Response::check(weft_scsi::Sense::new(UNIT_ATTENTION, code));
+            |code| weft_scsi::Response::check(weft_scsi::Sense::new(weft_scsi::sense::key::UNIT_ATTENTION, code));
         if seen != resets {
             return Some(attention(RESET_OCCURRED));
         }
@@ -94,8 +91,7 @@ impl Lun {
     }
 }
 
-/// Sense key UNIT ATTENTION and the ASC/ASCQ of a reset and of a LUN inventory change.
-const UNIT_ATTENTION: u8 = 0x06;
+/// The ASC/ASCQ of a reset and of a LUN inventory change (sense key UNIT ATTENTION).
 const RESET_OCCURRED: (u8, u8) = (0x29, 0x00);
 const REPORTED_LUNS_CHANGED: (u8, u8) = (0x3f, 0x0e);
 
@@ -331,13 +327,10 @@ async fn write_responses(write_half: OwnedWriteHalf, mut rx: mpsc::UnboundedRece
 /// writes of at most [`INLINE_TRANSFER_MAX_BYTES`], SYNCHRONIZE CACHE, TEST UNIT READY.
 /// Nothing that may wait on another session (reservations, COMPARE AND WRITE).
 fn runs_inline(c: &ScsiCommand) -> bool {
-    const TEST_UNIT_READY: u8 = 0x00;
-    const READ_10: u8 = 0x28;
-    const WRITE_10: u8 = 0x2a;
-    const SYNCHRONIZE_CACHE_10: u8 = 0x35;
-    const READ_16: u8 = 0x88;
-    const WRITE_16: u8 = 0x8a;
-    const SYNCHRONIZE_CACHE_16: u8 = 0x91;
+    use weft_scsi::opcode::{
+        READ_10, READ_16, SYNCHRONIZE_CACHE_10, SYNCHRONIZE_CACHE_16, TEST_UNIT_READY, WRITE_10,
+        WRITE_16,
+    };
     matches!(
         c.cdb[0],
         TEST_UNIT_READY
@@ -572,7 +565,7 @@ impl Reader<'_> {
             let PendingWrite {
                 command, permit, ..
             } = p;
-            let failed = weft_scsi::Response::check(weft_scsi::Sense::new(ABORTED_COMMAND, code));
+            let failed = weft_scsi::Response::check(weft_scsi::Sense::new(weft_scsi::sense::key::ABORTED_COMMAND, code));
             respond(
                 &self.shared,
                 &ScsiCommand {
@@ -675,7 +668,7 @@ impl Reader<'_> {
         shared.executing.lock().insert(c.itt);
         let lun = self.luns.get(&lun_number(c.lun)).cloned();
         let nexus = Arc::clone(&self.nexus);
-        let lun_list: Vec<u64> = if c.cdb[0] == REPORT_LUNS {
+        let lun_list: Vec<u64> = if c.cdb[0] == weft_scsi::opcode::REPORT_LUNS {
             // REPORT LUNS tells the initiator what changed: the attention is spent.
             for l in self.luns.values() {
                 l.luns_changed.store(false, Ordering::Release);
@@ -690,7 +683,9 @@ impl Reader<'_> {
         let job = move || {
             let mut data_out_len = None;
             let result = match &lun {
-                _ if c.cdb[0] == REPORT_LUNS => weft_scsi::report_luns(&c.cdb, &lun_list),
+                _ if c.cdb[0] == weft_scsi::opcode::REPORT_LUNS => {
+                    weft_scsi::report_luns(&c.cdb, &lun_list)
+                }
                 Some(lun) => {
                     if lun.lu.is_gone() {
                         shared.sequence.lock().task_finished();
@@ -700,20 +695,22 @@ impl Reader<'_> {
                         drop(permit);
                         return;
                     }
+                    // Decoded once: for the transfer's checks and for the command itself.
                     let geometry = lun.lu.geometry();
-                    data_out_len = weft_scsi::data_out_len(&c.cdb, &geometry);
+                    let decoded = weft_scsi::DecodedCdb::new(&c.cdb, &geometry);
+                    data_out_len = decoded.data_out_len();
                     let state = &lun.shared.state;
                     match (
                         lun.unit_attention(&nexus, &c.cdb),
-                        transfer(&c, data_out_len, geometry.block_size_bytes),
+                        transfer(&c, &decoded, geometry.block_size_bytes),
                     ) {
                         (Some(attention), _) => attention,
-                        (None, Transfer::AsIs) => {
-                            weft_scsi::execute(state, &*lun.lu, &nexus, &c.cdb, &c.data)
-                        }
-                        (None, Transfer::Truncated(cdb)) => {
-                            weft_scsi::execute(state, &*lun.lu, &nexus, &cdb, &c.data)
-                        }
+                        (None, Transfer::AsIs) => weft_scsi::execute_decoded(
+                            state, &*lun.lu, &nexus, &decoded, &c.data,
+                        ),
+                        (None, Transfer::Truncated(write)) => weft_scsi::execute_decoded(
+                            state, &*lun.lu, &nexus, &write, &c.data,
+                        ),
                         (None, Transfer::Refused(refusal)) => refusal,
                     }
                 }
