@@ -12,6 +12,11 @@
 //! threads (`/proc/self/task/*/stat`, 10 ms ticks; threads that exited during the window,
 //! such as destage's scoped reduce helper, are the remainder).
 //!
+//! `--api owned` (the default) hands each write's buffer to the engine (`Engine::write_owned`:
+//! a slice of the pre-generated data, kept by the write buffer without a copy, as a front end
+//! that owns its request buffer would); `--api copy` lends it (`Engine::write`, which copies it
+//! into the write buffer; the only way before `write_owned`).
+//!
 //! The engine has no knob for its reduction threads (destage splits a batch of 512+ blocks
 //! over itself and one scoped helper; one sealer). `--cpus 1,2` pins the whole process to
 //! that many cores instead (`sched_setaffinity`, inherited by every thread the engine starts).
@@ -27,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use weft_engine::{Engine, EngineConfig, LocalStoreConfig};
 
 /// Database-like data: each 4 KiB block holds this many random bytes, then zeroes (fio
@@ -44,6 +50,10 @@ struct Args {
     dirs: Vec<String>,
     kinds: Vec<String>,
     cpus: Vec<usize>,
+    /// How writes reach the engine: `owned` hands each write's buffer over
+    /// (`Engine::write_owned`, what a front end that owns its request buffer does), `copy`
+    /// lends it (`Engine::write`: the engine copies it into its write buffer).
+    apis: Vec<String>,
     /// `perf record -D -1 --control fifo:PATH`: sampling is enabled over each window only.
     perf_ctl: Option<String>,
 }
@@ -55,21 +65,28 @@ fn main() {
     let args = parse_args();
     println!("load before: {}", loadavg());
     println!(
-        "| kind | data dir | cpus | GB | ack GB/s | ingest GB/s | CPU-s/GB | cores busy | stored/host | others (cores) | CPU split (cores) |"
+        "| kind | data dir | cpus | api | GB | ack GB/s | ingest GB/s | CPU-s/GB | cores busy | stored/host | others (cores) | CPU split (cores) |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for kind in &args.kinds {
         let data = generate(kind, args.size_bytes);
         for dir in &args.dirs {
             for &cpus in &args.cpus {
-                run_cell(&args, kind, dir, cpus, &data);
+                for api in &args.apis {
+                    run_cell(&args, kind, dir, cpus, api, &data);
+                }
             }
         }
     }
     println!("load after: {}", loadavg());
 }
 
-fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>) {
+fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, api: &str, data: &Bytes) {
+    let owned = match api {
+        "owned" => true,
+        "copy" => false,
+        other => panic!("unknown api {other}: owned or copy"),
+    };
     pin_to_cpus(cpus);
     let path = std::path::Path::new(dir).join(format!("weft-ingest-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&path);
@@ -106,9 +123,16 @@ fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>
                         return;
                     }
                     let at = usize::try_from(i).expect("fits") * size;
-                    engine
-                        .write(id, at as u64, &data[at..at + size], false)
-                        .expect("write");
+                    if owned {
+                        // A slice of the pre-generated data: shares it, copies nothing.
+                        engine
+                            .write_owned(id, at as u64, data.slice(at..at + size), false)
+                            .expect("write");
+                    } else {
+                        engine
+                            .write(id, at as u64, &data[at..at + size], false)
+                            .expect("write");
+                    }
                 })
                 .expect("spawn a writer")
         })
@@ -129,7 +153,7 @@ fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>
     let gb = (writes * args.write_size_bytes as u64) as f64 / 1e9;
     let stored = stats.chunk_written_bytes as f64 / (gb * 1e9);
     println!(
-        "| {kind} | {dir} | {cpus} | {gb:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {stored:.2} | {others:.2} | {split} |",
+        "| {kind} | {dir} | {cpus} | {api} | {gb:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {stored:.2} | {others:.2} | {split} |",
         gb / acked,
         gb / secs,
         cpu / gb,
@@ -142,7 +166,7 @@ fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>
 }
 
 /// Pre-generate the whole run's data, so the measured window holds no generation.
-fn generate(kind: &str, size_bytes: u64) -> Arc<Vec<u8>> {
+fn generate(kind: &str, size_bytes: u64) -> Bytes {
     let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ size_bytes;
     let mut next = move || {
         // xorshift64*: every byte of every word random (the engine samples all 8 positions).
@@ -171,7 +195,7 @@ fn generate(kind: &str, size_bytes: u64) -> Arc<Vec<u8>> {
             w.copy_from_slice(&v[..w.len()]);
         }
     }
-    Arc::new(data)
+    Bytes::from(data)
 }
 
 /// Pin the calling thread (and every thread it starts later) to CPUs 0..n; 0: all CPUs.
@@ -323,6 +347,7 @@ fn parse_args() -> Args {
         dirs: vec!["/dev/shm".into(), "target".into()],
         kinds: vec!["incompressible".into(), "database".into()],
         cpus: vec![1, 2],
+        apis: vec!["owned".into()],
         perf_ctl: None,
     };
     let list = |v: &str| v.split(',').map(String::from).collect::<Vec<_>>();
@@ -336,13 +361,14 @@ fn parse_args() -> Args {
             "--dirs" => args.dirs = list(&value),
             "--kinds" => args.kinds = list(&value),
             "--perf-ctl" => args.perf_ctl = Some(value),
+            "--api" => args.apis = list(&value),
             "--cpus" => {
                 args.cpus = list(&value)
                     .iter()
                     .map(|c| c.parse().expect("--cpus 1,2"))
                     .collect()
             }
-            _ => panic!("unknown flag {flag}: --size --write-size --writers --dirs --kinds --cpus --perf-ctl"),
+            _ => panic!("unknown flag {flag}: --size --write-size --writers --dirs --kinds --cpus --api --perf-ctl"),
         }
     }
     assert!(
