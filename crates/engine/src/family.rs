@@ -87,6 +87,7 @@ impl Family {
             Reduced::Data {
                 fingerprint,
                 compressed,
+                crc32c,
             } => {
                 if let Some(existing) = self.table.find_duplicate(*fingerprint) {
                     self.table.add_ref(existing);
@@ -104,7 +105,7 @@ impl Family {
                     let id = self.table.next_id();
                     let open = self.open_segment(new_segment, segment_capacity_bytes);
                     let stored = compressed.as_deref().unwrap_or(raw);
-                    let placed = open.append(id, stored, compressed.is_some());
+                    let placed = open.append(id, stored, compressed.is_some(), *crc32c);
                     let segment = open.id;
                     open.record(SummaryEntry::MapNew {
                         layer,
@@ -265,17 +266,20 @@ impl Family {
         Some(lba + count)
     }
 
-    /// GC: move a live block's stored bytes into the open segment.
+    /// GC: move a live block's stored bytes (checked against `crc32c`, its checksum) into
+    /// the open segment.
+    #[allow(clippy::too_many_arguments)] // the block, its bytes, and the segment allocator
     pub fn relocate(
         &mut self,
         block: BlockId,
         stored: &[u8],
         compressed: bool,
+        crc32c: u32,
         new_segment: &mut dyn FnMut(FamilyId) -> SegmentId,
         segment_capacity_bytes: usize,
     ) {
         let open = self.open_segment(new_segment, segment_capacity_bytes);
-        let placed = open.append(block, stored, compressed);
+        let placed = open.append(block, stored, compressed, crc32c);
         let segment = open.id;
         open.record(SummaryEntry::Relocate { stored: placed });
         self.table.relocate(block, location(segment, placed));

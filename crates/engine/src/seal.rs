@@ -7,12 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use weft_ec::Redundancy;
 
 use crate::checkpoint::SealedSegment;
 use crate::error::IoFailure;
 use crate::segment::{SegmentBuilder, StripeLayout};
-use crate::segments::SealingSegment;
+use crate::segments::{SealingSegment, ToWrite};
 use crate::state::{release_journal, Shared, State};
 use crate::stripe::StripeStore;
 use crate::units::{FamilyId, SegmentId};
@@ -42,11 +41,12 @@ pub(crate) fn start_sealing(
         data_chunks: redundancy.data_chunks(),
         parity_chunks: redundancy.parity_chunks(),
     };
-    let bytes = Arc::new(builder.seal(hwm, layout));
+    let sealed = builder.seal(hwm, layout);
     st.segments.start_sealing(
         (family, id),
         SealingSegment {
-            bytes,
+            bytes: Arc::new(sealed.bytes),
+            known_page_crcs: Arc::new(sealed.known_page_crcs),
             redundancy,
             family,
             since_seq,
@@ -111,10 +111,10 @@ pub(crate) fn run_sealer(shared: &Shared) {
             }
             next
         };
-        let Some((id, bytes, redundancy)) = next else {
+        let Some((id, to_write)) = next else {
             continue;
         };
-        match write_stripe(shared, id, redundancy, &bytes) {
+        match write_stripe(shared, id, &to_write) {
             Ok(()) => {
                 shared.sealed.notify_all();
                 release_journal(shared);
@@ -140,11 +140,17 @@ pub(crate) fn run_sealer(shared: &Shared) {
 pub(crate) fn write_stripe(
     shared: &Shared,
     id: (FamilyId, SegmentId),
-    redundancy: Redundancy,
-    bytes: &[u8],
+    to_write: &ToWrite,
 ) -> Result<(), IoFailure> {
     let (family, segment) = (id.0 .0, id.1 .0);
-    let missed = shared.stripes.put(family, segment, redundancy, bytes)?;
+    let (bytes, redundancy) = (&to_write.bytes[..], to_write.redundancy);
+    let missed = shared.stripes.put_known(
+        family,
+        segment,
+        redundancy,
+        bytes,
+        &to_write.known_page_crcs,
+    )?;
     note_durable(shared, id)?;
     shared
         .counters

@@ -20,12 +20,23 @@ pub(crate) type SegmentKey = (FamilyId, SegmentId);
 #[derive(Debug)]
 pub(crate) struct SealingSegment {
     pub bytes: Arc<Vec<u8>>,
+    /// The plain CRC32C of the pages of `bytes` its blocks' checksums give (see
+    /// `SegmentBuilder`): the stripe write derives their chunk checksums from these.
+    pub known_page_crcs: Arc<Vec<Option<u32>>>,
     pub redundancy: Redundancy,
     pub family: FamilyId,
     /// The seq of the first journal record it reflects: the journal keeps it until durable.
     pub since_seq: Option<u64>,
     pub journal_hwm: u64,
     pub data_bytes: u64,
+}
+
+/// What the sealer needs of a sealing segment to write its stripe.
+#[derive(Debug, Clone)]
+pub(crate) struct ToWrite {
+    pub bytes: Arc<Vec<u8>>,
+    pub known_page_crcs: Arc<Vec<Option<u32>>>,
+    pub redundancy: Redundancy,
 }
 
 #[derive(Debug, Default)]
@@ -69,11 +80,17 @@ impl Segments {
     }
 
     /// The next segment to write: the lowest key, so each family's go in id order.
-    pub fn next_to_write(&self) -> Option<(SegmentKey, Arc<Vec<u8>>, Redundancy)> {
-        self.sealing
-            .iter()
-            .next()
-            .map(|(&key, s)| (key, s.bytes.clone(), s.redundancy))
+    pub fn next_to_write(&self) -> Option<(SegmentKey, ToWrite)> {
+        self.sealing.iter().next().map(|(&key, s)| {
+            (
+                key,
+                ToWrite {
+                    bytes: s.bytes.clone(),
+                    known_page_crcs: s.known_page_crcs.clone(),
+                    redundancy: s.redundancy,
+                },
+            )
+        })
     }
 
     /// Its stripe is durable: it leaves the sealing set, and stripe writes work again.
