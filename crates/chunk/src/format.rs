@@ -318,7 +318,10 @@ mod tests {
             .collect();
         known[1] = None;
         known.truncate(4);
-        assert_eq!(encode_header_known(&m, &data, &known), encode_header(&m, &data));
+        assert_eq!(
+            encode_header_known(&m, &data, &known),
+            encode_header(&m, &data)
+        );
         let h = parse_header(&encode_header_known(&m, &data, &known), Some(&m.key)).unwrap();
         h.verify_pages(0, &data).unwrap();
         // A derived checksum still tells a page from its neighbour and from a flipped bit.

@@ -177,7 +177,11 @@ mod tests {
             panic!()
         };
         assert!(stored.len() < 512);
-        assert_eq!(crc32c, crc32c::crc32c(&stored), "the checksum is of the stored bytes");
+        assert_eq!(
+            crc32c,
+            crc32c::crc32c(&stored),
+            "the checksum is of the stored bytes"
+        );
         let mut out = vec![0u8; BLOCK_SIZE_BYTES];
         restore(&stored, true, &mut out).unwrap();
         assert_eq!(out, text);

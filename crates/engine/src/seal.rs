@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 use crate::checkpoint::SealedSegment;
 use crate::error::IoFailure;
 use crate::segment::{SegmentBuilder, StripeLayout};

@@ -184,7 +184,11 @@ impl SegmentBuilder {
         compressed: bool,
         crc32c: u32,
     ) -> StoredBlock {
-        debug_assert_eq!(crc32c, crc32c::crc32c(stored), "the caller's block checksum");
+        debug_assert_eq!(
+            crc32c,
+            crc32c::crc32c(stored),
+            "the caller's block checksum"
+        );
         let offset = self.data.len();
         let offset_bytes = u32::try_from(offset).expect("segments stay below 4 GiB");
         self.data.extend_from_slice(stored);
@@ -391,7 +395,11 @@ mod tests {
         let pages: Vec<&[u8]> = sealed.bytes.chunks(SEGMENT_ALIGN_BYTES).collect();
         assert_eq!(
             sealed.known_page_crcs,
-            vec![None, Some(crc32c::crc32c(pages[1])), Some(crc32c::crc32c(pages[2]))]
+            vec![
+                None,
+                Some(crc32c::crc32c(pages[1])),
+                Some(crc32c::crc32c(pages[2]))
+            ]
         );
         // The chunk page table built from them is the one built from the bytes.
         let meta = weft_chunk::ChunkMeta {
