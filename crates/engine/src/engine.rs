@@ -163,6 +163,12 @@ impl Engine {
         &self.shared.config
     }
 
+    /// Threads that reduce destaged blocks, the destager included
+    /// (`EngineConfig::reduction_threads`, 0 resolved to the machine's cores).
+    pub fn reduction_threads(&self) -> usize {
+        self.shared.reduce_pool.threads()
+    }
+
     /// Destage everything, checkpoint, and stop the destager. Calls after this fail.
     pub fn shutdown(&self) {
         self.shared.shutdown.store(true, Ordering::Release);
