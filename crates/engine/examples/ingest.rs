@@ -24,7 +24,7 @@
 //!
 //! ```sh
 //! cargo run --release -p weft-engine --example ingest -- \
-//!     --size 1G --dirs /dev/shm,target --kinds incompressible,database --cpus 1,2
+//!     --size 1G --dirs /dev/shm,target --kinds incompressible,database --threads 1,2
 //! mkfifo /tmp/ctl && perf record -g -D -1 --control fifo:/tmp/ctl -- \
 //!     target/release/examples/ingest --perf-ctl /tmp/ctl ...   # profile the windows only
 //! ```
