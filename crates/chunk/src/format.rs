@@ -224,15 +224,21 @@ fn page_seed(key: &ChunkKey, page_no: u64) -> [u8; 25] {
 
 /// `crc` advanced over [`PAGE_BYTES`] more bytes, as the CRC of `A ‖ B` is
 /// `shift(crc(A), len(B)) xor crc(B)`. The shift is linear in `crc` over GF(2), so it is
-/// tabulated per byte of `crc` once (1024 entries) from `crc32c_combine`, which is slow per
-/// call (it builds the shift by repeated matrix squaring).
+/// tabulated per byte of `crc` once (1024 entries), built by xor from the shifts of the 32
+/// single bits: `crc32c_combine` gives those, and is too slow to call per page (it builds
+/// the shift by repeated matrix squaring).
 fn page_shift(crc: u32) -> u32 {
     static TABLE: std::sync::OnceLock<Box<[[u32; 256]; 4]>> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| {
+        let bit: Vec<u32> = (0..32)
+            .map(|i| crc32c::crc32c_combine(1 << i, 0, PAGE_BYTES))
+            .collect();
         let mut t = Box::new([[0u32; 256]; 4]);
         for (byte, row) in t.iter_mut().enumerate() {
             for (v, entry) in row.iter_mut().enumerate() {
-                *entry = crc32c::crc32c_combine((v as u32) << (8 * byte), 0, PAGE_BYTES);
+                *entry = (0..8)
+                    .filter(|b| v >> b & 1 == 1)
+                    .fold(0, |acc, b| acc ^ bit[8 * byte + b]);
             }
         }
         t
