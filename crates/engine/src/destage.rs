@@ -264,7 +264,16 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             let Some(f) = st.families.get_mut(&w.family) else {
                 continue;
             };
+            if f.open.is_none() && f.spare_buffer.is_none() {
+                f.spare_buffer = st.segments.take_spare_buffer();
+            }
             f.apply_block(w.layer, w.lba, &w.reduced, w.raw, w.seq, &mut alloc, cap);
+            if f.open.is_none() {
+                // A zero or a dedup hit opened no segment: no family keeps a spare parked.
+                if let Some(spare) = f.spare_buffer.take() {
+                    st.segments.put_spare_buffer(spare);
+                }
+            }
             if let Some((b, since)) = f.take_open_if_full(cap) {
                 // Later blocks of this record go to the next segment: the one sealed here
                 // reflects the records before it only, unless this was the record's last.

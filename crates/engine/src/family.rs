@@ -37,6 +37,9 @@ pub struct Family {
     /// Every journal record of this family with seq <= this is reflected in sealed segments
     /// (or the checkpoint); recovery replays the journal after it.
     pub journal_hwm: u64,
+    /// A sealed segment's buffer for the next open segment (see
+    /// [`SegmentBuilder::with_buffer`]); destage hands one over just before it is needed.
+    pub spare_buffer: Option<Vec<u8>>,
 }
 
 impl Family {
@@ -49,6 +52,7 @@ impl Family {
             open: None,
             open_since_seq: None,
             journal_hwm: 0,
+            spare_buffer: None,
         }
     }
 
@@ -388,8 +392,10 @@ impl Family {
         cap: usize,
     ) -> &mut SegmentBuilder {
         let family = self.id;
-        self.open
-            .get_or_insert_with(|| SegmentBuilder::new(new_segment(family), family, cap))
+        let spare = &mut self.spare_buffer;
+        self.open.get_or_insert_with(|| {
+            SegmentBuilder::with_buffer(new_segment(family), family, cap, spare.take())
+        })
     }
 }
 

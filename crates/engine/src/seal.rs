@@ -117,6 +117,11 @@ pub(crate) fn run_sealer(shared: &Shared) {
             Ok(()) => {
                 shared.sealed.notify_all();
                 release_journal(shared);
+                // The sealing set let go of it: unless a reader still holds it, its buffer
+                // serves a new open segment.
+                if let Ok(buffer) = Arc::try_unwrap(to_write.bytes) {
+                    shared.state.lock().segments.put_spare_buffer(buffer);
+                }
             }
             Err(e) => {
                 tracing::error!(family = id.0 .0, segment = id.1 .0, error = %e, "stripe write failed; retrying (writes that must wait for a stripe get ENOSPC/EIO meanwhile)");

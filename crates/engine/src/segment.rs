@@ -162,9 +162,28 @@ pub struct SealedBytes {
 
 impl SegmentBuilder {
     pub fn new(id: SegmentId, family: FamilyId, capacity_bytes: usize) -> SegmentBuilder {
+        SegmentBuilder::with_buffer(id, family, capacity_bytes, None)
+    }
+
+    /// A builder that fills `spare` (a sealed segment's buffer whose stripe is durable), when
+    /// it is big enough, instead of a new allocation: a new one is memory the kernel must
+    /// fault in and zero page by page as blocks are appended (3-4% of ingest CPU).
+    pub fn with_buffer(
+        id: SegmentId,
+        family: FamilyId,
+        capacity_bytes: usize,
+        spare: Option<Vec<u8>>,
+    ) -> SegmentBuilder {
         // Room for the summary and its padding too, so sealing never moves the data.
         let summary_room = capacity_bytes / 16 + 2 * SEGMENT_ALIGN_BYTES;
-        let mut data = Vec::with_capacity(capacity_bytes + SEGMENT_HEADER_BYTES + summary_room);
+        let needed = capacity_bytes + SEGMENT_HEADER_BYTES + summary_room;
+        let mut data = match spare {
+            Some(mut b) if b.capacity() >= needed => {
+                b.clear();
+                b
+            }
+            _ => Vec::with_capacity(needed),
+        };
         data.resize(SEGMENT_HEADER_BYTES, 0);
         SegmentBuilder {
             id,
@@ -377,6 +396,29 @@ mod tests {
             parse_header(&[0u8; 4096]),
             Err(SegmentFormatError::BadMagic)
         );
+    }
+
+    #[test]
+    fn a_builder_on_a_recycled_buffer_seals_the_same_bytes() {
+        let build = |spare: Option<Vec<u8>>| {
+            let mut b = SegmentBuilder::with_buffer(SegmentId(4), FamilyId(2), 1 << 16, spare);
+            let placed = b.append(BlockId(1), &[7u8; 300], true, crc32c::crc32c(&[7u8; 300]));
+            b.record(SummaryEntry::Relocate { stored: placed });
+            b.seal(9, StripeLayout::SINGLE).bytes
+        };
+        let fresh = build(None);
+        // A used buffer full of other bytes, big enough: reused, nothing of it shows.
+        let used = vec![0xa5u8; 1 << 18];
+        let ptr = used.as_ptr();
+        let reused = build(Some(used));
+        assert_eq!(reused, fresh);
+        assert_eq!(
+            reused.as_ptr(),
+            ptr,
+            "the spare buffer was reused, not reallocated"
+        );
+        // Too small: a new allocation, the same bytes.
+        assert_eq!(build(Some(vec![1u8; 100])), fresh);
     }
 
     #[test]

@@ -52,7 +52,13 @@ pub(crate) struct Segments {
     out_of_space: bool,
     /// The last stripe write failed with this; cleared by the next success.
     failure: Option<String>,
+    /// Buffers of segments whose stripes are durable, for new open segments.
+    spare_buffers: Vec<Vec<u8>>,
 }
+
+/// Buffers of written segments kept for new open segments: enough for destage to open the
+/// next segment while the sealer writes the previous one; more would only hold memory.
+const SPARE_BUFFERS_MAX: usize = 2;
 
 impl Segments {
     // ---- sealing ---------------------------------------------------------------------------
@@ -91,6 +97,17 @@ impl Segments {
                 },
             )
         })
+    }
+
+    /// Keep a written segment's buffer for a new open segment (dropped when enough are kept).
+    pub fn put_spare_buffer(&mut self, buffer: Vec<u8>) {
+        if self.spare_buffers.len() < SPARE_BUFFERS_MAX {
+            self.spare_buffers.push(buffer);
+        }
+    }
+
+    pub fn take_spare_buffer(&mut self) -> Option<Vec<u8>> {
+        self.spare_buffers.pop()
     }
 
     /// Its stripe is durable: it leaves the sealing set, and stripe writes work again.
