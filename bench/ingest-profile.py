@@ -61,6 +61,7 @@ def main() -> int:
     ap.add_argument("--dir", default="/dev/shm")
     ap.add_argument("--kind", default="incompressible")
     ap.add_argument("--cpus", default="2")
+    ap.add_argument("--threads", default="0", help="reduction threads (0: one per core)")
     ap.add_argument("--top", type=int, default=25, help="top symbols listed")
     args = ap.parse_args()
 
@@ -69,7 +70,7 @@ def main() -> int:
         subprocess.run(["mkfifo", str(ctl)], check=True)
         record = ["perf", "record", "-g", "-D", "-1", "--control", f"fifo:{ctl}", "-o", str(data),
                   "--", args.bin, "--size", args.size, "--dirs", args.dir, "--kinds", args.kind,
-                  "--cpus", args.cpus, "--perf-ctl", str(ctl)]
+                  "--cpus", args.cpus, "--threads", args.threads, "--perf-ctl", str(ctl)]
         print("$ " + " ".join(record).replace(tmp, "$TMP"))
         run = subprocess.run(record, capture_output=True, text=True, check=True, cwd=REPO)
         print(run.stdout)
@@ -98,11 +99,14 @@ def main() -> int:
 
 
 def cpu_s_per_gb(stdout: str) -> float:
-    """The CPU-s/GB column of the example's one table row."""
+    """The CPU-s/GB column of the example's one table row (found by its header)."""
+    column = None
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) > 7 and re.fullmatch(r"[0-9.]+", cells[6]):
-            return float(cells[6])
+        if "CPU-s/GB" in cells:
+            column = cells.index("CPU-s/GB")
+        elif column is not None and len(cells) > column and re.fullmatch(r"[0-9.]+", cells[column]):
+            return float(cells[column])
     sys.exit("no result row in the benchmark's output")
 
 

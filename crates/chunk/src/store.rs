@@ -52,6 +52,20 @@ pub trait ChunkStore: Send + Sync + std::fmt::Debug {
     fn name(&self) -> String;
     /// Store a chunk; durable when this returns.
     fn put(&self, meta: &ChunkMeta, data: &[u8]) -> Result<(), ChunkError>;
+    /// [`ChunkStore::put`] of data some of whose pages' plain CRC32C the caller already
+    /// computed (`known_page_crcs[i]`: page i of `data`, a full page; see
+    /// [`crate::format::encode_header_known`]). A store that builds the chunk's page table
+    /// here derives those entries instead of reading the pages again; one that builds it
+    /// elsewhere (a remote d.node) ignores them. The chunk written is the same either way.
+    fn put_known(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        known_page_crcs: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
+        let _ = known_page_crcs;
+        self.put(meta, data)
+    }
     /// Read `buf.len()` bytes of the chunk's data at `offset_bytes`, verified.
     fn read(&self, key: &ChunkKey, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ChunkError>;
     fn info(&self, key: &ChunkKey) -> Result<ChunkInfo, ChunkError>;
@@ -289,6 +303,15 @@ impl ChunkStore for LocalChunkStore {
     }
 
     fn put(&self, meta: &ChunkMeta, data: &[u8]) -> Result<(), ChunkError> {
+        self.put_known(meta, data, &[])
+    }
+
+    fn put_known(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        known_page_crcs: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
         let key = meta.key;
         if data.len() as u64 > CHUNK_DATA_MAX_BYTES {
             return Err(ChunkError::OutOfRange {
@@ -303,7 +326,7 @@ impl ChunkStore for LocalChunkStore {
         if self.index.lock().contains_key(&key) {
             return Err(ChunkError::Exists { key });
         }
-        let header = format::encode_header(meta, data);
+        let header = format::encode_header_known(meta, data, known_page_crcs);
         let file_len = (header.len() + data.len()) as u64;
         if let Some(cap) = self.capacity_bytes {
             if self.used_bytes.load(Ordering::Relaxed) + file_len > cap {

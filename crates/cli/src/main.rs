@@ -216,6 +216,10 @@ struct EngineArgs {
     /// durable stripe, before they are acknowledged (0 = journal every write).
     #[arg(long, default_value = "256K", value_parser = parse_size)]
     write_through_min_size: u64,
+    /// Threads that reduce destaged blocks (zero check, BLAKE3 fingerprint, lz4, checksum),
+    /// the destager included (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    reduction_threads: usize,
     /// Tests only: the snapshot scheduler's clock runs this many times as fast as the wall
     /// clock (3600: a scheduled hour passes in a second; snapshot names carry its time).
     #[arg(long, default_value_t = 1, hide = true)]
@@ -612,6 +616,7 @@ fn engine_config(global: &GlobalArgs, args: &EngineArgs) -> anyhow::Result<Engin
     engine.checkpoint_every_bytes = args.checkpoint_every;
     engine.journal.file_bytes = args.journal_file_size;
     engine.write_through_min_bytes = args.write_through_min_size;
+    engine.reduction_threads = args.reduction_threads;
     Ok(engine)
 }
 

@@ -10,15 +10,21 @@
 //! utime+stime from `getrusage` over the window), the CPU other processes used meanwhile
 //! (`/proc/stat` less ours: this machine is shared) and how our CPU splits over the engine's
 //! threads (`/proc/self/task/*/stat`, 10 ms ticks; threads that exited during the window,
-//! such as destage's scoped reduce helper, are the remainder).
+//! such as the scoped reduce helper of engines before the reduction pool, are the remainder).
 //!
-//! The engine has no knob for its reduction threads (destage splits a batch of 512+ blocks
-//! over itself and one scoped helper; one sealer). `--cpus 1,2` pins the whole process to
-//! that many cores instead (`sched_setaffinity`, inherited by every thread the engine starts).
+//! `--api owned` (the default) hands each write's buffer to the engine (`Engine::write_owned`:
+//! a slice of the pre-generated data, kept by the write buffer without a copy, as a front end
+//! that owns its request buffer would); `--api copy` lends it (`Engine::write`, which copies it
+//! into the write buffer; the only way before `write_owned`).
+//!
+//! `--threads 1,2` sets the engine's reduction threads (`EngineConfig::reduction_threads`: the
+//! destager plus `N - 1` `weft-reduce` helpers; 0 = one per core, the default); `--cpus 1,2`
+//! pins the whole process to that many cores (`sched_setaffinity`, inherited by every thread
+//! the engine starts; 0 = all). Every combination asked for is a cell.
 //!
 //! ```sh
 //! cargo run --release -p weft-engine --example ingest -- \
-//!     --size 1G --dirs /dev/shm,target --kinds incompressible,database --cpus 1,2
+//!     --size 1G --dirs /dev/shm,target --kinds incompressible,database --threads 1,2
 //! mkfifo /tmp/ctl && perf record -g -D -1 --control fifo:/tmp/ctl -- \
 //!     target/release/examples/ingest --perf-ctl /tmp/ctl ...   # profile the windows only
 //! ```
@@ -27,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use weft_engine::{Engine, EngineConfig, LocalStoreConfig};
 
 /// Database-like data: each 4 KiB block holds this many random bytes, then zeroes (fio
@@ -44,6 +51,12 @@ struct Args {
     dirs: Vec<String>,
     kinds: Vec<String>,
     cpus: Vec<usize>,
+    /// Reduction threads (`EngineConfig::reduction_threads`).
+    threads: Vec<usize>,
+    /// How writes reach the engine: `owned` hands each write's buffer over
+    /// (`Engine::write_owned`, what a front end that owns its request buffer does), `copy`
+    /// lends it (`Engine::write`: the engine copies it into its write buffer).
+    apis: Vec<String>,
     /// `perf record -D -1 --control fifo:PATH`: sampling is enabled over each window only.
     perf_ctl: Option<String>,
 }
@@ -55,28 +68,52 @@ fn main() {
     let args = parse_args();
     println!("load before: {}", loadavg());
     println!(
-        "| kind | data dir | cpus | GB | ack GB/s | ingest GB/s | CPU-s/GB | cores busy | stored/host | others (cores) | CPU split (cores) |"
+        "| kind | data dir | cpus | threads | api | GB | ack GB/s | ingest GB/s | CPU-s/GB | cores busy | stored/host | others (cores) | CPU split (cores) |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for kind in &args.kinds {
         let data = generate(kind, args.size_bytes);
         for dir in &args.dirs {
             for &cpus in &args.cpus {
-                run_cell(&args, kind, dir, cpus, &data);
+                for &threads in &args.threads {
+                    for api in &args.apis {
+                        run_cell(&args, kind, dir, cpus, threads, api, &data);
+                    }
+                }
             }
         }
     }
     println!("load after: {}", loadavg());
 }
 
-fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>) {
+fn run_cell(
+    args: &Args,
+    kind: &str,
+    dir: &str,
+    cpus: usize,
+    threads: usize,
+    api: &str,
+    data: &Bytes,
+) {
+    let owned = match api {
+        "owned" => true,
+        "copy" => false,
+        other => panic!("unknown api {other}: owned or copy"),
+    };
     pin_to_cpus(cpus);
     let path = std::path::Path::new(dir).join(format!("weft-ingest-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&path);
     let engine = Arc::new(
-        Engine::open_local(EngineConfig::new(&path), LocalStoreConfig::default())
-            .expect("open the engine"),
+        Engine::open_local(
+            EngineConfig {
+                reduction_threads: threads,
+                ..EngineConfig::new(&path)
+            },
+            LocalStoreConfig::default(),
+        )
+        .expect("open the engine"),
     );
+    let threads = engine.reduction_threads();
     let volume = engine
         .create_volume("ingest", args.size_bytes)
         .expect("create the volume");
@@ -106,9 +143,16 @@ fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>
                         return;
                     }
                     let at = usize::try_from(i).expect("fits") * size;
-                    engine
-                        .write(id, at as u64, &data[at..at + size], false)
-                        .expect("write");
+                    if owned {
+                        // A slice of the pre-generated data: shares it, copies nothing.
+                        engine
+                            .write_owned(id, at as u64, data.slice(at..at + size), false)
+                            .expect("write");
+                    } else {
+                        engine
+                            .write(id, at as u64, &data[at..at + size], false)
+                            .expect("write");
+                    }
                 })
                 .expect("spawn a writer")
         })
@@ -129,7 +173,7 @@ fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>
     let gb = (writes * args.write_size_bytes as u64) as f64 / 1e9;
     let stored = stats.chunk_written_bytes as f64 / (gb * 1e9);
     println!(
-        "| {kind} | {dir} | {cpus} | {gb:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {stored:.2} | {others:.2} | {split} |",
+        "| {kind} | {dir} | {cpus} | {threads} | {api} | {gb:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {stored:.2} | {others:.2} | {split} |",
         gb / acked,
         gb / secs,
         cpu / gb,
@@ -142,7 +186,7 @@ fn run_cell(args: &Args, kind: &str, dir: &str, cpus: usize, data: &Arc<Vec<u8>>
 }
 
 /// Pre-generate the whole run's data, so the measured window holds no generation.
-fn generate(kind: &str, size_bytes: u64) -> Arc<Vec<u8>> {
+fn generate(kind: &str, size_bytes: u64) -> Bytes {
     let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ size_bytes;
     let mut next = move || {
         // xorshift64*: every byte of every word random (the engine samples all 8 positions).
@@ -171,7 +215,7 @@ fn generate(kind: &str, size_bytes: u64) -> Arc<Vec<u8>> {
             w.copy_from_slice(&v[..w.len()]);
         }
     }
-    Arc::new(data)
+    Bytes::from(data)
 }
 
 /// Pin the calling thread (and every thread it starts later) to CPUs 0..n; 0: all CPUs.
@@ -255,7 +299,7 @@ fn thread_cpu_us() -> u64 {
 }
 
 /// CPU of the window per thread name, in cores: live threads from procfs, the writers (who
-/// exited) as measured by themselves, the rest (destage's scoped reduce helpers) as "exited".
+/// exited) as measured by themselves, the rest (threads that exited, e.g. an older engine's scoped reduce helper) as "exited".
 #[allow(unsafe_code)]
 fn split_cpu(before: &Ticks, after: &Ticks, writers_s: f64, cpu_s: f64, secs: f64) -> String {
     // SAFETY: sysconf has no preconditions.
@@ -322,7 +366,9 @@ fn parse_args() -> Args {
         writers: 8,
         dirs: vec!["/dev/shm".into(), "target".into()],
         kinds: vec!["incompressible".into(), "database".into()],
-        cpus: vec![1, 2],
+        cpus: vec![0],
+        threads: vec![1, 2],
+        apis: vec!["owned".into()],
         perf_ctl: None,
     };
     let list = |v: &str| v.split(',').map(String::from).collect::<Vec<_>>();
@@ -336,13 +382,20 @@ fn parse_args() -> Args {
             "--dirs" => args.dirs = list(&value),
             "--kinds" => args.kinds = list(&value),
             "--perf-ctl" => args.perf_ctl = Some(value),
+            "--api" => args.apis = list(&value),
+            "--threads" => {
+                args.threads = list(&value)
+                    .iter()
+                    .map(|c| c.parse().expect("--threads 1,2"))
+                    .collect()
+            }
             "--cpus" => {
                 args.cpus = list(&value)
                     .iter()
                     .map(|c| c.parse().expect("--cpus 1,2"))
                     .collect()
             }
-            _ => panic!("unknown flag {flag}: --size --write-size --writers --dirs --kinds --cpus --perf-ctl"),
+            _ => panic!("unknown flag {flag}: --size --write-size --writers --dirs --kinds --cpus --threads --api --perf-ctl"),
         }
     }
     assert!(

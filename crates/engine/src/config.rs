@@ -42,6 +42,9 @@ pub struct EngineConfig {
     /// Where recovery says what it waits for, so the server can report it while the
     /// engine is not open yet.
     pub recovery_status: crate::recovery_status::RecoveryStatus,
+    /// Threads that reduce destaged blocks (zero check, fingerprint, lz4, block checksum):
+    /// the destager and `reduction_threads - 1` helpers (`reduce_pool`). 0: one per core.
+    pub reduction_threads: usize,
 }
 
 impl EngineConfig {
@@ -61,6 +64,7 @@ impl EngineConfig {
             write_through_min_bytes: 256 << 10,
             recovery_wait: None,
             recovery_status: Default::default(),
+            reduction_threads: 0,
         }
     }
 
@@ -81,6 +85,8 @@ impl EngineConfig {
             },
             // A test that makes recovery wait fails instead of hanging.
             recovery_wait: Some(std::time::Duration::from_secs(20)),
+            // Two, whatever the machine: batches of 512+ blocks go through the helper.
+            reduction_threads: 2,
             ..EngineConfig::new(data_dir)
         }
     }

@@ -5,11 +5,13 @@
 
 use std::sync::atomic::Ordering;
 
+use bytes::Bytes;
+
 use crate::block_map::Mapping;
 use crate::error::IoFailure;
 use crate::journal::{RecordHeader, RecordKind};
 use crate::layer_work::Dropping;
-use crate::reduce::{self, Reduced};
+use crate::reduce::Reduced;
 use crate::seal::{finish_sealing, start_sealing, SEALING_SEGMENTS_MAX};
 use crate::segment::{SegmentBuilder, SummaryEntry};
 use crate::state::{Shared, State};
@@ -64,29 +66,9 @@ pub(crate) fn buffer_range(st: &mut State, seq: u64, family: FamilyId, header: R
 /// While writers wait for write-through, segments are sealed at this size.
 pub(crate) const WRITE_THROUGH_SEGMENT_BYTES: usize = 4 << 20;
 
-/// Below this many blocks a batch is reduced on the destager thread alone; above, the work is
-/// split with a second thread (hashing and lz4 are most of destage's CPU on large writes).
-pub(crate) const PARALLEL_REDUCE_BLOCKS_MIN: usize = 512;
-
-/// A block of a write to destage: (seq, family, layer, lba, data).
-type BlockWork<'a> = (u64, FamilyId, LayerId, u64, &'a [u8]);
-
-/// Reduce blocks (no lock held), on two threads when there are many.
-pub(crate) fn reduce_blocks(blocks: &[BlockWork<'_>]) -> Vec<Reduced> {
-    let reduce_all = |part: &[BlockWork<'_>]| -> Vec<Reduced> {
-        part.iter().map(|b| reduce::reduce(b.4)).collect()
-    };
-    if blocks.len() < PARALLEL_REDUCE_BLOCKS_MIN {
-        return reduce_all(blocks);
-    }
-    let (first, second) = blocks.split_at(blocks.len() / 2);
-    std::thread::scope(|scope| {
-        let helper = scope.spawn(|| reduce_all(second));
-        let mut out = reduce_all(first);
-        out.extend(helper.join().expect("reduction does not panic"));
-        out
-    })
-}
+/// A block of a write to destage: (seq, family, layer, lba); its data goes to the reduction
+/// pool beside it.
+type BlockWork = (u64, FamilyId, LayerId, u64);
 
 /// A block of a write taken for destage, with its reduction computed off the lock.
 struct Work<'a> {
@@ -147,7 +129,8 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
     // Reduce the blocks that are still current, without the lock.
     // Trims, zeroings and layer operations, with the position of the first block after them.
     let mut ranges = Vec::new();
-    let mut blocks: Vec<BlockWork<'_>> = Vec::new();
+    let mut blocks: Vec<BlockWork> = Vec::new();
+    let mut block_data: Vec<Bytes> = Vec::new();
     for p in &batch {
         let current_blocks = current.next().expect("one entry per record");
         match p {
@@ -160,24 +143,21 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             } => {
                 for i in current_blocks {
                     let start = i as usize * BLOCK_SIZE_BYTES;
-                    blocks.push((
-                        *seq,
-                        *family,
-                        *layer,
-                        lba + i,
-                        &data[start..start + BLOCK_SIZE_BYTES],
-                    ));
+                    blocks.push((*seq, *family, *layer, lba + i));
+                    block_data.push(data.slice(start..start + BLOCK_SIZE_BYTES));
                 }
             }
             other => ranges.push((blocks.len(), other.clone())),
         }
     }
-    let reduced = reduce_blocks(&blocks);
+    // Off the lock, on the reduction pool (this thread included).
+    let reduced = shared.reduce_pool.reduce(&block_data);
     let work: Vec<(usize, Work)> = blocks
         .iter()
+        .zip(&block_data)
         .zip(reduced)
         .enumerate()
-        .map(|(position, (&(seq, family, layer, lba, raw), reduced))| {
+        .map(|(position, ((&(seq, family, layer, lba), raw), reduced))| {
             (
                 position,
                 Work {
@@ -186,7 +166,7 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
                     layer,
                     lba,
                     reduced,
-                    raw,
+                    raw: &raw[..],
                 },
             )
         })
@@ -284,7 +264,16 @@ pub(crate) fn destage_batch(shared: &Shared) -> Result<usize, IoFailure> {
             let Some(f) = st.families.get_mut(&w.family) else {
                 continue;
             };
+            if f.open.is_none() && f.spare_buffer.is_none() {
+                f.spare_buffer = st.segments.take_spare_buffer();
+            }
             f.apply_block(w.layer, w.lba, &w.reduced, w.raw, w.seq, &mut alloc, cap);
+            if f.open.is_none() {
+                // A zero or a dedup hit opened no segment: no family keeps a spare parked.
+                if let Some(spare) = f.spare_buffer.take() {
+                    st.segments.put_spare_buffer(spare);
+                }
+            }
             if let Some((b, since)) = f.take_open_if_full(cap) {
                 // Later blocks of this record go to the next segment: the one sealed here
                 // reflects the records before it only, unless this was the record's last.

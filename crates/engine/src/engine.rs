@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 
 use weft_chunk::{FileDisk, LocalChunkStore};
@@ -162,6 +163,12 @@ impl Engine {
         &self.shared.config
     }
 
+    /// Threads that reduce destaged blocks, the destager included
+    /// (`EngineConfig::reduction_threads`, 0 resolved to the machine's cores).
+    pub fn reduction_threads(&self) -> usize {
+        self.shared.reduce_pool.threads()
+    }
+
     /// Destage everything, checkpoint, and stop the destager. Calls after this fail.
     pub fn shutdown(&self) {
         self.shared.shutdown.store(true, Ordering::Release);
@@ -259,12 +266,38 @@ impl Engine {
     // ---- I/O -----------------------------------------------------------------------------
 
     /// Write whole blocks; durable against a process crash on return, against power loss with
-    /// `fua`.
+    /// `fua`. The write buffer keeps a copy of `data` until it is destaged; a caller that owns
+    /// its buffer saves that copy with [`Engine::write_owned`].
     pub fn write(
         &self,
         id: VolumeId,
         offset_bytes: u64,
         data: &[u8],
+        fua: bool,
+    ) -> Result<(), EngineError> {
+        self.write_from(id, offset_bytes, data, None, fua)
+    }
+
+    /// [`Engine::write`] of a buffer the caller hands over (a `Vec<u8>` or `Bytes`): the write
+    /// buffer keeps it as it is, for reads and destage, instead of copying it.
+    pub fn write_owned(
+        &self,
+        id: VolumeId,
+        offset_bytes: u64,
+        data: impl Into<Bytes>,
+        fua: bool,
+    ) -> Result<(), EngineError> {
+        let data: Bytes = data.into();
+        self.write_from(id, offset_bytes, &data, Some(&data), fua)
+    }
+
+    /// The write; `owned`, when given, holds the same bytes as `data` and is buffered as is.
+    fn write_from(
+        &self,
+        id: VolumeId,
+        offset_bytes: u64,
+        data: &[u8],
+        owned: Option<&Bytes>,
         fua: bool,
     ) -> Result<(), EngineError> {
         let count = self.check_range(id, offset_bytes, data.len() as u64)?;
@@ -291,7 +324,7 @@ impl Engine {
         } else {
             RecordKind::Write
         };
-        let (seq, family) = self.append_write(id, lba, count, data, kind)?;
+        let (seq, family) = self.append_write(id, lba, count, data, owned, kind)?;
         shared
             .counters
             .host_written_bytes
@@ -303,7 +336,7 @@ impl Engine {
                 Err(EngineError::Io(_) | EngineError::NoSpace) => {
                     // Stripe writes started failing meanwhile: journal the data after all. It
                     // was not acknowledged yet, so a later seq is as good as the first one.
-                    self.append_write(id, lba, count, data, RecordKind::Write)?
+                    self.append_write(id, lba, count, data, owned, RecordKind::Write)?
                         .0
                 }
                 Err(e) => return Err(e),
@@ -319,17 +352,25 @@ impl Engine {
     }
 
     /// Append a write's record (with its data, or a write-through reference) and buffer its
-    /// data; returns the record's seq and the volume's family.
+    /// data (`owned` as it is, else a copy of `data`); returns the record's seq and the
+    /// volume's family.
     fn append_write(
         &self,
         id: VolumeId,
         lba: u64,
         count: u64,
         data: &[u8],
+        owned: Option<&Bytes>,
         kind: RecordKind,
     ) -> Result<(u64, FamilyId), EngineError> {
         let shared = &self.shared;
-        let buffered: Arc<[u8]> = Arc::from(data);
+        // The buffer must hold the data whatever the record's kind: reads of blocks not yet
+        // destaged are served from it, and destage reduces from it (a write-through record
+        // has no payload to replay, but its blocks still pass through the buffer).
+        let buffered = match owned {
+            Some(b) => b.clone(),
+            None => Bytes::copy_from_slice(data),
+        };
         let payload = if kind == RecordKind::WriteThrough {
             &[][..]
         } else {

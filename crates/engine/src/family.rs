@@ -37,6 +37,9 @@ pub struct Family {
     /// Every journal record of this family with seq <= this is reflected in sealed segments
     /// (or the checkpoint); recovery replays the journal after it.
     pub journal_hwm: u64,
+    /// A sealed segment's buffer for the next open segment (see
+    /// [`SegmentBuilder::with_buffer`]); destage hands one over just before it is needed.
+    pub spare_buffer: Option<Vec<u8>>,
 }
 
 impl Family {
@@ -49,6 +52,7 @@ impl Family {
             open: None,
             open_since_seq: None,
             journal_hwm: 0,
+            spare_buffer: None,
         }
     }
 
@@ -87,6 +91,7 @@ impl Family {
             Reduced::Data {
                 fingerprint,
                 compressed,
+                crc32c,
             } => {
                 if let Some(existing) = self.table.find_duplicate(*fingerprint) {
                     self.table.add_ref(existing);
@@ -104,7 +109,7 @@ impl Family {
                     let id = self.table.next_id();
                     let open = self.open_segment(new_segment, segment_capacity_bytes);
                     let stored = compressed.as_deref().unwrap_or(raw);
-                    let placed = open.append(id, stored, compressed.is_some());
+                    let placed = open.append(id, stored, compressed.is_some(), *crc32c);
                     let segment = open.id;
                     open.record(SummaryEntry::MapNew {
                         layer,
@@ -265,17 +270,20 @@ impl Family {
         Some(lba + count)
     }
 
-    /// GC: move a live block's stored bytes into the open segment.
+    /// GC: move a live block's stored bytes (checked against `crc32c`, its checksum) into
+    /// the open segment.
+    #[allow(clippy::too_many_arguments)] // the block, its bytes, and the segment allocator
     pub fn relocate(
         &mut self,
         block: BlockId,
         stored: &[u8],
         compressed: bool,
+        crc32c: u32,
         new_segment: &mut dyn FnMut(FamilyId) -> SegmentId,
         segment_capacity_bytes: usize,
     ) {
         let open = self.open_segment(new_segment, segment_capacity_bytes);
-        let placed = open.append(block, stored, compressed);
+        let placed = open.append(block, stored, compressed, crc32c);
         let segment = open.id;
         open.record(SummaryEntry::Relocate { stored: placed });
         self.table.relocate(block, location(segment, placed));
@@ -384,8 +392,10 @@ impl Family {
         cap: usize,
     ) -> &mut SegmentBuilder {
         let family = self.id;
-        self.open
-            .get_or_insert_with(|| SegmentBuilder::new(new_segment(family), family, cap))
+        let spare = &mut self.spare_buffer;
+        self.open.get_or_insert_with(|| {
+            SegmentBuilder::with_buffer(new_segment(family), family, cap, spare.take())
+        })
     }
 }
 

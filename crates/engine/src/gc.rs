@@ -164,7 +164,7 @@ pub(crate) fn collect_garbage(
                         offset_bytes: u64::from(loc.offset_bytes),
                     });
                 }
-                f.relocate(block, stored, loc.compressed, &mut alloc, cap);
+                f.relocate(block, stored, loc.compressed, loc.crc32c, &mut alloc, cap);
                 report.bytes_moved += u64::from(loc.stored_len_bytes);
                 if let Some(b) = f.take_open_if_full(cap) {
                     to_seal.push(b);

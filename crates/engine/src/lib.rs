@@ -44,6 +44,7 @@ mod layer_work;
 mod read;
 mod recovery;
 pub mod recovery_status;
+mod reduce_pool;
 pub mod repair;
 mod repair_status;
 mod seal;

@@ -13,10 +13,14 @@ pub enum Reduced {
     /// All zero: the map records a zero, nothing is stored.
     Zero,
     /// Store (or dedup) the block: lz4-compressed when `compressed` is set, else raw (the
-    /// caller still holds the raw bytes, so they are not copied here).
+    /// caller still holds the raw bytes, so they are not copied here). `crc32c` is the
+    /// checksum of the bytes to store (compressed or raw), computed here off the engine lock:
+    /// the only pass of a checksum over them on the write path (a raw block that fills a
+    /// page of the segment gives that page's chunk checksum too, see `SegmentBuilder`).
     Data {
         fingerprint: Fingerprint,
         compressed: Option<Vec<u8>>,
+        crc32c: u32,
     },
 }
 
@@ -51,13 +55,17 @@ pub fn reduce(block: &[u8]) -> Reduced {
         return Reduced::Data {
             fingerprint,
             compressed: None,
+            crc32c: crc32c::crc32c(block),
         };
     }
     let compressed = lz4_flex::block::compress(block);
     let saves_enough = compressed.len() + COMPRESSION_MIN_SAVING_BYTES <= BLOCK_SIZE_BYTES;
+    let compressed = saves_enough.then_some(compressed);
+    let crc32c = crc32c::crc32c(compressed.as_deref().unwrap_or(block));
     Reduced::Data {
         fingerprint,
-        compressed: saves_enough.then_some(compressed),
+        compressed,
+        crc32c,
     }
 }
 
@@ -162,12 +170,18 @@ mod tests {
         }
         let Reduced::Data {
             compressed: Some(stored),
+            crc32c,
             ..
         } = reduce(&text)
         else {
             panic!()
         };
         assert!(stored.len() < 512);
+        assert_eq!(
+            crc32c,
+            crc32c::crc32c(&stored),
+            "the checksum is of the stored bytes"
+        );
         let mut out = vec![0u8; BLOCK_SIZE_BYTES];
         restore(&stored, true, &mut out).unwrap();
         assert_eq!(out, text);
@@ -181,10 +195,14 @@ mod tests {
                 x.to_le_bytes()[0]
             })
             .collect();
-        let Reduced::Data { compressed, .. } = reduce(&random) else {
+        let Reduced::Data {
+            compressed, crc32c, ..
+        } = reduce(&random)
+        else {
             panic!()
         };
         assert!(compressed.is_none(), "random data is stored raw");
+        assert_eq!(crc32c, crc32c::crc32c(&random));
     }
 
     #[test]

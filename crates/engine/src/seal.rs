@@ -7,12 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use weft_ec::Redundancy;
-
 use crate::checkpoint::SealedSegment;
 use crate::error::IoFailure;
 use crate::segment::{SegmentBuilder, StripeLayout};
-use crate::segments::SealingSegment;
+use crate::segments::{SealingSegment, ToWrite};
 use crate::state::{release_journal, Shared, State};
 use crate::stripe::StripeStore;
 use crate::units::{FamilyId, SegmentId};
@@ -42,11 +40,12 @@ pub(crate) fn start_sealing(
         data_chunks: redundancy.data_chunks(),
         parity_chunks: redundancy.parity_chunks(),
     };
-    let bytes = Arc::new(builder.seal(hwm, layout));
+    let sealed = builder.seal(hwm, layout);
     st.segments.start_sealing(
         (family, id),
         SealingSegment {
-            bytes,
+            bytes: Arc::new(sealed.bytes),
+            known_page_crcs: Arc::new(sealed.known_page_crcs),
             redundancy,
             family,
             since_seq,
@@ -111,13 +110,18 @@ pub(crate) fn run_sealer(shared: &Shared) {
             }
             next
         };
-        let Some((id, bytes, redundancy)) = next else {
+        let Some((id, to_write)) = next else {
             continue;
         };
-        match write_stripe(shared, id, redundancy, &bytes) {
+        match write_stripe(shared, id, &to_write) {
             Ok(()) => {
                 shared.sealed.notify_all();
                 release_journal(shared);
+                // The sealing set let go of it: unless a reader still holds it, its buffer
+                // serves a new open segment.
+                if let Ok(buffer) = Arc::try_unwrap(to_write.bytes) {
+                    shared.state.lock().segments.put_spare_buffer(buffer);
+                }
             }
             Err(e) => {
                 tracing::error!(family = id.0 .0, segment = id.1 .0, error = %e, "stripe write failed; retrying (writes that must wait for a stripe get ENOSPC/EIO meanwhile)");
@@ -140,11 +144,17 @@ pub(crate) fn run_sealer(shared: &Shared) {
 pub(crate) fn write_stripe(
     shared: &Shared,
     id: (FamilyId, SegmentId),
-    redundancy: Redundancy,
-    bytes: &[u8],
+    to_write: &ToWrite,
 ) -> Result<(), IoFailure> {
     let (family, segment) = (id.0 .0, id.1 .0);
-    let missed = shared.stripes.put(family, segment, redundancy, bytes)?;
+    let (bytes, redundancy) = (&to_write.bytes[..], to_write.redundancy);
+    let missed = shared.stripes.put_known(
+        family,
+        segment,
+        redundancy,
+        bytes,
+        &to_write.known_page_crcs,
+    )?;
     note_durable(shared, id)?;
     shared
         .counters

@@ -20,12 +20,23 @@ pub(crate) type SegmentKey = (FamilyId, SegmentId);
 #[derive(Debug)]
 pub(crate) struct SealingSegment {
     pub bytes: Arc<Vec<u8>>,
+    /// The plain CRC32C of the pages of `bytes` its blocks' checksums give (see
+    /// `SegmentBuilder`): the stripe write derives their chunk checksums from these.
+    pub known_page_crcs: Arc<Vec<Option<u32>>>,
     pub redundancy: Redundancy,
     pub family: FamilyId,
     /// The seq of the first journal record it reflects: the journal keeps it until durable.
     pub since_seq: Option<u64>,
     pub journal_hwm: u64,
     pub data_bytes: u64,
+}
+
+/// What the sealer needs of a sealing segment to write its stripe.
+#[derive(Debug, Clone)]
+pub(crate) struct ToWrite {
+    pub bytes: Arc<Vec<u8>>,
+    pub known_page_crcs: Arc<Vec<Option<u32>>>,
+    pub redundancy: Redundancy,
 }
 
 #[derive(Debug, Default)]
@@ -41,7 +52,13 @@ pub(crate) struct Segments {
     out_of_space: bool,
     /// The last stripe write failed with this; cleared by the next success.
     failure: Option<String>,
+    /// Buffers of segments whose stripes are durable, for new open segments.
+    spare_buffers: Vec<Vec<u8>>,
 }
+
+/// Buffers of written segments kept for new open segments: enough for destage to open the
+/// next segment while the sealer writes the previous one; more would only hold memory.
+const SPARE_BUFFERS_MAX: usize = 2;
 
 impl Segments {
     // ---- sealing ---------------------------------------------------------------------------
@@ -69,11 +86,28 @@ impl Segments {
     }
 
     /// The next segment to write: the lowest key, so each family's go in id order.
-    pub fn next_to_write(&self) -> Option<(SegmentKey, Arc<Vec<u8>>, Redundancy)> {
-        self.sealing
-            .iter()
-            .next()
-            .map(|(&key, s)| (key, s.bytes.clone(), s.redundancy))
+    pub fn next_to_write(&self) -> Option<(SegmentKey, ToWrite)> {
+        self.sealing.iter().next().map(|(&key, s)| {
+            (
+                key,
+                ToWrite {
+                    bytes: s.bytes.clone(),
+                    known_page_crcs: s.known_page_crcs.clone(),
+                    redundancy: s.redundancy,
+                },
+            )
+        })
+    }
+
+    /// Keep a written segment's buffer for a new open segment (dropped when enough are kept).
+    pub fn put_spare_buffer(&mut self, buffer: Vec<u8>) {
+        if self.spare_buffers.len() < SPARE_BUFFERS_MAX {
+            self.spare_buffers.push(buffer);
+        }
+    }
+
+    pub fn take_spare_buffer(&mut self) -> Option<Vec<u8>> {
+        self.spare_buffers.pop()
     }
 
     /// Its stripe is durable: it leaves the sealing set, and stripe writes work again.

@@ -293,6 +293,7 @@ mod tests {
         let reduced = Reduced::Data {
             fingerprint,
             compressed: None,
+            crc32c: crc32c::crc32c(&raw),
         };
         f.apply_block(LayerId(layer), lba, &reduced, &raw, 1, &mut alloc, 1 << 20);
     }

@@ -165,6 +165,8 @@ pub(crate) struct Shared {
     pub abandon: AtomicBool,
     pub counters: Counters,
     pub repair: crate::repair_status::RepairControl,
+    /// The destager's reduction threads.
+    pub reduce_pool: crate::reduce_pool::ReducePool,
     /// Held for the engine's life: see `recovery::lock_data_dir`.
     pub _data_dir_lock: std::fs::File,
 }

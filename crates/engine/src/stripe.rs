@@ -195,18 +195,21 @@ const STRAGGLER_GRACE_MIN: Duration = Duration::from_millis(50);
 /// `Unavailable` (in flight) and left to finish on their own.
 /// Put one chunk. A chunk already there is a retry after a failure that wrote it after all,
 /// or a leftover of a stripe that was never acknowledged: it is kept only if it is this one.
+/// `known`: plain CRC32C of pages of `data` the caller already has (see
+/// [`ChunkStore::put_known`]).
 fn put_chunk(
     store: &dyn ChunkStore,
     m: &ChunkMeta,
     data: &[u8],
+    known: &[Option<u32>],
     epoch: Epoch,
 ) -> Result<(), ChunkError> {
-    match store.put(m, data) {
+    match store.put_known(m, data, known) {
         Err(ChunkError::Exists { key }) => match store.info(&key) {
             Ok(info) if info.meta == *m => Ok(()),
             _ => {
                 store.delete(&key, epoch)?;
-                store.put(m, data)
+                store.put_known(m, data, known)
             }
         },
         other => other,
@@ -225,10 +228,11 @@ fn put_single_chunk(
     stores: &[Option<Arc<dyn ChunkStore>>],
     m: &ChunkMeta,
     data: &[u8],
+    known: &[Option<u32>],
     epoch: Epoch,
 ) -> Result<(), ChunkError> {
     match stores.first().cloned().flatten() {
-        Some(store) => put_chunk(&*store, m, data, epoch),
+        Some(store) => put_chunk(&*store, m, data, known, epoch),
         None => Err(unassigned(0)),
     }
 }
@@ -240,11 +244,12 @@ fn put_chunks(
     epoch: Epoch,
     needed: usize,
 ) -> Vec<Result<(), ChunkError>> {
-    let put_one =
-        move |store: &dyn ChunkStore, m: &ChunkMeta, data: &[u8]| put_chunk(store, m, data, epoch);
+    let put_one = move |store: &dyn ChunkStore, m: &ChunkMeta, data: &[u8]| {
+        put_chunk(store, m, data, &[], epoch)
+    };
     let total = chunks.len();
     if total == 1 {
-        return vec![put_single_chunk(stores, &meta(0), &chunks[0], epoch)];
+        return vec![put_single_chunk(stores, &meta(0), &chunks[0], &[], epoch)];
     }
     let mut results: Vec<Option<Result<(), ChunkError>>> = (0..total).map(|_| None).collect();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -459,6 +464,21 @@ impl StripeStore {
         redundancy: Redundancy,
         bytes: &[u8],
     ) -> Result<u64, StripeError> {
+        self.put_known(family, segment, redundancy, bytes, &[])
+    }
+
+    /// [`StripeStore::put`] of bytes some of whose 4 KiB pages' plain CRC32C the caller knows
+    /// (`known_page_crcs[i]`: page i of `bytes`). Where the stripe is one chunk of the bytes as
+    /// they are, its store derives those pages' checksums from them instead of reading the
+    /// pages again; chunks cut and encoded for erasure coding are checksummed as they are.
+    pub fn put_known(
+        &self,
+        family: u64,
+        segment: u64,
+        redundancy: Redundancy,
+        bytes: &[u8],
+        known_page_crcs: &[Option<u32>],
+    ) -> Result<u64, StripeError> {
         let invalid = |detail: String| StripeError::Invalid {
             family,
             segment,
@@ -484,7 +504,13 @@ impl StripeStore {
             && geometry.chunk_len_bytes() == bytes.len() as u64
         {
             // No parity and no padding: write the segment's bytes as they are, uncopied.
-            vec![put_single_chunk(&stores, &meta(0), bytes, epoch)]
+            vec![put_single_chunk(
+                &stores,
+                &meta(0),
+                bytes,
+                known_page_crcs,
+                epoch,
+            )]
         } else {
             let chunks = weft_ec::encode(&geometry, bytes).map_err(|e| invalid(e.to_string()))?;
             put_chunks(&stores, chunks, meta, epoch, usize::from(needed))

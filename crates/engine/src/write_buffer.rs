@@ -7,7 +7,8 @@
 //! No I/O here.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+
+use bytes::Bytes;
 
 use crate::layers::LayerOp;
 use crate::units::{BlockId, FamilyId, LayerId, BLOCK_SIZE_BYTES};
@@ -15,13 +16,15 @@ use crate::units::{BlockId, FamilyId, LayerId, BLOCK_SIZE_BYTES};
 /// A record waiting for destage.
 #[derive(Debug, Clone)]
 pub enum Pending {
-    /// Data for `count` blocks from `lba` of `layer`, `data.len() == count * 4096`.
+    /// Data for `count` blocks from `lba` of `layer`, `data.len() == count * 4096`. `Bytes`:
+    /// the front end's buffer itself when it handed it over ([`crate::Engine::write_owned`]),
+    /// shared by the FIFO and the index without a copy.
     Write {
         seq: u64,
         family: FamilyId,
         layer: LayerId,
         lba: u64,
-        data: Arc<[u8]>,
+        data: Bytes,
     },
     /// A trim or zeroing (see [`RangeRecord`]).
     Range(RangeRecord),
@@ -65,7 +68,7 @@ impl Pending {
 #[derive(Debug, Clone)]
 struct Buffered {
     seq: u64,
-    data: Arc<[u8]>,
+    data: Bytes,
     /// Index of the block inside `data`.
     block: u32,
 }
@@ -92,7 +95,7 @@ impl WriteBuffer {
         family: FamilyId,
         layer: LayerId,
         lba: u64,
-        data: Arc<[u8]>,
+        data: Bytes,
     ) {
         assert_eq!(data.len() % BLOCK_SIZE_BYTES, 0, "writes are whole blocks");
         let blocks = data.len() / BLOCK_SIZE_BYTES;
@@ -218,7 +221,7 @@ impl WriteBuffer {
 mod tests {
     use super::*;
 
-    fn block(v: u8, n: usize) -> Arc<[u8]> {
+    fn block(v: u8, n: usize) -> Bytes {
         vec![v; n * BLOCK_SIZE_BYTES].into()
     }
 

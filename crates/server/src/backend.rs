@@ -10,6 +10,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 pub use crate::access::AccessTable;
 
 /// The engine's block: the unit of mapping, dedup and compression, the physical block size
@@ -96,6 +98,12 @@ pub trait ExportHandle: Send + Sync + 'static {
     /// Returns once the write is durable against a process crash (in the journal, handed to the
     /// OS); with `fua`, once it is durable against power loss.
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), ExportIoError>;
+    /// [`ExportHandle::write`] of a buffer the caller hands over (an NBD request's payload):
+    /// the engine keeps it in its write buffer as it is instead of copying it. Wrappers pass
+    /// it down; one that does not (this default) still writes it, with a copy.
+    fn write_owned(&self, offset_bytes: u64, data: Bytes, fua: bool) -> Result<(), ExportIoError> {
+        self.write(offset_bytes, &data, fua)
+    }
     /// Makes every write acknowledged so far (on any connection, any export) durable against
     /// power loss.
     fn flush(&self) -> Result<(), ExportIoError>;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use weft_engine::engine::VolumeHandle;
 use weft_engine::{Engine, EngineError};
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::backend::{
@@ -153,6 +154,12 @@ impl ExportHandle for VolumeExport {
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), ExportIoError> {
         self.engine
             .write(self.handle.id, offset_bytes, data, fua)
+            .map_err(to_export_error)
+    }
+
+    fn write_owned(&self, offset_bytes: u64, data: Bytes, fua: bool) -> Result<(), ExportIoError> {
+        self.engine
+            .write_owned(self.handle.id, offset_bytes, data, fua)
             .map_err(to_export_error)
     }
 

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::api::types::{ExportSession, SessionProtocol};
@@ -177,6 +178,14 @@ impl ExportHandle for TrackedExport {
         c.written_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
         self.inner.write(offset_bytes, data, fua)
+    }
+
+    fn write_owned(&self, offset_bytes: u64, data: Bytes, fua: bool) -> Result<(), ExportIoError> {
+        let c = &self.entry.counters;
+        c.writes.fetch_add(1, Ordering::Relaxed);
+        c.written_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.inner.write_owned(offset_bytes, data, fua)
     }
 
     fn flush(&self) -> Result<(), ExportIoError> {

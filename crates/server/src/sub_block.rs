@@ -32,6 +32,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::backend::{
@@ -381,6 +382,21 @@ impl<E: ExportHandle + ?Sized> ExportHandle for SubBlockExport<E> {
         let at = usize::try_from(offset_bytes - span.start_bytes).expect("< 4096");
         whole[at..at + data.len()].copy_from_slice(data);
         self.inner.write(span.start_bytes, &whole, fua)
+    }
+
+    fn write_owned(&self, offset_bytes: u64, data: Bytes, fua: bool) -> Result<(), ExportIoError> {
+        let length_bytes = data.len() as u64;
+        self.check_write(offset_bytes, length_bytes)?;
+        if length_bytes == 0 {
+            return Ok(());
+        }
+        let span = Span::of(offset_bytes, length_bytes)?;
+        if span.head_partial.is_some() || span.tail_partial.is_some() {
+            // A read-modify-write builds a new buffer anyway.
+            return self.write(offset_bytes, &data, fua);
+        }
+        let _locks = self.lock(&span);
+        self.inner.write_owned(offset_bytes, data, fua)
     }
 
     fn flush(&self) -> Result<(), ExportIoError> {

@@ -182,6 +182,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         elapsed_ms = started.elapsed().as_millis() as u64,
         "recovered"
     );
+    let config_threads = config.reduction_threads;
     Ok(Shared {
         config,
         meta: Mutex::new(meta),
@@ -203,6 +204,8 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         abandon: AtomicBool::new(false),
         counters,
         repair: crate::repair_status::RepairControl::default(),
+        reduce_pool: crate::reduce_pool::ReducePool::new(config_threads)
+            .map_err(|e| IoFailure::disk("reduction threads", e))?,
         _data_dir_lock: lock,
     })
 }

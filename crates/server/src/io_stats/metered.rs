@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::backend::{
     AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
 };
@@ -98,6 +100,12 @@ impl ExportHandle for MeteredExport {
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), ExportIoError> {
         self.timed(Op::Write, data.len() as u64, || {
             self.inner.write(offset_bytes, data, fua)
+        })
+    }
+
+    fn write_owned(&self, offset_bytes: u64, data: Bytes, fua: bool) -> Result<(), ExportIoError> {
+        self.timed(Op::Write, data.len() as u64, || {
+            self.inner.write_owned(offset_bytes, data, fua)
         })
     }
 

@@ -66,8 +66,9 @@ pub(super) fn execute(
                 payload.len(),
                 usize::try_from(length_bytes).expect("u32 fits usize")
             );
+            // Handed over: the engine buffers the request's own bytes, not a copy.
             export
-                .write(offset_bytes, &payload, fua)
+                .write_owned(offset_bytes, payload, fua)
                 .map(|()| Outcome::Done)
         }
         Command::Flush => export.flush().map(|()| Outcome::Done),

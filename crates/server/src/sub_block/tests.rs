@@ -23,6 +23,8 @@ struct BlockDisk {
     blocks: Mutex<HashMap<u64, Vec<u8>>>,
     reads: AtomicU64,
     writes: AtomicU64,
+    /// Writes that came down as owned buffers (`write_owned`), also counted in `writes`.
+    owned_writes: AtomicU64,
     trims: AtomicU64,
     zeroings: AtomicU64,
 }
@@ -37,6 +39,7 @@ impl BlockDisk {
             blocks: Mutex::new(HashMap::new()),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            owned_writes: AtomicU64::new(0),
             trims: AtomicU64::new(0),
             zeroings: AtomicU64::new(0),
         })
@@ -100,6 +103,11 @@ impl ExportHandle for BlockDisk {
             blocks.insert(offset_bytes / BLOCK_BYTES + i as u64, b.to_vec());
         }
         Ok(())
+    }
+
+    fn write_owned(&self, offset_bytes: u64, data: Bytes, fua: bool) -> Result<(), ExportIoError> {
+        self.owned_writes.fetch_add(1, Ordering::Relaxed);
+        self.write(offset_bytes, &data, fua)
     }
 
     fn flush(&self) -> Result<(), ExportIoError> {
@@ -184,6 +192,31 @@ fn aligned_io_goes_straight_through_without_reads() {
     e.read(8192, &mut buf).unwrap();
     assert_eq!(buf, vec![5u8; 8192]);
     assert_eq!(disk.reads.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn owned_writes_pass_down_as_owned_when_aligned_and_merge_when_not() {
+    let disk = BlockDisk::new(1 << 20, 512);
+    let e = export(&disk);
+    e.write_owned(8192, Bytes::from(vec![5u8; 8192]), false)
+        .unwrap();
+    assert_eq!(disk.owned_writes.load(Ordering::Relaxed), 1);
+    assert_eq!(disk.reads.load(Ordering::Relaxed), 0);
+    // A sector: read-modify-write of its block, written as a new (borrowed) buffer.
+    e.write_owned(8192 + 512, Bytes::from(vec![6u8; 512]), false)
+        .unwrap();
+    assert_eq!(disk.owned_writes.load(Ordering::Relaxed), 1);
+    assert_eq!(disk.writes.load(Ordering::Relaxed), 2);
+    let mut buf = vec![0u8; 8192];
+    e.read(8192, &mut buf).unwrap();
+    let mut want = vec![5u8; 8192];
+    want[512..1024].fill(6);
+    assert_eq!(buf, want);
+    assert!(invalid(e.write_owned(
+        100,
+        Bytes::from(vec![1u8; 512]),
+        false
+    )));
 }
 
 #[test]
