@@ -10,6 +10,9 @@ use weft_nbd::{Command, Errno, Extent};
 
 use crate::backend::{ExportHandle, ExportIoError, ExtentStatus};
 
+/// Write payloads from this size on are handed to the engine without a copy.
+const OWNED_PAYLOAD_MIN_BYTES: usize = 128 << 10;
+
 /// The result of executing one command.
 #[derive(Debug)]
 pub(super) enum Outcome {
@@ -66,10 +69,16 @@ pub(super) fn execute(
                 payload.len(),
                 usize::try_from(length_bytes).expect("u32 fits usize")
             );
-            // Handed over: the engine buffers the request's own bytes, not a copy.
-            export
-                .write_owned(offset_bytes, payload, fua)
-                .map(|()| Outcome::Done)
+            // A large payload is handed over: the engine buffers the request's own bytes, not
+            // a copy. A small one is copied: it is a slice of the connection's read buffer,
+            // and holding it until destage would keep the whole read (up to many requests)
+            // alive for a few KiB, memory the write buffer's bound does not count.
+            if payload.len() >= OWNED_PAYLOAD_MIN_BYTES {
+                export.write_owned(offset_bytes, payload, fua)
+            } else {
+                export.write(offset_bytes, &payload, fua)
+            }
+            .map(|()| Outcome::Done)
         }
         Command::Flush => export.flush().map(|()| Outcome::Done),
         Command::Trim {
