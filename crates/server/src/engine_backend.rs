@@ -90,7 +90,11 @@ pub(crate) fn export_info(i: weft_engine::ImageSummary) -> ExportInfo {
         "volume"
     };
     ExportInfo {
-        description: format!("weft {kind} {} ({} bytes)", i.name, i.size_bytes),
+        description: format!(
+            "weft {kind} {} ({})",
+            i.name,
+            weft_engine::units::binary_size(i.size_bytes)
+        ),
         name: i.name,
         size_bytes: i.size_bytes,
         read_only: i.read_only,
