@@ -1,0 +1,114 @@
+//! The journal's writeback thread: it starts the device write of appended records with
+//! `sync_file_range`, in batches, so a FLUSH's `fdatasync` finds most of them written.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+/// Starts the device write of appended records in the background (`sync_file_range`), so a
+/// FLUSH that follows finds most of them already written; appending just notes the range
+/// (issuing the write in the append itself measured 40 µs per record). Small ranges wait up
+/// to [`WRITEBACK_LINGER`] for more: one `sync_file_range` per 4 KiB record was a quarter of
+/// a mirrored c.node pair's CPU at QD32 (a context switch and a virtio doorbell each, on both
+/// journals), and a FLUSH writes what is left itself.
+#[derive(Debug, Default)]
+pub(super) struct Writeback {
+    state: Mutex<WritebackState>,
+    wake: Condvar,
+}
+
+/// A noted range this long is written out at once.
+const WRITEBACK_BATCH_BYTES: u64 = 256 << 10;
+/// A shorter one waits this long for more records.
+const WRITEBACK_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
+#[derive(Debug, Default)]
+struct WritebackState {
+    /// File and byte range appended since the last write-out was started.
+    pending: Option<(Arc<File>, u64, u64)>,
+    stop: bool,
+}
+
+impl Writeback {
+    /// Ask the thread to end (it does once it wakes).
+    pub(super) fn stop(&self) {
+        self.state.lock().stop = true;
+        self.wake.notify_all();
+    }
+
+    pub(super) fn note(&self, file: &Arc<File>, offset: u64, len: u64) {
+        let mut st = self.state.lock();
+        // Wake the thread only when it has something new to wait on or to write: not for
+        // every record it is lingering over.
+        let wake = match &mut st.pending {
+            Some((f, start, end)) if Arc::ptr_eq(f, file) => {
+                let before = *end - *start;
+                *end = (*end).max(offset + len);
+                before < WRITEBACK_BATCH_BYTES && *end - *start >= WRITEBACK_BATCH_BYTES
+            }
+            pending => {
+                *pending = Some((file.clone(), offset, offset + len));
+                true
+            }
+        };
+        drop(st);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    /// `file` is synced up to `offset`: nothing below it needs writing out any more.
+    pub(super) fn synced(&self, file: &Arc<File>, offset: u64) {
+        let mut st = self.state.lock();
+        if let Some((f, start, end)) = &mut st.pending {
+            if Arc::ptr_eq(f, file) {
+                if *end <= offset {
+                    st.pending = None;
+                } else {
+                    *start = (*start).max(offset);
+                }
+            }
+        }
+    }
+
+    /// The writeback thread's loop, until [`Writeback::stop`].
+    pub(super) fn run(&self) {
+        loop {
+            let (file, start, end) = {
+                let mut st = self.state.lock();
+                let mut lingered = false;
+                loop {
+                    if st.stop {
+                        return;
+                    }
+                    match &st.pending {
+                        None => {
+                            lingered = false;
+                            self.wake.wait(&mut st);
+                        }
+                        Some((_, start, end))
+                            if lingered || end - start >= WRITEBACK_BATCH_BYTES =>
+                        {
+                            break st.pending.take().expect("just matched");
+                        }
+                        Some(_) => {
+                            self.wake.wait_for(&mut st, WRITEBACK_LINGER);
+                            lingered = true;
+                        }
+                    }
+                }
+            };
+            // SAFETY: a plain syscall on a descriptor kept open by `file`; no memory shared.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::sync_file_range(
+                    std::os::fd::AsRawFd::as_raw_fd(&*file),
+                    start as libc::off64_t,
+                    (end - start) as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
+    }
+}
