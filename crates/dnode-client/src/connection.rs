@@ -1,6 +1,11 @@
-//! One open, handshaken connection to a d.node: a writer shared under a lock, a reader thread
-//! that hands each response to the caller waiting on its request id, and the table of those
-//! waiters. Many callers pipeline requests on it; responses come back in any order.
+//! One open, handshaken connection to a d.node: an [`Outbox`] that combines the frames of
+//! concurrent callers into few socket writes, a reader thread that hands each response to the
+//! caller waiting on its request id, and the table of those waiters. Many callers pipeline
+//! requests on it; responses come back in any order.
+//!
+//! A waiter is a slot (a lock and a condition variable) the reader fills and signals: one
+//! wake-up per answer, no channel and no spinning (on a 2-core machine a spinning waiter
+//! steals the core the reader needs).
 //!
 //! Invariant: once the connection is closed (socket error, bad frame, timeout, drop), every
 //! waiter has been told so and no new waiter is registered, so no caller waits on a dead
@@ -9,15 +14,15 @@
 use std::collections::HashMap;
 use std::io::BufReader;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use weft_proto::{check_hello_ok, hello, Response};
 
 use crate::frame_io::{read_frame, write_all_parts, FrameReadError};
+use crate::outbox::Outbox;
 
 /// Socket read buffer: large enough that small responses (Ok, Pong, ChunkList pages) come in a
 /// few syscalls; chunk payloads bypass it and land in their own buffers.
@@ -33,16 +38,47 @@ pub(crate) type Reply = Result<Response, String>;
 pub(crate) struct Connection {
     /// The d.node, for logs: `node@addr`.
     peer: String,
-    writer: Mutex<TcpStream>,
+    outbox: Outbox<TcpStream>,
     /// A handle to shut the socket down from any thread (wakes the reader).
     control: TcpStream,
     waiters: Mutex<Waiters>,
     reader: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// Where the reader puts one request's answer; the caller waits on it.
+#[derive(Debug, Default)]
+pub(crate) struct ReplySlot {
+    reply: Mutex<Option<Reply>>,
+    filled: Condvar,
+}
+
+impl ReplySlot {
+    /// The answer, or `None` if `deadline` passed first.
+    pub(crate) fn wait_until(&self, deadline: Instant) -> Option<Reply> {
+        let mut reply = self.reply.lock();
+        loop {
+            if let Some(r) = reply.take() {
+                return Some(r);
+            }
+            if self.filled.wait_until(&mut reply, deadline).timed_out() {
+                return reply.take();
+            }
+        }
+    }
+
+    /// Fill the slot (the first answer sticks) and wake its caller.
+    fn fill(&self, r: Reply) {
+        let mut reply = self.reply.lock();
+        if reply.is_none() {
+            *reply = Some(r);
+            self.filled.notify_one();
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Waiters {
-    by_id: HashMap<u64, SyncSender<Reply>>,
+    by_id: HashMap<u64, Arc<ReplySlot>>,
     /// Why the connection closed; set once, then nothing registers.
     closed: Option<String>,
 }
@@ -110,7 +146,7 @@ impl Connection {
             .map_err(setup)?;
         let conn = Arc::new(Connection {
             peer: format!("{node_id}@{}", dial.addr),
-            writer: Mutex::new(writer),
+            outbox: Outbox::new(writer),
             control: stream,
             waiters: Mutex::new(Waiters::default()),
             reader: Mutex::new(None),
@@ -125,14 +161,14 @@ impl Connection {
     }
 
     /// Register a caller waiting for the response to `request_id`.
-    pub(crate) fn register(&self, request_id: u64) -> Result<Receiver<Reply>, String> {
-        let (tx, rx) = sync_channel(1);
+    pub(crate) fn register(&self, request_id: u64) -> Result<Arc<ReplySlot>, String> {
+        let slot = Arc::new(ReplySlot::default());
         let mut w = self.waiters.lock();
         if let Some(why) = &w.closed {
             return Err(why.clone());
         }
-        w.by_id.insert(request_id, tx);
-        Ok(rx)
+        w.by_id.insert(request_id, slot.clone());
+        Ok(slot)
     }
 
     /// Stop waiting for `request_id` (a late response is dropped).
@@ -140,22 +176,19 @@ impl Connection {
         self.waiters.lock().by_id.remove(&request_id);
     }
 
-    /// Write one frame's parts, waiting for the writer at most until `deadline` (`Ok(false)`
-    /// then: nothing was sent; a stuck writer ends by its socket write timeout). A failed write
-    /// closes the connection (a partial frame may be on the wire).
-    pub(crate) fn send(&self, parts: &[&[u8]], deadline: Instant) -> Result<bool, String> {
-        let Some(mut writer) = self.writer.try_lock_until(deadline) else {
-            return Ok(false);
-        };
+    /// Send one frame's parts: written now, or combined into the write another caller is
+    /// doing (see [`Outbox`]). A failed write closes the connection (a partial frame may be on
+    /// the wire, and frames queued behind it are lost): their waiters are told by the close.
+    /// A stuck write ends by the socket's write timeout.
+    pub(crate) fn send(&self, parts: &[&[u8]]) -> Result<(), String> {
         if let Some(why) = &self.waiters.lock().closed {
             return Err(why.clone());
         }
-        write_all_parts(&mut *writer, parts).map_err(|e| {
+        self.outbox.send(parts).map(|_| ()).map_err(|e| {
             let why = format!("send to {}: {e}", self.peer);
             self.close(&why);
             why
-        })?;
-        Ok(true)
+        })
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -175,8 +208,8 @@ impl Connection {
         };
         tracing::debug!(peer = %self.peer, reason = why, waiters = waiters.len(), "d.node connection closed");
         let _ = self.control.shutdown(Shutdown::Both);
-        for (_, tx) in waiters {
-            let _ = tx.try_send(Err(why.to_owned()));
+        for (_, slot) in waiters {
+            slot.fill(Err(why.to_owned()));
         }
     }
 
@@ -207,9 +240,7 @@ impl Connection {
             };
             let waiter = self.waiters.lock().by_id.remove(&request_id);
             match waiter {
-                Some(tx) => {
-                    let _ = tx.try_send(Ok(response));
-                }
+                Some(slot) => slot.fill(Ok(response)),
                 None => {
                     tracing::debug!(peer = %self.peer, request_id, kind = %response.kind(), "response nobody waits for (timed out)");
                 }

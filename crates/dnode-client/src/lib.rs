@@ -10,14 +10,17 @@
 //!   d.node so both sides agree in one place.
 //! - [`frame_io`]: reading and writing frames on blocking std sockets, also shared with the
 //!   d.node.
+//! - [`outbox`]: many threads' frames on one socket combined into few writes (both sides).
 //!
 //! Threads: each open connection has one reader thread; callers block on their own threads
-//! (the engine's). Nothing here is async.
+//! (the engine's), and send on them too (the first sender writes what the others queued
+//! meanwhile). Nothing here is async.
 
 mod connection;
 pub mod frame_io;
 mod link;
 pub mod options;
+pub mod outbox;
 pub mod store;
 pub mod wire;
 

@@ -133,27 +133,18 @@ impl Link {
                     continue;
                 }
             };
-            match conn.send(&[&frame.header, frame.bulk, &frame.meta], deadline) {
-                Ok(true) => {}
-                Ok(false) => {
-                    conn.forget(request_id);
-                    return Err(self
-                        .unavailable(format!("could not send within {} ms", timeout.as_millis())));
-                }
-                Err(why) => {
-                    self.forget_connection(&conn, None);
-                    last_failure = why;
-                    continue;
-                }
+            if let Err(why) = conn.send(&[&frame.header, frame.bulk, &frame.meta]) {
+                self.forget_connection(&conn, None);
+                last_failure = why;
+                continue;
             }
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match reply.recv_timeout(wait) {
-                Ok(Ok(response)) => return Ok(response),
-                Ok(Err(why)) => {
+            match reply.wait_until(deadline) {
+                Some(Ok(response)) => return Ok(response),
+                Some(Err(why)) => {
                     self.forget_connection(&conn, None);
                     last_failure = why;
                 }
-                Err(_) => {
+                None => {
                     // The d.node holds the request past its deadline: it is sick. Drop the
                     // connection (its other callers fail now, not at their own deadlines) and
                     // back off so the next callers fail fast.

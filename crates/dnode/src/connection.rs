@@ -1,6 +1,6 @@
 //! One client connection on the d.node: the handshake, then a reader loop that decodes
-//! requests and hands them to the worker pool, and the writer that workers answer through (in
-//! any order, one frame at a time under a lock).
+//! requests and hands them to the worker pool, and the [`Outbox`] that workers answer through
+//! (in any order; answers finished while one is being written go out together in one write).
 //!
 //! Bad input never panics and never outlives its connection: a frame that does not decode gets
 //! the proto's refusal (when its header can be trusted) and the connection is closed. Bounds:
@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use weft_dnode_client::frame_io::{read_frame, write_all_parts, FrameReadError};
+use weft_dnode_client::frame_io::{read_frame, FrameReadError};
+use weft_dnode_client::outbox::Outbox;
 use weft_proto::{
     answer_hello, refusal_for, ErrorCode, HelloOutcome, ProtoError, Request, Response,
 };
@@ -60,7 +61,7 @@ pub(crate) struct ServeContext {
 pub(crate) struct ServerConn {
     pub id: u64,
     pub peer: SocketAddr,
-    writer: Mutex<TcpStream>,
+    outbox: Outbox<TcpStream>,
     /// For shutting the socket down from any thread.
     control: TcpStream,
     closed: AtomicBool,
@@ -89,7 +90,7 @@ impl ServerConn {
         let conn = Arc::new(ServerConn {
             id,
             peer,
-            writer: Mutex::new(stream),
+            outbox: Outbox::new(stream),
             control,
             closed: AtomicBool::new(false),
             in_flight: Mutex::new(InFlight::default()),
@@ -232,17 +233,13 @@ impl ServerConn {
                 }
             }
         };
-        let Some(mut writer) = self.writer.try_lock_for(WRITE_TIMEOUT) else {
-            self.close();
-            return false;
-        };
-        match write_all_parts(
-            &mut *writer,
-            &[&encoded.header, encoded.bulk, &encoded.meta],
-        ) {
-            Ok(()) => true,
+        // A write blocked past WRITE_TIMEOUT (the socket's) fails and closes the connection.
+        match self
+            .outbox
+            .send(&[&encoded.header, encoded.bulk, &encoded.meta])
+        {
+            Ok(_) => true,
             Err(e) => {
-                drop(writer);
                 tracing::debug!(conn = self.id, error = %e, "cannot answer; closing");
                 self.close();
                 false
