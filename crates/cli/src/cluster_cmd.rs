@@ -47,6 +47,10 @@ pub struct CnodeClusterArgs {
     /// Rebuild at most this many bytes per second.
     #[arg(long, default_value = "256M", value_parser = parse_size)]
     pub rebuild_rate: u64,
+    /// RAM for blocks read from d.nodes, kept by what they are (content fingerprint), so one
+    /// cached block serves every volume, snapshot and clone that shares it (0 = no cache).
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    pub read_cache_size: u64,
     /// The partner c.node's mirror address (its --mirror-listen): writes are acknowledged
     /// once they are in its memory too, and FLUSH once both journals synced them.
     #[arg(long)]

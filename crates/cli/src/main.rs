@@ -664,6 +664,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
     };
     let mut engine = engine_config(global, &args.engine)?;
     engine.repair_rate_bytes_per_s = c.rebuild_rate;
+    engine.read_cache_bytes = c.read_cache_size;
     let config = ServeConfig {
         engine,
         backend: Backend::Cluster(ClusterConfig {

@@ -45,6 +45,9 @@ pub struct EngineConfig {
     /// Threads that reduce destaged blocks (zero check, fingerprint, lz4, block checksum):
     /// the destager and `reduction_threads - 1` helpers (`reduce_pool`). 0: one per core.
     pub reduction_threads: usize,
+    /// Bytes of RAM for blocks read from chunks (`read_cache`), shared by every image that
+    /// maps them. 0 (the default here; `weft cnode` sets 256 MiB): no cache.
+    pub read_cache_bytes: u64,
 }
 
 impl EngineConfig {
@@ -65,6 +68,7 @@ impl EngineConfig {
             recovery_wait: None,
             recovery_status: Default::default(),
             reduction_threads: 0,
+            read_cache_bytes: 0,
         }
     }
 

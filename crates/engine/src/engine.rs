@@ -48,6 +48,8 @@ pub struct Engine {
     destager: Mutex<Option<JoinHandle<()>>>,
     sealer: Mutex<Option<JoinHandle<()>>>,
     repairer: Mutex<Option<JoinHandle<()>>>,
+    /// Blocks read from chunks, by what they are (`read_cache`).
+    read_cache: crate::read_cache::ReadCache,
 }
 
 /// An open volume or snapshot, for a front end. `id` is the key I/O calls take.
@@ -132,7 +134,9 @@ impl Engine {
         } else {
             None
         };
+        let read_cache = crate::read_cache::ReadCache::new(shared.config.read_cache_bytes);
         let engine = Engine {
+            read_cache,
             shared,
             destager: Mutex::new(Some(destager)),
             sealer: Mutex::new(Some(sealer)),
@@ -446,7 +450,7 @@ impl Engine {
         let lba = offset_bytes / BLOCK_SIZE_U64;
         let mut last_err = None;
         for _ in 0..READ_RETRIES_MAX {
-            match crate::read::read_blocks(&self.shared, id, lba, count, buf) {
+            match crate::read::read_blocks(&self.shared, &self.read_cache, id, lba, count, buf) {
                 // Checked after the read: a c.node that lost its ownership meanwhile may have
                 // read what its successor has since overwritten.
                 Ok(()) => return self.shared.journal.may_serve().map_err(map_io),
@@ -510,7 +514,10 @@ impl Engine {
     }
 
     pub fn stats(&self) -> EngineStats {
-        stats(&self.shared)
+        EngineStats {
+            read_cache: self.read_cache.stats(),
+            ..stats(&self.shared)
+        }
     }
 
     // ---- helpers -------------------------------------------------------------------------
@@ -811,6 +818,7 @@ fn stats(shared: &Shared) -> EngineStats {
         snapshots: st.images.iter().filter(|i| !i.writable).count() as u64,
         metadata_memory_bytes: map_entries * 8 + table_bytes,
         reduction: r,
+        read_cache: Default::default(),
     }
 }
 

@@ -42,6 +42,7 @@ mod gc;
 mod images;
 mod layer_work;
 mod read;
+pub mod read_cache;
 mod recovery;
 pub mod recovery_status;
 mod reduce_pool;

@@ -1,6 +1,7 @@
 //! The read path: resolve each block through the write buffer and the image's layers, copy
-//! buffered or in-memory segment data under the state lock, then read the rest from chunks
-//! with the lock released (runs of adjacent blocks coalesced), CRC-checked and decompressed.
+//! buffered or in-memory segment data (and blocks the read cache holds) under the state lock,
+//! then read the rest from chunks with the lock released (runs of adjacent blocks coalesced),
+//! CRC-checked and decompressed, and offer them to the read cache.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -8,6 +9,7 @@ use std::sync::atomic::Ordering;
 use crate::block_map::Mapping;
 use crate::block_table::BlockLocation;
 use crate::error::{EngineError, IoFailure};
+use crate::read_cache::{CacheKey, ReadCache};
 use crate::reduce::{self};
 use crate::state::Shared;
 use crate::units::{LayerId, SegmentId, VolumeId, BLOCK_SIZE_BYTES};
@@ -47,6 +49,7 @@ enum Source {
     Disk {
         index: usize,
         location: BlockLocation,
+        key: CacheKey,
         redundancy: weft_ec::Redundancy,
         stripe_len_bytes: u64,
     },
@@ -55,6 +58,7 @@ enum Source {
 /// Read `count` blocks from `lba` into `buf`: buffer, then map, then chunk.
 pub(crate) fn read_blocks(
     shared: &Shared,
+    cache: &ReadCache,
     volume: VolumeId,
     lba: u64,
     count: u64,
@@ -82,7 +86,8 @@ pub(crate) fn read_blocks(
                         Source::Ready
                     }
                     Mapping::Block(b) => {
-                        let location = family.location(b).expect("mapped blocks are live");
+                        let entry = family.table.get(b).expect("mapped blocks are live");
+                        let location = entry.location;
                         let in_memory = match (
                             &family.open,
                             st.segments.sealing((image.family, location.segment)),
@@ -103,6 +108,16 @@ pub(crate) fn read_blocks(
                                 restore_block(shared, stored, location, out)?;
                                 Source::Ready
                             }
+                            None if cache.get(
+                                &CacheKey {
+                                    fingerprint: entry.fingerprint,
+                                    stored_crc32c: location.crc32c,
+                                },
+                                out,
+                            ) =>
+                            {
+                                Source::Ready
+                            }
                             None => {
                                 let Some(sealed) =
                                     st.segments.sealed((image.family, location.segment))
@@ -116,6 +131,10 @@ pub(crate) fn read_blocks(
                                 Source::Disk {
                                     index: i,
                                     location,
+                                    key: CacheKey {
+                                        fingerprint: entry.fingerprint,
+                                        stored_crc32c: location.crc32c,
+                                    },
                                     redundancy: sealed.redundancy,
                                     stripe_len_bytes: sealed.stored_bytes,
                                 }
@@ -127,11 +146,12 @@ pub(crate) fn read_blocks(
             if let Source::Disk {
                 index,
                 location,
+                key,
                 redundancy,
                 stripe_len_bytes,
             } = source
             {
-                disk.push((index, location));
+                disk.push((index, location, key));
                 stripes.insert(location.segment, (redundancy, stripe_len_bytes));
             }
         }
@@ -141,7 +161,7 @@ pub(crate) fn read_blocks(
     let mut i = 0;
     let mut scratch = Vec::new();
     while i < disk.len() {
-        let (_, first) = disk[i];
+        let (_, first, _) = disk[i];
         let mut j = i + 1;
         let mut end = u64::from(first.offset_bytes) + u64::from(first.stored_len_bytes);
         while j < disk.len()
@@ -166,15 +186,13 @@ pub(crate) fn read_blocks(
                 &mut scratch,
             )
             .map_err(|e| EngineError::Io(IoFailure::Stripe(e)))?;
-        for &(index, loc) in &disk[i..j] {
+        for &(index, loc, key) in &disk[i..j] {
             let at = usize::try_from(u64::from(loc.offset_bytes) - start).expect("inside run");
             let stored = &scratch[at..at + usize::from(loc.stored_len_bytes)];
-            restore_block(
-                shared,
-                stored,
-                loc,
-                &mut buf[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES],
-            )?;
+            let out = &mut buf[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
+            restore_block(shared, stored, loc, out)?;
+            // Only now, checked and restored as every read is.
+            cache.insert(key, out);
         }
         i = j;
     }

@@ -67,4 +67,7 @@ pub struct EngineStats {
     pub snapshots: u64,
     /// Estimated metadata memory: 8 bytes per map entry of allocated pages + 80 per stored block.
     pub metadata_memory_bytes: u64,
+    /// The c.node's cache of blocks read from chunks.
+    #[serde(default)]
+    pub read_cache: crate::read_cache::ReadCacheStats,
 }

@@ -35,8 +35,14 @@ struct Model {
     volumes: Vec<HashMap<u64, u64>>,
 }
 
+/// With a small read cache (about 60 blocks): the model's reads check that a cached block is
+/// never stale through overwrites, GC, snapshots, clones, rollbacks and restarts.
 fn open(dir: &std::path::Path) -> Engine {
-    Engine::open(EngineConfig::for_tests(dir)).expect("engine opens")
+    let config = EngineConfig {
+        read_cache_bytes: 256 << 10,
+        ..EngineConfig::for_tests(dir)
+    };
+    Engine::open(config).expect("engine opens")
 }
 
 fn check_all(engine: &Engine, model: &Model, names: &[String], context: &str) {
@@ -284,6 +290,10 @@ fn corrupt_chunk_is_an_io_error_never_data() {
     let err = engine.read(id, 0, &mut buf).unwrap_err();
     assert!(err.to_string().contains("checksum"), "{err}");
     assert_eq!(engine.stats().corrupt_reads, 1);
+    // A block that failed its checksum never enters the read cache: read again, fail again.
+    assert!(engine.read(id, 0, &mut buf).is_err());
+    assert_eq!(engine.stats().corrupt_reads, 2);
+    assert_eq!(engine.stats().read_cache.entries, 0);
 }
 
 #[test]

@@ -156,8 +156,14 @@ impl Model {
     }
 }
 
+/// With a small read cache (about 60 blocks): the model's reads check that a cached block is
+/// never stale through overwrites, GC, snapshots, clones, rollbacks and restarts.
 fn open(dir: &std::path::Path) -> Engine {
-    Engine::open(EngineConfig::for_tests(dir)).expect("engine opens")
+    let config = EngineConfig {
+        read_cache_bytes: 256 << 10,
+        ..EngineConfig::for_tests(dir)
+    };
+    Engine::open(config).expect("engine opens")
 }
 
 fn check_all(engine: &Engine, model: &Model, context: &str) {

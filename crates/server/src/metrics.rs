@@ -451,6 +451,16 @@ fn encode_engine(encoder: &mut DescriptorEncoder, s: &EngineStats) -> std::fmt::
                 s.metadata_memory_bytes as f64,
             ),
             (
+                "read_cache_capacity_bytes",
+                "Bound of the cache of blocks read from chunks (0: off)",
+                s.read_cache.capacity_bytes as f64,
+            ),
+            (
+                "read_cache_bytes",
+                "Bytes held by the cache of blocks read from chunks",
+                s.read_cache.bytes as f64,
+            ),
+            (
                 "repair_running",
                 "1 while a repair scan rebuilds chunks",
                 f64::from(u8::from(s.repair.running)),
@@ -515,6 +525,21 @@ fn encode_engine(encoder: &mut DescriptorEncoder, s: &EngineStats) -> std::fmt::
                 "degraded_reads",
                 "Reads that rebuilt a chunk from the rest of its stripe",
                 s.degraded_reads,
+            ),
+            (
+                "read_cache_hits",
+                "Block reads served by the read cache",
+                s.read_cache.hits,
+            ),
+            (
+                "read_cache_misses",
+                "Block reads from chunks the read cache did not hold",
+                s.read_cache.misses,
+            ),
+            (
+                "read_cache_evictions",
+                "Blocks evicted from the read cache",
+                s.read_cache.evictions,
             ),
             (
                 "corrupt_reads",
