@@ -42,6 +42,12 @@ pub trait Disk: Send + Sync + std::fmt::Debug {
     fn sync_dir(&self, dir: &str) -> io::Result<()>;
     /// Fill `buf` from `offset`; a short file is `UnexpectedEof`.
     fn read_at(&self, path: &str, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// The open file behind `path` for a caller that reads it itself (the d.node's batched
+    /// reads): the file and whether it was opened with O_DIRECT (then offsets, lengths and
+    /// buffers must be aligned to 4 KiB). `None`: this disk has no such file (simulated).
+    fn file_for_read(&self, _path: &str) -> Option<io::Result<(Arc<File>, bool)>> {
+        None
+    }
     fn len(&self, path: &str) -> io::Result<u64>;
     fn remove(&self, path: &str) -> io::Result<()>;
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
@@ -52,7 +58,8 @@ pub trait Disk: Send + Sync + std::fmt::Debug {
 pub struct FileDisk {
     root: PathBuf,
     direct_io: bool,
-    open_files: Mutex<HashMap<String, Arc<File>>>,
+    /// Read handles, and whether each is O_DIRECT.
+    open_files: Mutex<HashMap<String, (Arc<File>, bool)>>,
     /// Where `write_new` builds its aligned O_DIRECT write; kept between puts.
     direct_write_buffer: Mutex<Vec<u8>>,
 }
@@ -84,6 +91,11 @@ impl FileDisk {
     }
 
     fn reader(&self, p: &str) -> io::Result<Arc<File>> {
+        self.open_reader(p).map(|(f, _)| f)
+    }
+
+    /// The cached read handle of `p` and whether it is O_DIRECT.
+    fn open_reader(&self, p: &str) -> io::Result<(Arc<File>, bool)> {
         if let Some(f) = self.open_files.lock().get(p) {
             return Ok(f.clone());
         }
@@ -93,12 +105,12 @@ impl FileDisk {
         if self.direct_io {
             opts.custom_flags(libc::O_DIRECT);
         }
-        let file = match opts.open(&path) {
-            Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => File::open(&path)?,
+        let (file, direct) = match opts.open(&path) {
+            Ok(f) => (f, self.direct_io),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (File::open(&path)?, false),
             Err(e) => return Err(e),
         };
-        let file = Arc::new(file);
+        let file = (Arc::new(file), direct);
         let mut cache = self.open_files.lock();
         if cache.len() >= OPEN_FILES_MAX {
             let victims: Vec<String> = cache.keys().take(OPEN_FILES_MAX / 2).cloned().collect();
@@ -230,6 +242,10 @@ impl Disk for FileDisk {
 
     fn sync_dir(&self, dir: &str) -> io::Result<()> {
         File::open(self.path(dir))?.sync_all()
+    }
+
+    fn file_for_read(&self, p: &str) -> Option<io::Result<(Arc<File>, bool)>> {
+        Some(self.open_reader(p))
     }
 
     fn read_at(&self, p: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {

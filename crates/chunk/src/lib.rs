@@ -21,6 +21,7 @@ pub mod error;
 pub mod format;
 pub mod fs_space;
 pub mod key;
+pub mod read_plan;
 mod recycle;
 pub mod store;
 
@@ -28,4 +29,5 @@ pub use disk::{Disk, FileDisk, SimDisk};
 pub use error::ChunkError;
 pub use fs_space::{fs_space, FsSpace};
 pub use key::{ChunkInfo, ChunkKey, ChunkMeta, Epoch};
+pub use read_plan::{ReadPlan, READ_ALIGN_BYTES};
 pub use store::{ChunkStore, LocalChunkStore, ScrubReport, StoreStat};

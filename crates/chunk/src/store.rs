@@ -101,7 +101,7 @@ pub struct LocalChunkStore {
     recycled: RecycledFiles,
 }
 
-fn chunk_path(key: &ChunkKey) -> String {
+pub(crate) fn chunk_path(key: &ChunkKey) -> String {
     format!(
         "{:016x}/{:016x}.{}{CHUNK_SUFFIX}",
         key.family, key.segment, key.index
@@ -268,7 +268,15 @@ impl LocalChunkStore {
         Ok(())
     }
 
-    fn header(&self, key: &ChunkKey) -> Result<(Arc<ChunkHeader>, u64), ChunkError> {
+    pub(crate) fn disk(&self) -> &dyn Disk {
+        &*self.disk
+    }
+
+    pub(crate) fn name_of_disk(&self) -> String {
+        self.disk.name()
+    }
+
+    pub(crate) fn header(&self, key: &ChunkKey) -> Result<(Arc<ChunkHeader>, u64), ChunkError> {
         self.index
             .lock()
             .get(key)

@@ -1,6 +1,8 @@
 //! One client connection on the d.node: the handshake, then a reader loop that decodes
 //! requests and hands them to the worker pool, and the [`Outbox`] that workers answer through
 //! (in any order; answers finished while one is being written go out together in one write).
+//! Small chunk reads skip the pool: the reader gathers them and performs each burst itself
+//! through io_uring (`read_batch`), answering the burst in one write.
 //!
 //! Bad input never panics and never outlives its connection: a frame that does not decode gets
 //! the proto's refusal (when its header can be trusted) and the connection is closed. Bounds:
@@ -18,11 +20,13 @@ use parking_lot::{Condvar, Mutex};
 use weft_dnode_client::frame_io::{read_frame, FrameReadError};
 use weft_dnode_client::outbox::Outbox;
 use weft_proto::{
-    answer_hello, refusal_for, ErrorCode, HelloOutcome, ProtoError, Request, Response,
+    answer_hello, refusal_for, ErrorCode, FrameHeader, HelloOutcome, ProtoError, Request, Response,
+    FRAME_HEADER_LEN_BYTES,
 };
 
 use crate::handler::Handler;
 use crate::pool::WorkerPool;
+use crate::read_batch::ReadBatch;
 use crate::stats::Counters;
 
 /// A client has this long to send its `Hello` after connecting.
@@ -122,7 +126,16 @@ impl ServerConn {
             return;
         }
         let _ = reader.get_ref().set_read_timeout(Some(IDLE_TIMEOUT));
+        let mut batch = ReadBatch::new();
         let why = loop {
+            // Perform the gathered reads before waiting for the client, or once enough.
+            if !batch.is_empty() && (batch.is_full() || !next_frame_buffered(&reader)) {
+                let answers = batch.perform();
+                Counters::add(&cx.counters.requests, answers.len() as u64);
+                if !self.respond_all(&answers) {
+                    break "socket error";
+                }
+            }
             let frame = match read_frame(&mut reader) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => {
@@ -145,6 +158,9 @@ impl ServerConn {
                     self.refuse(&e, cx);
                     break "bad request";
                 }
+            };
+            let Some(request) = batch.take(request_id, request, &cx.handler.store) else {
+                continue;
             };
             let weight = weight_of(&request);
             if !self.admit(weight) {
@@ -216,6 +232,8 @@ impl ServerConn {
     }
 
     /// Send one response; false (and the connection closed) if it cannot be written.
+    /// Its chunk bytes are not copied (a vectored write, or a copy into the outbox's batch
+    /// when small).
     fn respond(&self, request_id: u64, response: &Response) -> bool {
         let fallback;
         let encoded = match response.encode_vectored(request_id) {
@@ -233,11 +251,37 @@ impl ServerConn {
                 }
             }
         };
+        self.send_parts(&[&encoded.header, encoded.bulk, &encoded.meta])
+    }
+
+    /// Send responses in one write; false (and the connection closed) if they cannot be.
+    fn respond_all(&self, answers: &[(u64, Response)]) -> bool {
+        let mut out = Vec::new();
+        for (request_id, response) in answers {
+            match response.encode_vectored(*request_id) {
+                Ok(e) => e.write_to(&mut out),
+                Err(e) => {
+                    // Our own answer breaks a protocol limit: a bug, but the client still
+                    // gets one.
+                    tracing::error!(conn = self.id, error = %e, "response does not encode");
+                    let fallback =
+                        Response::error(ErrorCode::Io, format!("response does not encode: {e}"));
+                    match fallback.encode_vectored(*request_id) {
+                        Ok(e) => e.write_to(&mut out),
+                        Err(_) => {
+                            self.close();
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+        self.send_parts(&[&out])
+    }
+
+    fn send_parts(&self, parts: &[&[u8]]) -> bool {
         // A write blocked past WRITE_TIMEOUT (the socket's) fails and closes the connection.
-        match self
-            .outbox
-            .send(&[&encoded.header, encoded.bulk, &encoded.meta])
-        {
+        match self.outbox.send(parts) {
             Ok(_) => true,
             Err(e) => {
                 tracing::debug!(conn = self.id, error = %e, "cannot answer; closing");
@@ -280,6 +324,19 @@ impl ServerConn {
                 return;
             }
         }
+    }
+}
+
+/// Whether the reader's buffer holds the whole next frame (reading it will not block). A
+/// header that does not decode counts as whole: reading it reports the error.
+fn next_frame_buffered(reader: &BufReader<TcpStream>) -> bool {
+    let buf = reader.buffer();
+    let Some(head) = buf.first_chunk::<FRAME_HEADER_LEN_BYTES>() else {
+        return false;
+    };
+    match FrameHeader::decode(head) {
+        Ok(h) => buf.len() >= FRAME_HEADER_LEN_BYTES + h.payload_len(),
+        Err(_) => true,
     }
 }
 

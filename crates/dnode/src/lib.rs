@@ -9,6 +9,8 @@
 //! - [`record`]: [`DnodeRecord`], the registration record c.nodes read from the metadata store.
 //! - `server`, `connection`, `pool`, `handler`: the listener, one reader thread per connection,
 //!   the bounded worker pool executing requests, and the wire semantics of each request.
+//! - `read_batch`, `ring_reads`: small chunk reads answered by the connection's reader, a
+//!   burst at a time through io_uring.
 //! - `registration`, `scrubber`: the lease keeper and the background scrub.
 //! - [`stats`]: [`DnodeStats`] counters.
 
@@ -20,8 +22,10 @@ mod handler;
 pub mod multi_disk;
 pub mod node_id;
 mod pool;
+mod read_batch;
 pub mod record;
 mod registration;
+mod ring_reads;
 mod scrubber;
 mod server;
 pub mod stats;

@@ -163,6 +163,20 @@ impl MultiDiskStore {
             .find(|d| d.store.info(key).is_ok())
     }
 
+    /// Plan a read the caller performs itself (`ring_reads`): see
+    /// [`weft_chunk::LocalChunkStore::plan_read`].
+    pub(crate) fn plan_read(
+        &self,
+        key: &ChunkKey,
+        offset_bytes: u64,
+        len_bytes: usize,
+    ) -> Result<Option<weft_chunk::ReadPlan>, ChunkError> {
+        match self.locate(key) {
+            Some(d) => d.store.plan_read(key, offset_bytes, len_bytes),
+            None => Err(ChunkError::Missing { key: *key }),
+        }
+    }
+
     fn put_lock(&self, key: &ChunkKey) -> &Mutex<()> {
         let h = mix(key.family ^ mix(key.segment ^ u64::from(key.index)));
         &self.put_locks[(h % PUT_LOCK_STRIPES as u64) as usize]
