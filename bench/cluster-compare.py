@@ -207,9 +207,11 @@ def run_job(t, job: Job, args: argparse.Namespace, tag: str = "") -> dict:
         time.sleep(ramp + min(0.3, ramp / 4))
         pids, others = t.pids(), t.other_pids()
         c0, o0, f0 = cpu_ticks(pids), cpu_ticks(others), nc.tree_cpu_ticks(p.pid)
+        first0 = cpu_ticks(pids[:1])
         h0, d0, t0 = nc.host_cpu(), nc.disk_stats(args.disk_dev), time.monotonic()
         time.sleep(max(0.0, runtime - 0.3))
         c1, o1, f1 = cpu_ticks(pids), cpu_ticks(others), nc.tree_cpu_ticks(p.pid)
+        first1 = cpu_ticks(pids[:1])
         h1, d1, t1 = nc.host_cpu(), nc.disk_stats(args.disk_dev), time.monotonic()
         _stdout, stderr = p.communicate(timeout=runtime + ramp + 120)
     except BaseException:
@@ -225,6 +227,10 @@ def run_job(t, job: Job, args: argparse.Namespace, tag: str = "") -> dict:
         r["lat_p50_us"] = r["clat_p50_us"]
     wall = t1 - t0
     r["server_cpu_cores"] = (c1 - c0) / CLK_TCK / wall
+    if len(pids) > 1:
+        # Clusters: the c.node is the first of t.pids(), the d.nodes the rest.
+        r["cnode_cpu_cores"] = (first1 - first0) / CLK_TCK / wall
+        r["dnodes_cpu_cores"] = r["server_cpu_cores"] - r["cnode_cpu_cores"]
     r["etcd_cpu_cores"] = (o1 - o0) / CLK_TCK / wall if others else None
     r["fio_cpu_cores"] = (f1 - f0) / CLK_TCK / wall if f0 is not None and f1 is not None else None
     if h1[1] > h0[1]:
@@ -239,7 +245,9 @@ def run_job(t, job: Job, args: argparse.Namespace, tag: str = "") -> dict:
     unit = f"{r['bw_MBps']:.0f} MB/s" if job.is_seq else f"{r['iops']:.0f} IOPS"
     log(f"{t.name}: {job.name}{tag}: {unit}, lat mean {r['lat_mean_us']:.0f}us "
         f"p50 {r['lat_p50_us']:.0f}us p99 {r['lat_p99_us']:.0f}us, "
-        f"server cpu {r['server_cpu_cores'] * 100:.0f}%")
+        f"server cpu {r['server_cpu_cores'] * 100:.0f}%"
+        + (f" (c.node {r['cnode_cpu_cores'] * 100:.0f}%, d.nodes {r['dnodes_cpu_cores'] * 100:.0f}%)"
+           if "cnode_cpu_cores" in r else ""))
     if not t.alive():
         raise RuntimeError(f"{t.name} died during {job.name}:\n{t.log_tail()}")
     return r

@@ -566,7 +566,12 @@ fn three_lost_dnodes_give_io_errors_never_wrong_bytes() {
     let _serial = serial();
     let test = "three_lost_dnodes_give_io_errors_never_wrong_bytes";
     let (mut rng, seed) = test_rng(test);
-    let mut c = Cluster::start(test, seed, ClusterOpts::new(6).volume_size("64M"));
+    // No read cache: it would serve every block read while all d.nodes were up (exact bytes,
+    // so still correct), and this test is about what reads from d.nodes do after losses.
+    let mut opts = ClusterOpts::new(6).volume_size("64M");
+    opts.cnode_args
+        .insert("c1".into(), vec!["--read-cache-size".into(), "0".into()]);
+    let mut c = Cluster::start(test, seed, opts);
     let tag = 4;
     let blocks = 32 * MIB / 4096;
     let mut nbd = c.nbd_client("vol0");
