@@ -53,6 +53,40 @@ fn serving(cnode: &Cnode) -> serde_json::Value {
     )
 }
 
+/// GET an event stream: its content type, the `x-weft-served-by` header and its first event
+/// (read until the blank line that ends it, within 15 s; the stream is then dropped).
+fn first_stream_event(base: &str, path: &str, token: &str) -> (String, String, String) {
+    use std::io::Read;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(15)))
+        .build()
+        .into();
+    let res = agent
+        .get(format!("{base}{path}"))
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .unwrap_or_else(|e| panic!("GET {base}{path}: {e}"));
+    assert_eq!(res.status(), 200, "GET {base}{path}");
+    let header = |name: &str| {
+        res.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (content_type, served_by) = (header("content-type"), header("x-weft-served-by"));
+    let mut reader = res.into_body().into_reader();
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains("\n\n") {
+        let n = reader.read(&mut buf).expect("reading the event stream");
+        assert!(n > 0, "the stream ended before its first event: {text}");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    (content_type, served_by, text)
+}
+
 fn qemu_io(uri: &str, commands: &[String]) -> CmdOut {
     let mut args = vec!["-f".to_string(), "raw".to_string()];
     for c in commands {
@@ -170,7 +204,23 @@ fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_
         status == 200 && !body.contains("recovering"),
         "the cluster's status through the standby is the owner's: {status} {body}"
     );
-    c.step("the standby's API passes requests to the owner, which accepts the standby's tokens");
+    // The UI's live statistics: an endless event stream, passed on as the owner sends it.
+    let (content_type, served_by, event) =
+        first_stream_event(&standby_api, "/api/v1/stats/stream", token.trim());
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    assert_eq!(
+        served_by,
+        cnode_id(c.cnode.as_ref().unwrap()),
+        "x-weft-served-by"
+    );
+    assert!(
+        event.contains("event: volumes") && event.contains("data:"),
+        "{event}"
+    );
+    c.step("the standby's API passes requests to the owner, which accepts the standby's tokens, and streams its live statistics");
 
     // ALUA: one target port group per c.node, the same answer through either; the owner's
     // group active/optimized, the standby's active/non-optimized.
