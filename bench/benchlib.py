@@ -590,7 +590,7 @@ class Cluster:
         appended); also for a second c.node (bench/ha-mirror.py)."""
         cmd = [str(self.args.weft_bin), "--data-dir", str(data_dir), "cnode", "--cluster", self.etcd_url,
                "--nbd-listen", f"127.0.0.1:{nbd_port}", "--api-listen", f"127.0.0.1:{api_port}",
-               "--iscsi-listen", "127.0.0.1:0",
+               "--iscsi-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
                "--default-volume-size", human_size(self.size), "--wait-for-dnodes", "20s",
                "--redundancy", self.redundancy]
         if self.out_grace:

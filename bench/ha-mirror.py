@@ -599,9 +599,8 @@ def main() -> int:
     benchlib.apply_nice(args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     args.disk_dev = nc.block_dev_name(args.workdir)
-    # /metrics on a free port (the default 127.0.0.1:10811 cannot be bound by both c.nodes);
-    # the user's flags come after.  The lease is added per c.node (Cnode.lease_ttl).
-    args.cnode_args = f"--metrics-listen 127.0.0.1:0 {args.cnode_args}"
+    # /metrics is on a free port (benchlib's cnode_cmd: the default 127.0.0.1:10811 cannot be
+    # bound by both c.nodes).  The lease is added per c.node (Cnode.lease_ttl).
 
     run_dir = Path(tempfile.mkdtemp(prefix=time.strftime("run-%Y%m%d-%H%M%S-"), dir=args.workdir))
     now = dt.datetime.now().astimezone()

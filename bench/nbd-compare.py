@@ -191,7 +191,7 @@ class Server:
             self.cmd = [str(a.weft_bin), "serve", "--data-dir", str(self.weft_data_dir),
                         "--nbd-listen", f"127.0.0.1:{self.port}",
                         "--api-listen", f"127.0.0.1:{api_port}",
-                        "--iscsi-listen", "127.0.0.1:0",
+                        "--iscsi-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
                         "--default-volume", "vol0",
                         "--default-volume-size", str(self.size)] + shlex.split(a.weft_args)
             self.uri = f"nbd://127.0.0.1:{self.port}/vol0"

@@ -63,4 +63,13 @@ if [ -z "${WEFT_FIO_LIBISCSI:-}" ]; then
 fi
 export WEFT_FIO_LIBISCSI
 
+# A test build and the tests' data dirs take about 10 GB; a full disk shows up as d.nodes
+# answering "no space" in unrelated tests, so say it first.
+for dir in . "${TMPDIR:-/tmp}"; do
+  avail_kib=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
+  if [ -n "$avail_kib" ] && [ "$avail_kib" -lt $((12 * 1024 * 1024)) ]; then
+    echo "warning: only $((avail_kib / 1024 / 1024)) GiB free under $dir; the build and the tests need about 12 GiB" >&2
+  fi
+done
+
 exec cargo test --workspace "$@"

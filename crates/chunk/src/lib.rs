@@ -12,10 +12,12 @@
 //!   per stripe under log-structured churn).
 //! - [`fs_space`]: the file system under a data dir (size, free space, an id shared by every
 //!   path on it), for capacity reports that count a shared file system once.
+//! - [`aligned`]: [`AlignedBuf`], a page-aligned byte buffer O_DIRECT writes as it is.
 //! - [`disk`]: the seam under the local store: [`FileDisk`] (real files) and [`SimDisk`] (in
 //!   memory, with power cuts that lose or tear unsynced writes, and corrupt or misdirected
 //!   reads) for crash and fault tests.
 
+pub mod aligned;
 pub mod disk;
 pub mod error;
 pub mod format;
@@ -25,6 +27,7 @@ pub mod read_plan;
 mod recycle;
 pub mod store;
 
+pub use aligned::AlignedBuf;
 pub use disk::{Disk, FileDisk, SimDisk};
 pub use error::ChunkError;
 pub use fs_space::{fs_space, FsSpace};

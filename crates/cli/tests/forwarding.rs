@@ -53,6 +53,40 @@ fn serving(cnode: &Cnode) -> serde_json::Value {
     )
 }
 
+/// GET an event stream: its content type, the `x-weft-served-by` header and its first event
+/// (read until the blank line that ends it, within 15 s; the stream is then dropped).
+fn first_stream_event(base: &str, path: &str, token: &str) -> (String, String, String) {
+    use std::io::Read;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(15)))
+        .build()
+        .into();
+    let res = agent
+        .get(format!("{base}{path}"))
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .unwrap_or_else(|e| panic!("GET {base}{path}: {e}"));
+    assert_eq!(res.status(), 200, "GET {base}{path}");
+    let header = |name: &str| {
+        res.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (content_type, served_by) = (header("content-type"), header("x-weft-served-by"));
+    let mut reader = res.into_body().into_reader();
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains("\n\n") {
+        let n = reader.read(&mut buf).expect("reading the event stream");
+        assert!(n > 0, "the stream ended before its first event: {text}");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    (content_type, served_by, text)
+}
+
 fn qemu_io(uri: &str, commands: &[String]) -> CmdOut {
     let mut args = vec!["-f".to_string(), "raw".to_string()];
     for c in commands {
@@ -116,21 +150,77 @@ fn a_standby_serves_every_volume_through_the_owner_and_its_clients_ride_through_
     );
     c.step("NBD and iSCSI through the standby reach the owner's volume, both ways");
 
-    // The standby's management API names the owner and where its API is.
+    // The standby's management API passes every request on to the owner, which accepts the
+    // standby's own tokens: the CLI works on either compute machine.
+    let made = cli_in(
+        &standby.data_dir,
+        &["volume", "create", "via-standby", "--size", "64M"],
+    );
+    assert!(
+        made.success(),
+        "weft volume create through the standby:\n{}",
+        made.all()
+    );
+    let listed = cli_in(&standby.data_dir, &["volume", "ls", "--json"]);
+    assert!(
+        listed.success() && listed.stdout.contains("via-standby"),
+        "weft volume ls through the standby:\n{}",
+        listed.all()
+    );
+    let owner_listed = c.cli_json(&["volume", "ls", "--json"]).to_string();
+    assert!(owner_listed.contains("via-standby"), "{owner_listed}");
     let token = std::fs::read_to_string(standby.data_dir.join("api-token")).unwrap();
+    let read_only = std::fs::read_to_string(standby.data_dir.join("api-token-read-only")).unwrap();
+    let owner_api = c.cnode.as_ref().unwrap().api.clone();
     let (status, body) = api_request(
-        &standby_api,
+        &owner_api,
         "GET",
         "/api/v1/volumes",
         None,
         Some(token.trim()),
     );
-    let owner_api = &c.cnode.as_ref().unwrap().api;
-    assert_eq!(status, 503, "{body}");
-    assert!(
-        body.contains("this c.node is a standby") && body.contains(owner_api.as_str()),
-        "the standby's API names the owner's ({owner_api}): {body}"
+    assert_eq!(status, 200, "the owner accepts the standby's token: {body}");
+    let (status, body) = api_request(&standby_api, "GET", "/api/v1/volumes", None, Some("wrong"));
+    assert_eq!(status, 401, "a wrong token through the standby: {body}");
+    let (status, body) = api_request(
+        &standby_api,
+        "DELETE",
+        "/api/v1/volumes/via-standby",
+        None,
+        Some(read_only.trim()),
     );
+    assert_eq!(
+        status, 403,
+        "the standby's read-only token may not delete: {body}"
+    );
+    let (status, body) = api_request(
+        &standby_api,
+        "GET",
+        "/api/v1/cluster",
+        None,
+        Some(token.trim()),
+    );
+    assert!(
+        status == 200 && !body.contains("recovering"),
+        "the cluster's status through the standby is the owner's: {status} {body}"
+    );
+    // The UI's live statistics: an endless event stream, passed on as the owner sends it.
+    let (content_type, served_by, event) =
+        first_stream_event(&standby_api, "/api/v1/stats/stream", token.trim());
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    assert_eq!(
+        served_by,
+        cnode_id(c.cnode.as_ref().unwrap()),
+        "x-weft-served-by"
+    );
+    assert!(
+        event.contains("event: volumes") && event.contains("data:"),
+        "{event}"
+    );
+    c.step("the standby's API passes requests to the owner, which accepts the standby's tokens, and streams its live statistics");
 
     // ALUA: one target port group per c.node, the same answer through either; the owner's
     // group active/optimized, the standby's active/non-optimized.

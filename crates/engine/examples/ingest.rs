@@ -22,6 +22,10 @@
 //! pins the whole process to that many cores (`sched_setaffinity`, inherited by every thread
 //! the engine starts; 0 = all). Every combination asked for is a cell.
 //!
+//! `--locks N` prints, after each cell, the N call sites that held the engine's state lock
+//! longest over the window (`weft_engine::lock_timing`): holds, total, share of the window,
+//! mean, p50/p99 (histogram bucket bounds) and the longest.
+//!
 //! ```sh
 //! cargo run --release -p weft-engine --example ingest -- \
 //!     --size 1G --dirs /dev/shm,target --kinds incompressible,database --threads 1,2
@@ -34,6 +38,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use weft_engine::lock_timing::SiteHolds;
 use weft_engine::{Engine, EngineConfig, LocalStoreConfig};
 
 /// Database-like data: each 4 KiB block holds this many random bytes, then zeroes (fio
@@ -59,6 +64,8 @@ struct Args {
     apis: Vec<String>,
     /// `perf record -D -1 --control fifo:PATH`: sampling is enabled over each window only.
     perf_ctl: Option<String>,
+    /// Print the state lock's busiest call sites over each window (`--locks N`; 0: none).
+    locks: usize,
 }
 
 /// CPU seconds of one thread (by name) or the process.
@@ -123,6 +130,7 @@ fn run_cell(
         .id;
 
     perf_ctl(args, "enable");
+    let holds0 = engine.lock_holds();
     let (start, cpu0, threads0) = (Instant::now(), process_cpu_s(), thread_ticks());
     let machine0 = machine_busy_s();
     let next = Arc::new(AtomicU64::new(0));
@@ -179,10 +187,51 @@ fn run_cell(
         cpu / gb,
         cpu / secs
     );
+    if args.locks > 0 {
+        print_lock_holds(&holds0, &engine.lock_holds(), secs, args.locks);
+    }
     engine.shutdown();
     drop(engine);
     let _ = std::fs::remove_dir_all(&path);
     pin_to_cpus(0);
+}
+
+/// The state lock's holds over the window (`after` less `before`), the `top` call sites by
+/// total time held: how often, how long in all (and as a share of the window: the lock's
+/// busy share bounds how far the engine scales with cores), typical and longest.
+fn print_lock_holds(before: &[SiteHolds], after: &[SiteHolds], window_s: f64, top: usize) {
+    let mut rows: Vec<SiteHolds> = after
+        .iter()
+        .map(|a| {
+            let mut d = a.clone();
+            if let Some(b) = before.iter().find(|b| b.site == a.site) {
+                d.count -= b.count;
+                d.total = d.total.saturating_sub(b.total);
+                for (x, y) in d.buckets.iter_mut().zip(b.buckets) {
+                    *x -= y;
+                }
+            }
+            d
+        })
+        .filter(|d| d.count > 0)
+        .collect();
+    rows.sort_by(|a, b| b.total.cmp(&a.total));
+    let busy: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum::<f64>() / window_s;
+    println!("  locks: state lock held {:.1}% of the window; busiest call sites (max is since the engine opened):", busy * 100.0);
+    println!("  locks: | site | holds | held ms | % of window | mean µs | p50 ≤ µs | p99 ≤ µs | max µs |");
+    for r in rows.iter().take(top) {
+        let site = r.site.rsplit("src/").next().unwrap_or(&r.site);
+        println!(
+            "  locks: | {site} | {} | {:.1} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} |",
+            r.count,
+            r.total.as_secs_f64() * 1e3,
+            r.total.as_secs_f64() / window_s * 100.0,
+            r.total.as_secs_f64() * 1e6 / r.count as f64,
+            r.quantile(0.5).as_secs_f64() * 1e6,
+            r.quantile(0.99).as_secs_f64() * 1e6,
+            r.max.as_secs_f64() * 1e6,
+        );
+    }
 }
 
 /// Pre-generate the whole run's data, so the measured window holds no generation.
@@ -370,6 +419,7 @@ fn parse_args() -> Args {
         threads: vec![1, 2],
         apis: vec!["owned".into()],
         perf_ctl: None,
+        locks: 0,
     };
     let list = |v: &str| v.split(',').map(String::from).collect::<Vec<_>>();
     let mut it = std::env::args().skip(1);
@@ -382,6 +432,7 @@ fn parse_args() -> Args {
             "--dirs" => args.dirs = list(&value),
             "--kinds" => args.kinds = list(&value),
             "--perf-ctl" => args.perf_ctl = Some(value),
+            "--locks" => args.locks = value.parse().expect("--locks N"),
             "--api" => args.apis = list(&value),
             "--threads" => {
                 args.threads = list(&value)
@@ -395,7 +446,7 @@ fn parse_args() -> Args {
                     .map(|c| c.parse().expect("--cpus 1,2"))
                     .collect()
             }
-            _ => panic!("unknown flag {flag}: --size --write-size --writers --dirs --kinds --cpus --threads --api --perf-ctl"),
+            _ => panic!("unknown flag {flag}: --size --write-size --writers --dirs --kinds --cpus --threads --api --perf-ctl --locks"),
         }
     }
     assert!(

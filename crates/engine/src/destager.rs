@@ -141,7 +141,7 @@ pub(crate) fn run(shared: &Shared) {
         }
         let mut st = shared.state.lock();
         if st.buffer.is_empty() && shared.commands.lock().is_empty() {
-            shared.work.wait_for(&mut st, IDLE_WAIT);
+            st.wait_for(&shared.work, IDLE_WAIT);
         }
     }
 }

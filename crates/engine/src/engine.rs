@@ -520,6 +520,11 @@ impl Engine {
         }
     }
 
+    /// How long each call site has held the engine's state lock (see `lock_timing`).
+    pub fn lock_holds(&self) -> Vec<crate::lock_timing::SiteHolds> {
+        self.shared.state.holds()
+    }
+
     // ---- helpers -------------------------------------------------------------------------
 
     /// Hand a maintenance command to the destager and wait for its answer. A failure is
@@ -617,7 +622,7 @@ impl Engine {
                     }
                     shared.space_wanted.store(true, Ordering::Release);
                     shared.work.notify_one();
-                    shared.space.wait_for(&mut st, BACKPRESSURE_WAIT);
+                    st.wait_for(&shared.space, BACKPRESSURE_WAIT);
                     continue;
                 }
             }
@@ -627,7 +632,7 @@ impl Engine {
                 break Ok(());
             }
             shared.work.notify_one();
-            shared.space.wait_for(&mut st, BACKPRESSURE_WAIT);
+            st.wait_for(&shared.space, BACKPRESSURE_WAIT);
         };
         if shared.space_wanted.load(Ordering::Relaxed) && result.is_ok() {
             shared.space_wanted.store(false, Ordering::Release);
@@ -744,7 +749,7 @@ fn wait_written_through(shared: &Shared, family: FamilyId, seq: u64) -> Result<(
                     ))
                 });
             }
-            shared.sealed.wait_for(&mut st, crate::seal::IDLE_WAIT);
+            st.wait_for(&shared.sealed, crate::seal::IDLE_WAIT);
         }
     })();
     shared.write_through_waiting.fetch_sub(1, Ordering::AcqRel);

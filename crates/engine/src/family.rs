@@ -39,7 +39,7 @@ pub struct Family {
     pub journal_hwm: u64,
     /// A sealed segment's buffer for the next open segment (see
     /// [`SegmentBuilder::with_buffer`]); destage hands one over just before it is needed.
-    pub spare_buffer: Option<Vec<u8>>,
+    pub spare_buffer: Option<weft_chunk::AlignedBuf>,
 }
 
 impl Family {

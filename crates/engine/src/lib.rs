@@ -23,6 +23,7 @@ pub mod host_records;
 pub mod hosts;
 pub mod journal;
 pub mod layers;
+pub mod lock_timing;
 pub mod metastore;
 pub mod names;
 pub mod reduce;

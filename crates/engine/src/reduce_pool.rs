@@ -20,12 +20,15 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::reduce::{self, Reduced};
 
-/// Below this many blocks a batch is reduced on the calling thread alone: handing parts to
-/// other threads costs wake-ups that a small batch does not repay.
-pub(crate) const PARALLEL_REDUCE_BLOCKS_MIN: usize = 512;
-/// A part handed to a thread holds at least this many blocks (1 MiB of data): small enough
-/// that threads finishing at different times even out, big enough to amortise a wake-up.
-const PART_BLOCKS_MIN: usize = 256;
+/// Below this many blocks (512 KiB) a batch is reduced on the calling thread alone: handing
+/// parts to other threads costs wake-ups that a small batch does not repay. Over NBD a
+/// destage batch is often one or two 1 MiB writes (QD8 written through): at 512 blocks, as
+/// before, those were reduced by the destager alone while the helpers slept.
+pub(crate) const PARALLEL_REDUCE_BLOCKS_MIN: usize = 128;
+/// A part handed to a thread holds at least this many blocks (256 KiB of data, ~0.1 ms of
+/// hashing): small enough that threads finishing at different times even out, big enough
+/// to amortise a wake-up (tens of µs here).
+const PART_BLOCKS_MIN: usize = 64;
 /// Parts per thread of a big batch: more parts than threads, so a helper that is descheduled
 /// (the machine is shared) leaves parts for the others to take.
 const PARTS_PER_THREAD: usize = 4;

@@ -87,7 +87,7 @@ pub(crate) fn finish_sealing(shared: &Shared, in_flight_max: usize) -> Result<()
                 std::io::Error::other("engine stopped"),
             ));
         }
-        shared.sealed.wait_for(&mut st, IDLE_WAIT);
+        st.wait_for(&shared.sealed, IDLE_WAIT);
     }
 }
 
@@ -105,7 +105,7 @@ pub(crate) fn run_sealer(shared: &Shared) {
                 if shared.stop_sealer.load(Ordering::Acquire) {
                     return;
                 }
-                shared.seal_work.wait_for(&mut st, IDLE_WAIT);
+                st.wait_for(&shared.seal_work, IDLE_WAIT);
                 continue;
             }
             next

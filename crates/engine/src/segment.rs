@@ -27,6 +27,7 @@
 //! durable; recovery ignores it (its writes are still in the journal). No I/O here.
 
 use serde::{Deserialize, Serialize};
+use weft_chunk::AlignedBuf;
 
 use crate::layers::LayerOp;
 use crate::units::{BlockId, FamilyId, Fingerprint, LayerId, SegmentId};
@@ -143,8 +144,9 @@ pub enum SegmentFormatError {
 pub struct SegmentBuilder {
     pub id: SegmentId,
     pub family: FamilyId,
-    /// Header space followed by the stored blocks.
-    data: Vec<u8>,
+    /// Header space followed by the stored blocks; page-aligned, so the stripe write of a
+    /// single-chunk layout hands it to O_DIRECT as it is.
+    data: AlignedBuf,
     entries: Vec<SummaryEntry>,
     /// Per 4 KiB page of `data`: the plain CRC32C of the page when one raw block fills it
     /// exactly (its block checksum), so the chunk's page table is derived, not recomputed.
@@ -154,7 +156,7 @@ pub struct SegmentBuilder {
 /// A sealed segment's bytes, with what its builder knows of their page checksums.
 #[derive(Debug)]
 pub struct SealedBytes {
-    pub bytes: Vec<u8>,
+    pub bytes: AlignedBuf,
     /// `known_page_crcs[i]`: the plain CRC32C of page i of `bytes`, where a raw block is
     /// exactly that page (see [`weft_chunk::format::encode_header_known`]).
     pub known_page_crcs: Vec<Option<u32>>,
@@ -172,7 +174,7 @@ impl SegmentBuilder {
         id: SegmentId,
         family: FamilyId,
         capacity_bytes: usize,
-        spare: Option<Vec<u8>>,
+        spare: Option<AlignedBuf>,
     ) -> SegmentBuilder {
         // Room for the summary and its padding too, so sealing never moves the data.
         let summary_room = capacity_bytes / 16 + 2 * SEGMENT_ALIGN_BYTES;
@@ -182,7 +184,7 @@ impl SegmentBuilder {
                 b.clear();
                 b
             }
-            _ => Vec::with_capacity(needed),
+            _ => AlignedBuf::with_capacity(needed),
         };
         data.resize(SEGMENT_HEADER_BYTES, 0);
         SegmentBuilder {
@@ -400,7 +402,7 @@ mod tests {
 
     #[test]
     fn a_builder_on_a_recycled_buffer_seals_the_same_bytes() {
-        let build = |spare: Option<Vec<u8>>| {
+        let build = |spare: Option<AlignedBuf>| {
             let mut b = SegmentBuilder::with_buffer(SegmentId(4), FamilyId(2), 1 << 16, spare);
             let placed = b.append(BlockId(1), &[7u8; 300], true, crc32c::crc32c(&[7u8; 300]));
             b.record(SummaryEntry::Relocate { stored: placed });
@@ -408,7 +410,12 @@ mod tests {
         };
         let fresh = build(None);
         // A used buffer full of other bytes, big enough: reused, nothing of it shows.
-        let used = vec![0xa5u8; 1 << 18];
+        let filled = |len: usize| {
+            let mut b = AlignedBuf::with_capacity(len);
+            b.resize(len, 0xa5);
+            b
+        };
+        let used = filled(1 << 18);
         let ptr = used.as_ptr();
         let reused = build(Some(used));
         assert_eq!(reused, fresh);
@@ -418,7 +425,7 @@ mod tests {
             "the spare buffer was reused, not reallocated"
         );
         // Too small: a new allocation, the same bytes.
-        assert_eq!(build(Some(vec![1u8; 100])), fresh);
+        assert_eq!(build(Some(filled(100))), fresh);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use weft_chunk::AlignedBuf;
 use weft_ec::Redundancy;
 
 use crate::checkpoint::SealedSegment;
@@ -19,7 +20,7 @@ pub(crate) type SegmentKey = (FamilyId, SegmentId);
 /// A segment whose stripe is being written (or failed to be): still readable from memory.
 #[derive(Debug)]
 pub(crate) struct SealingSegment {
-    pub bytes: Arc<Vec<u8>>,
+    pub bytes: Arc<AlignedBuf>,
     /// The plain CRC32C of the pages of `bytes` its blocks' checksums give (see
     /// `SegmentBuilder`): the stripe write derives their chunk checksums from these.
     pub known_page_crcs: Arc<Vec<Option<u32>>>,
@@ -34,7 +35,7 @@ pub(crate) struct SealingSegment {
 /// What the sealer needs of a sealing segment to write its stripe.
 #[derive(Debug, Clone)]
 pub(crate) struct ToWrite {
-    pub bytes: Arc<Vec<u8>>,
+    pub bytes: Arc<AlignedBuf>,
     pub known_page_crcs: Arc<Vec<Option<u32>>>,
     pub redundancy: Redundancy,
 }
@@ -53,7 +54,7 @@ pub(crate) struct Segments {
     /// The last stripe write failed with this; cleared by the next success.
     failure: Option<String>,
     /// Buffers of segments whose stripes are durable, for new open segments.
-    spare_buffers: Vec<Vec<u8>>,
+    spare_buffers: Vec<AlignedBuf>,
 }
 
 /// Buffers of written segments kept for new open segments: enough for destage to open the
@@ -100,13 +101,13 @@ impl Segments {
     }
 
     /// Keep a written segment's buffer for a new open segment (dropped when enough are kept).
-    pub fn put_spare_buffer(&mut self, buffer: Vec<u8>) {
+    pub fn put_spare_buffer(&mut self, buffer: AlignedBuf) {
         if self.spare_buffers.len() < SPARE_BUFFERS_MAX {
             self.spare_buffers.push(buffer);
         }
     }
 
-    pub fn take_spare_buffer(&mut self) -> Option<Vec<u8>> {
+    pub fn take_spare_buffer(&mut self) -> Option<AlignedBuf> {
         self.spare_buffers.pop()
     }
 

@@ -145,7 +145,8 @@ pub(crate) struct Shared {
     /// A writer waits for GC to free space (the store is full but holds garbage).
     pub space_wanted: AtomicBool,
     pub stripes: Arc<StripeStore>,
-    pub state: Mutex<State>,
+    /// Timed per call site (`lock_timing`): its hold times bound scaling with cores.
+    pub state: crate::lock_timing::TimedMutex<State>,
     /// Wakes the destager (new records, commands, shutdown).
     pub work: Condvar,
     /// Wakes writers waiting for buffer space.

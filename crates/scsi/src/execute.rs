@@ -109,7 +109,13 @@ pub fn execute(
     cdb: &[u8],
     data_out: &[u8],
 ) -> Response {
-    execute_decoded(state, lu, nexus, &DecodedCdb::new(cdb, &lu.geometry()), data_out)
+    execute_decoded(
+        state,
+        lu,
+        nexus,
+        &DecodedCdb::new(cdb, &lu.geometry()),
+        data_out,
+    )
 }
 
 /// [`execute`] of a CDB the transport decoded already (against this LU's geometry).
@@ -129,12 +135,10 @@ pub fn execute_decoded(
     }
     let command = match &decoded.command {
         // The LU changed since the transport decoded (a resize): its limits again.
-        Ok(command) if geometry != decoded.geometry => {
-            match command.check_limits(&geometry) {
-                Ok(()) => *command,
-                Err(sense) => return Response::check(sense),
-            }
-        }
+        Ok(command) if geometry != decoded.geometry => match command.check_limits(&geometry) {
+            Ok(()) => *command,
+            Err(sense) => return Response::check(sense),
+        },
         Ok(command) => *command,
         Err(sense) => return Response::check(sense.clone()),
     };

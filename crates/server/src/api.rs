@@ -73,6 +73,8 @@ pub struct ApiState {
     pub sessions: Arc<crate::sessions::Sessions>,
     /// The SCSI reservation records, removed with their exports.
     pub reservations: crate::reservation_records::ReservationRecords,
+    /// Every c.node's tokens (`None`: single-process mode): any of them is accepted here.
+    pub cluster_tokens: Option<Arc<crate::cluster_tokens::ClusterTokens>>,
     /// The snapshot scheduler's clock (the wall clock but in tests).
     pub schedule_clock: crate::snapshot_scheduler::Clock,
 }
@@ -267,7 +269,12 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
         Some(t) if constant_time_eq(t.as_bytes(), state.read_only_token.as_bytes()) => {
             audit::Role::ReadOnly
         }
-        _ => audit::Role::Unknown,
+        Some(t) => state
+            .cluster_tokens
+            .as_ref()
+            .and_then(|c| c.role(t))
+            .unwrap_or(audit::Role::Unknown),
+        None => audit::Role::Unknown,
     };
     let method = request.method().clone();
     let reads = method == axum::http::Method::GET || method == axum::http::Method::HEAD;

@@ -3,9 +3,11 @@
 mod accept;
 pub mod access;
 pub mod api;
+pub mod api_proxy;
 pub mod backend;
 pub mod capacity;
 pub mod cluster;
+pub mod cluster_tokens;
 mod data_files;
 pub mod engine_backend;
 mod front_ends;

@@ -5,9 +5,10 @@
 //! - `GET /healthz` (no token): the process is up; `GET /readyz` (no token): 503 and why;
 //! - `GET /api/v1/cluster` (token): `"mode": "recovering"` with the blocked stripes, the
 //!   d.nodes it waits for and every d.node's state (`weft cluster status`);
-//! - any other API route (token): 503 "recovering", or, on a c.node waiting while another
-//!   owns the cluster, 503 naming the owner and its API (this one serves NBD and iSCSI
-//!   through it meanwhile);
+//! - any other API route (token): 503 "recovering";
+//! - on a c.node that serves while another owns the cluster (a standby, or one waiting),
+//!   every API route but the probes goes to the owner's API ([`crate::api_proxy`]), which
+//!   checks the token, so the CLI, the UI and scripts work through any c.node;
 //! - `/metrics`: `weft_recovery_waiting`, `weft_recovery_blocked_stripes` and one
 //!   `weft_recovery_waiting_for_dnode{dnode}` per d.node it waits for.
 //!
@@ -26,14 +27,19 @@ use axum::{Json, Router};
 use tower::ServiceExt as _;
 use weft_engine::recovery_status::{RecoveryStatus, RecoveryWait};
 
+use crate::api_proxy::{to_owner, OwnerApi};
 use crate::cluster::placement::ClusterPlacement;
+use crate::cluster_tokens::ClusterTokens;
 
 /// The placement, once the c.node has joined its cluster (single-process mode has none).
 pub type PlacementSlot = Arc<OnceLock<Arc<ClusterPlacement>>>;
 
-/// Says, while another c.node owns the cluster, that this one is serving through it (who the
-/// owner is, where its API is); `None` when it is not so.
-pub type StandbySlot = Arc<OnceLock<Arc<dyn Fn() -> Option<String> + Send + Sync>>>;
+/// While another c.node owns the cluster, who it is and where its API is (this one serves
+/// through it); `None` when it is not so.
+pub type StandbySlot = Arc<OnceLock<Arc<dyn Fn() -> Option<OwnerApi> + Send + Sync>>>;
+
+/// Every c.node's tokens, once this c.node has joined its cluster.
+pub type TokensSlot = Arc<OnceLock<Arc<ClusterTokens>>>;
 
 /// What the early routers read.
 #[derive(Clone)]
@@ -42,6 +48,7 @@ pub struct Recovering {
     pub placement: PlacementSlot,
     pub standby: StandbySlot,
     pub token: Arc<str>,
+    pub cluster_tokens: TokensSlot,
 }
 
 impl Recovering {
@@ -49,9 +56,17 @@ impl Recovering {
         self.status.waiting().map(|w| wait_json(&w))
     }
 
+    /// The owner this c.node passes requests to, while it does.
+    fn owner(&self) -> Option<OwnerApi> {
+        self.standby.get().and_then(|f| f())
+    }
+
     fn why(&self) -> String {
-        if let Some(standby) = self.standby.get().and_then(|f| f()) {
-            return standby;
+        if let Some(o) = self.owner() {
+            return format!(
+                "this c.node serves through c.node {}, which owns the cluster and serves the management API at {}",
+                o.id, o.api
+            );
         }
         match self.status.waiting() {
             Some(w) => format!("weft is recovering: {w}"),
@@ -78,7 +93,12 @@ fn authorized(r: &Recovering, request: &Request) -> bool {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| crate::api::constant_time_eq(t.as_bytes(), r.token.as_bytes()))
+        .is_some_and(|t| {
+            crate::api::constant_time_eq(t.as_bytes(), r.token.as_bytes())
+                || r.cluster_tokens
+                    .get()
+                    .is_some_and(|c| c.role(t) == Some(crate::api::audit::Role::Admin))
+        })
 }
 
 /// The API while recovering.
@@ -95,6 +115,9 @@ pub fn api_router(r: Recovering) -> Router {
         .route(
             "/api/v1/cluster",
             get(move |request: Request| async move {
+                if let Some(owner) = cluster.owner() {
+                    return to_owner(owner, request).await;
+                }
                 if !authorized(&cluster, &request) {
                     return unauthorized();
                 }
@@ -113,6 +136,9 @@ pub fn api_router(r: Recovering) -> Router {
             }),
         )
         .fallback(move |request: Request| async move {
+            if let Some(owner) = other.owner() {
+                return to_owner(owner, request).await;
+            }
             if !authorized(&other, &request) {
                 return unauthorized();
             }

@@ -154,6 +154,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         placement: Arc::default(),
         standby: Arc::default(),
         token: Arc::clone(&token),
+        cluster_tokens: Arc::default(),
     };
     let api_slot: Arc<std::sync::OnceLock<axum::Router>> = Arc::default();
     let metrics_slot: Arc<std::sync::OnceLock<axum::Router>> = Arc::default();
@@ -237,13 +238,14 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             let view = Arc::clone(&early.view);
             let me = early.group.cnode.clone();
             let _ = recovering.standby.set(Arc::new(move || {
-                view.now().owner.clone().filter(|o| o.id != me).map(|o| {
-                    format!(
-                        "this c.node is a standby: c.node {} owns the cluster and serves the management API at {}; this one serves NBD and iSCSI through it, and takes over if it fails",
-                        o.id, o.api
-                    )
+                let o = view.now().owner.clone().filter(|o| o.id != me)?;
+                Some(crate::api_proxy::OwnerApi {
+                    id: o.id,
+                    api: o.api,
                 })
             }));
+            let tokens = crate::cluster_tokens::ClusterTokens::join(early.kv(), &data_dir).await?;
+            let _ = recovering.cluster_tokens.set(tokens);
             Some(early.start_front_ends(
                 io_for_front_ends,
                 nbd_options(nbd_tls.take()),
@@ -406,6 +408,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         io: Arc::clone(&io),
         sessions,
         reservations,
+        cluster_tokens: recovering.cluster_tokens.get().cloned(),
     };
     let _ = metrics_slot.set(crate::metrics::router(crate::metrics::MetricsSource {
         engine: engine.clone(),
@@ -776,7 +779,7 @@ pub fn load_or_create_token(data_dir: &Path) -> anyhow::Result<String> {
 }
 
 /// The token in `name` (the admin's or the read-only one), created if missing.
-fn load_or_create_token_file(data_dir: &Path, name: &str) -> anyhow::Result<String> {
+pub(crate) fn load_or_create_token_file(data_dir: &Path, name: &str) -> anyhow::Result<String> {
     let path = data_dir.join(name);
     match std::fs::read_to_string(&path) {
         Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),

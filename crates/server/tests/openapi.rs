@@ -144,6 +144,7 @@ async fn every_documented_operation_reaches_a_handler() {
         io: weft_server::io_stats::IoStats::new(),
         sessions: weft_server::sessions::Sessions::new(),
         reservations: weft_server::reservation_records::ReservationRecords::in_memory(),
+        cluster_tokens: None,
         schedule_clock: Default::default(),
     });
     for (method, path) in documented() {
@@ -192,6 +193,7 @@ async fn the_document_is_served_without_a_token() {
         io: weft_server::io_stats::IoStats::new(),
         sessions: weft_server::sessions::Sessions::new(),
         reservations: weft_server::reservation_records::ReservationRecords::in_memory(),
+        cluster_tokens: None,
         schedule_clock: Default::default(),
     });
     let request = Request::get("/api/v1/openapi.json")

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use parking_lot::Mutex;
+use crate::lock_timing::TimedMutex;
 
 use crate::metastore::{ClusterState, SnapshotRecord, VolumeRecord};
 use crate::space::{self, DeleteEffect, FamilyReduction, SpaceUsage};
@@ -123,7 +123,7 @@ pub(crate) fn clones_of(state: &ClusterState, s: &SnapshotRecord) -> Vec<String>
 
 fn family_summary(
     state: &ClusterState,
-    st: &Mutex<State>,
+    st: &TimedMutex<State>,
     fid: FamilyId,
     cache: &mut HashMap<FamilyId, FamilySummary>,
 ) -> FamilySummary {
@@ -155,7 +155,7 @@ fn family_summary(
 /// Space of the image of `family` that reads through `chain`, computed in slices of pages
 /// with the state lock taken per slice.
 fn usage_in_slices(
-    st: &Mutex<State>,
+    st: &TimedMutex<State>,
     family: FamilyId,
     chain: &[LayerId],
     effect: DeleteEffect,
@@ -208,7 +208,7 @@ fn usage_in_slices(
 }
 
 /// The chain an image reads through, as the engine state has it now.
-fn chain_of(st: &Mutex<State>, family: FamilyId, layer: LayerId) -> Vec<LayerId> {
+fn chain_of(st: &TimedMutex<State>, family: FamilyId, layer: LayerId) -> Vec<LayerId> {
     st.lock()
         .families
         .get(&family)
@@ -217,7 +217,7 @@ fn chain_of(st: &Mutex<State>, family: FamilyId, layer: LayerId) -> Vec<LayerId>
 
 pub(crate) fn volume_info(
     state: &ClusterState,
-    st: &Mutex<State>,
+    st: &TimedMutex<State>,
     r: &VolumeRecord,
     families: &mut HashMap<FamilyId, FamilySummary>,
 ) -> VolumeInfo {
@@ -248,7 +248,7 @@ pub(crate) fn volume_info(
 
 pub(crate) fn snapshot_info(
     state: &ClusterState,
-    st: &Mutex<State>,
+    st: &TimedMutex<State>,
     s: &SnapshotRecord,
     families: &mut HashMap<FamilyId, FamilySummary>,
 ) -> SnapshotInfo {

@@ -192,7 +192,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         space_wanted: AtomicBool::new(false),
         journal,
         stripes,
-        state: Mutex::new(st),
+        state: crate::lock_timing::TimedMutex::new(st),
         work: Condvar::new(),
         space: Condvar::new(),
         seal_work: Condvar::new(),

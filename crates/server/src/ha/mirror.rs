@@ -128,10 +128,7 @@ impl WriteLog for OwnedLog {
     fn sync(&self, upto: u64) -> Result<(), IoFailure> {
         // The partner's fdatasync runs while this one does, not after it. A SYNC not sent (the
         // mirror was not caught up) is not waited for: this FLUSH is durable here alone.
-        let asked = self
-            .link
-            .as_ref()
-            .filter(|link| link.push(Out::Sync(upto)));
+        let asked = self.link.as_ref().filter(|link| link.push(Out::Sync(upto)));
         self.local.sync(upto)?;
         let both = asked.is_some_and(|link| link.wait(upto, Wait::Synced));
         if !both {
@@ -181,12 +178,14 @@ impl OwnedLog {
     /// Before acknowledging `seq`: etcd must say at least as much as is true.
     fn record(&self, seq: u64, mirrored: bool) -> Result<(), IoFailure> {
         let coverage = || self.link.as_ref().and_then(|link| link.coverage());
-        self.handover.before_ack(seq, mirrored, &coverage).map_err(|e| {
-            IoFailure::disk(
-                "c.node journal state",
-                std::io::Error::other(format!("{e:#}")),
-            )
-        })
+        self.handover
+            .before_ack(seq, mirrored, &coverage)
+            .map_err(|e| {
+                IoFailure::disk(
+                    "c.node journal state",
+                    std::io::Error::other(format!("{e:#}")),
+                )
+            })
     }
 
     fn may_acknowledge(&self) -> Result<(), IoFailure> {

@@ -484,12 +484,10 @@ impl Link {
                             // Lock order: the handover's, then the link's.
                             self.handover.mirror_caught_up(&partner_id, &|| {
                                 let st = self.st.lock();
-                                (st.mirrored && st.connection == connection).then_some(
-                                    Coverage {
-                                        received: st.received,
-                                        synced: st.synced,
-                                    },
-                                )
+                                (st.mirrored && st.connection == connection).then_some(Coverage {
+                                    received: st.received,
+                                    synced: st.synced,
+                                })
                             });
                             continue;
                         }

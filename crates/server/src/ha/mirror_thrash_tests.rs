@@ -120,7 +120,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, hold: &Mutex<Instant>) {
 
 /// The payload of record `seq`: 4 KiB that name it.
 fn payload(seq: u64) -> Vec<u8> {
-    (0..512u64).flat_map(|i| (seq * 1_000_003 + i).to_le_bytes()).collect()
+    (0..512u64)
+        .flat_map(|i| (seq * 1_000_003 + i).to_le_bytes())
+        .collect()
 }
 
 fn start_partner(dir: &Path) -> Arc<Partner> {

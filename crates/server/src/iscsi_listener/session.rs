@@ -35,9 +35,7 @@ use weft_scsi::{LogicalUnit, Nexus};
 
 use super::keepalive::{Due, Keepalive};
 use super::lun::ExportLun;
-use super::respond::{
-    respond, transfer, Transfer, DATA_OFFSET_ERROR, DATA_PHASE_ERROR,
-};
+use super::respond::{respond, transfer, Transfer, DATA_OFFSET_ERROR, DATA_PHASE_ERROR};
 use super::shared::{ConnError, Shared, READ_BUFFER_BYTES};
 use super::targets::Viewer;
 use super::{Portal, SharedLu};
@@ -79,8 +77,12 @@ impl Lun {
         }
         let resets = self.shared.resets.load(Ordering::Acquire);
         let seen = self.resets_seen.swap(resets, Ordering::AcqRel);
-        let attention =
-            |code| weft_scsi::Response::check(weft_scsi::Sense::new(weft_scsi::sense::key::UNIT_ATTENTION, code));
+        let attention = |code| {
+            weft_scsi::Response::check(weft_scsi::Sense::new(
+                weft_scsi::sense::key::UNIT_ATTENTION,
+                code,
+            ))
+        };
         if seen != resets {
             return Some(attention(RESET_OCCURRED));
         }
@@ -565,7 +567,10 @@ impl Reader<'_> {
             let PendingWrite {
                 command, permit, ..
             } = p;
-            let failed = weft_scsi::Response::check(weft_scsi::Sense::new(weft_scsi::sense::key::ABORTED_COMMAND, code));
+            let failed = weft_scsi::Response::check(weft_scsi::Sense::new(
+                weft_scsi::sense::key::ABORTED_COMMAND,
+                code,
+            ));
             respond(
                 &self.shared,
                 &ScsiCommand {
@@ -705,12 +710,12 @@ impl Reader<'_> {
                         transfer(&c, &decoded, geometry.block_size_bytes),
                     ) {
                         (Some(attention), _) => attention,
-                        (None, Transfer::AsIs) => weft_scsi::execute_decoded(
-                            state, &*lun.lu, &nexus, &decoded, &c.data,
-                        ),
-                        (None, Transfer::Truncated(write)) => weft_scsi::execute_decoded(
-                            state, &*lun.lu, &nexus, &write, &c.data,
-                        ),
+                        (None, Transfer::AsIs) => {
+                            weft_scsi::execute_decoded(state, &*lun.lu, &nexus, &decoded, &c.data)
+                        }
+                        (None, Transfer::Truncated(write)) => {
+                            weft_scsi::execute_decoded(state, &*lun.lu, &nexus, &write, &c.data)
+                        }
                         (None, Transfer::Refused(refusal)) => refusal,
                     }
                 }

@@ -57,6 +57,13 @@ pub fn retry_window(lease_ttl: Duration) -> Duration {
     lease_ttl * 2 + Duration::from_secs(20)
 }
 
+impl Early {
+    /// The cluster's metadata store.
+    pub fn kv(&self) -> Arc<dyn weft_meta::MetaStore> {
+        Arc::clone(&self.kv)
+    }
+}
+
 /// Connect to the cluster and set forwarding up (see the module doc).
 pub(crate) async fn start_early(
     etcd_url: &str,

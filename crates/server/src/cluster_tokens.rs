@@ -1,0 +1,161 @@
+//! Every c.node of a cluster accepts every c.node's API tokens. Each c.node keeps its own
+//! tokens in its data dir (`api-token`, `api-token-read-only`), so `weft --data-dir` works on
+//! any compute machine; at start it publishes their BLAKE3 digests under
+//! `weft/api-tokens/<id>` (no lease: a token stays valid while its c.node is down), and reads
+//! every c.node's digests every [`REFRESH_INTERVAL`]. A request's token is hashed and looked
+//! up; the tokens themselves never leave the machine that made them.
+//!
+//! What this allows: a standby passes a management request on to the owner with the caller's
+//! `Authorization` header as it came (`crate::api_proxy`), and the owner accepts it whichever
+//! c.node's token it is. Whoever can write to etcd can add a digest; that access already
+//! decides who owns the cluster and which epochs the d.nodes accept.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use weft_meta::MetaStore;
+
+use crate::api::audit::Role;
+
+pub const TOKENS_PREFIX: &str = "weft/api-tokens/";
+/// How often the digests are read again: a c.node that joins is accepted elsewhere within it.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// One c.node's published digests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenDigests {
+    /// BLAKE3 of the admin token, hex.
+    pub admin: String,
+    /// BLAKE3 of the read-only token, hex.
+    pub read_only: String,
+}
+
+impl TokenDigests {
+    pub fn of(admin: &str, read_only: &str) -> TokenDigests {
+        TokenDigests {
+            admin: digest(admin),
+            read_only: digest(read_only),
+        }
+    }
+}
+
+fn digest(token: &str) -> String {
+    blake3::hash(token.as_bytes()).to_hex().to_string()
+}
+
+/// The digests of every c.node's tokens, as last read.
+#[derive(Debug)]
+pub struct ClusterTokens {
+    kv: Arc<dyn MetaStore>,
+    known: RwLock<Vec<TokenDigests>>,
+}
+
+impl ClusterTokens {
+    /// Publishes this c.node's digests, reads everyone's, and keeps reading them on a thread
+    /// for as long as the returned value lives.
+    pub fn start(
+        kv: Arc<dyn MetaStore>,
+        cnode: &str,
+        mine: TokenDigests,
+    ) -> anyhow::Result<Arc<ClusterTokens>> {
+        let key = format!("{TOKENS_PREFIX}{cnode}");
+        kv.put(&key, &serde_json::to_vec(&mine)?, None)?;
+        let tokens = Arc::new(ClusterTokens {
+            kv,
+            known: RwLock::new(vec![mine]),
+        });
+        tokens.refresh();
+        let weak: Weak<ClusterTokens> = Arc::downgrade(&tokens);
+        std::thread::Builder::new()
+            .name("api-tokens".into())
+            .spawn(move || loop {
+                std::thread::sleep(REFRESH_INTERVAL);
+                match weak.upgrade() {
+                    Some(tokens) => tokens.refresh(),
+                    None => return,
+                }
+            })?;
+        Ok(tokens)
+    }
+
+    /// [`ClusterTokens::start`] for the c.node of `data_dir`, with the tokens kept there.
+    pub async fn join(
+        kv: Arc<dyn MetaStore>,
+        data_dir: &std::path::Path,
+    ) -> anyhow::Result<Arc<ClusterTokens>> {
+        let dir = data_dir.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            use crate::serve::{load_or_create_token_file, READ_ONLY_TOKEN_FILE, TOKEN_FILE};
+            let id =
+                crate::data_files::load_or_create_id(&dir, crate::ha::takeover::CNODE_ID_FILE)?;
+            let mine = TokenDigests::of(
+                &load_or_create_token_file(&dir, TOKEN_FILE)?,
+                &load_or_create_token_file(&dir, READ_ONLY_TOKEN_FILE)?,
+            );
+            ClusterTokens::start(kv, &id, mine)
+        })
+        .await?
+    }
+
+    /// Reads every c.node's digests; on an etcd error the last reading stays.
+    fn refresh(&self) {
+        let Ok(rows) = self.kv.list(TOKENS_PREFIX) else {
+            return;
+        };
+        let read: Vec<TokenDigests> = rows
+            .iter()
+            .filter_map(|(_, v)| serde_json::from_slice(&v.value).ok())
+            .collect();
+        if !read.is_empty() {
+            *self.known.write() = read;
+        }
+    }
+
+    /// The role `presented` has on any c.node of the cluster (`None`: no c.node's token).
+    pub fn role(&self, presented: &str) -> Option<Role> {
+        let d = digest(presented);
+        let known = self.known.read();
+        if known.iter().any(|t| t.admin == d) {
+            Some(Role::Admin)
+        } else if known.iter().any(|t| t.read_only == d) {
+            Some(Role::ReadOnly)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_published_token_is_accepted_with_its_role_and_nothing_else() {
+        let kv: Arc<dyn MetaStore> = Arc::new(weft_meta::EmbeddedMetaStore::in_memory());
+        let a = ClusterTokens::start(Arc::clone(&kv), "a", TokenDigests::of("a-admin", "a-ro"))
+            .unwrap();
+        let b = ClusterTokens::start(Arc::clone(&kv), "b", TokenDigests::of("b-admin", "b-ro"))
+            .unwrap();
+        a.refresh();
+        for tokens in [&a, &b] {
+            assert_eq!(tokens.role("a-admin"), Some(Role::Admin));
+            assert_eq!(tokens.role("b-admin"), Some(Role::Admin));
+            assert_eq!(tokens.role("a-ro"), Some(Role::ReadOnly));
+            assert_eq!(tokens.role("b-ro"), Some(Role::ReadOnly));
+            assert_eq!(tokens.role("a-admin "), None);
+            assert_eq!(tokens.role(""), None);
+        }
+        // The digests, not the tokens, are what etcd holds.
+        let stored = kv.list(TOKENS_PREFIX).unwrap();
+        assert_eq!(stored.len(), 2);
+        for (_, v) in stored {
+            let text = String::from_utf8(v.value).unwrap();
+            assert!(
+                !text.contains("a-admin") && !text.contains("b-admin"),
+                "{text}"
+            );
+        }
+    }
+}
