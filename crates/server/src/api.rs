@@ -269,11 +269,11 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
         Some(t) if constant_time_eq(t.as_bytes(), state.read_only_token.as_bytes()) => {
             audit::Role::ReadOnly
         }
-        Some(t) => state
-            .cluster_tokens
-            .as_ref()
-            .and_then(|c| c.role(t))
-            .unwrap_or(audit::Role::Unknown),
+        Some(t) => match state.cluster_tokens.as_ref().and_then(|c| c.role(t)) {
+            Some(crate::cluster_tokens::TokenRole::Admin) => audit::Role::Admin,
+            Some(crate::cluster_tokens::TokenRole::ReadOnly) => audit::Role::ReadOnly,
+            None => audit::Role::Unknown,
+        },
         None => audit::Role::Unknown,
     };
     let method = request.method().clone();

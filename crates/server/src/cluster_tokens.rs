@@ -17,7 +17,14 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use weft_meta::MetaStore;
 
-use crate::api::audit::Role;
+/// What a token may do, on whichever c.node it is presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenRole {
+    /// An `api-token`: everything.
+    Admin,
+    /// An `api-token-read-only`: GET only.
+    ReadOnly,
+}
 
 pub const TOKENS_PREFIX: &str = "weft/api-tokens/";
 /// How often the digests are read again: a c.node that joins is accepted elsewhere within it.
@@ -87,7 +94,7 @@ impl ClusterTokens {
     ) -> anyhow::Result<Arc<ClusterTokens>> {
         let dir = data_dir.to_path_buf();
         tokio::task::spawn_blocking(move || {
-            use crate::serve::{load_or_create_token_file, READ_ONLY_TOKEN_FILE, TOKEN_FILE};
+            use crate::data_files::{load_or_create_token_file, READ_ONLY_TOKEN_FILE, TOKEN_FILE};
             let id =
                 crate::data_files::load_or_create_id(&dir, crate::ha::takeover::CNODE_ID_FILE)?;
             let mine = TokenDigests::of(
@@ -114,13 +121,13 @@ impl ClusterTokens {
     }
 
     /// The role `presented` has on any c.node of the cluster (`None`: no c.node's token).
-    pub fn role(&self, presented: &str) -> Option<Role> {
+    pub fn role(&self, presented: &str) -> Option<TokenRole> {
         let d = digest(presented);
         let known = self.known.read();
         if known.iter().any(|t| t.admin == d) {
-            Some(Role::Admin)
+            Some(TokenRole::Admin)
         } else if known.iter().any(|t| t.read_only == d) {
-            Some(Role::ReadOnly)
+            Some(TokenRole::ReadOnly)
         } else {
             None
         }
@@ -140,10 +147,10 @@ mod tests {
             .unwrap();
         a.refresh();
         for tokens in [&a, &b] {
-            assert_eq!(tokens.role("a-admin"), Some(Role::Admin));
-            assert_eq!(tokens.role("b-admin"), Some(Role::Admin));
-            assert_eq!(tokens.role("a-ro"), Some(Role::ReadOnly));
-            assert_eq!(tokens.role("b-ro"), Some(Role::ReadOnly));
+            assert_eq!(tokens.role("a-admin"), Some(TokenRole::Admin));
+            assert_eq!(tokens.role("b-admin"), Some(TokenRole::Admin));
+            assert_eq!(tokens.role("a-ro"), Some(TokenRole::ReadOnly));
+            assert_eq!(tokens.role("b-ro"), Some(TokenRole::ReadOnly));
             assert_eq!(tokens.role("a-admin "), None);
             assert_eq!(tokens.role(""), None);
         }

@@ -1,10 +1,40 @@
 //! Small files in a data dir: written so that a crash leaves the old or the new contents,
-//! and random ids made at first start.
+//! and random ids and API tokens made at first start.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use anyhow::Context;
+
+/// The token file, mode 0600, created at first start.
+pub const TOKEN_FILE: &str = "api-token";
+/// The read-only token's file (GET requests only: monitoring, the UI's viewers), mode 0600,
+/// created at first start.
+pub const READ_ONLY_TOKEN_FILE: &str = "api-token-read-only";
+
+/// The token in `name` (the admin's or the read-only one), created if missing.
+pub(crate) fn load_or_create_token_file(data_dir: &Path, name: &str) -> anyhow::Result<String> {
+    let path = data_dir.join(name);
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    let bytes: [u8; 32] = rand::random();
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(token.as_bytes())?;
+    f.sync_all()?;
+    Ok(token)
+}
 
 /// A random id kept in `file` of the data dir.
 pub(crate) fn load_or_create_id(data_dir: &Path, file: &str) -> anyhow::Result<String> {

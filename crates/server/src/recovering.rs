@@ -97,7 +97,7 @@ fn authorized(r: &Recovering, request: &Request) -> bool {
             crate::api::constant_time_eq(t.as_bytes(), r.token.as_bytes())
                 || r.cluster_tokens
                     .get()
-                    .is_some_and(|c| c.role(t) == Some(crate::api::audit::Role::Admin))
+                    .is_some_and(|c| c.role(t) == Some(crate::cluster_tokens::TokenRole::Admin))
         })
 }
 

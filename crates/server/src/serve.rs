@@ -14,7 +14,6 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,11 +35,8 @@ use crate::ha::takeover::{exit_when_ownership_lost, own_the_cluster, Who};
 use crate::io_stats::IoStats;
 use crate::reservation_records::ReservationRecords;
 
-/// The token file, mode 0600, created at first start.
-pub const TOKEN_FILE: &str = "api-token";
-/// The read-only token's file (GET requests only: monitoring, the UI's viewers), mode 0600,
-/// created at first start.
-pub const READ_ONLY_TOKEN_FILE: &str = "api-token-read-only";
+use crate::data_files::load_or_create_token_file;
+pub use crate::data_files::{READ_ONLY_TOKEN_FILE, TOKEN_FILE};
 /// The single-process server's array id (the end of its array target's name).
 pub const ARRAY_ID_FILE: &str = "array-id";
 /// Where a running server says where it listens, for the CLI and tests.
@@ -776,27 +772,4 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
 /// The API token: read it, or create it (32 random bytes, hex) with mode 0600.
 pub fn load_or_create_token(data_dir: &Path) -> anyhow::Result<String> {
     load_or_create_token_file(data_dir, TOKEN_FILE)
-}
-
-/// The token in `name` (the admin's or the read-only one), created if missing.
-pub(crate) fn load_or_create_token_file(data_dir: &Path, name: &str) -> anyhow::Result<String> {
-    let path = data_dir.join(name);
-    match std::fs::read_to_string(&path) {
-        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    }
-    let bytes: [u8; 32] = rand::random();
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    f.write_all(token.as_bytes())?;
-    f.sync_all()?;
-    Ok(token)
 }
