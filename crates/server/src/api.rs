@@ -258,22 +258,42 @@ async fn readyz(State(state): State<ApiState>) -> Result<&'static str, ApiError>
     Ok("ready\n")
 }
 
+/// The role another c.node's token has here (read from etcd again if it is new to us).
+async fn cluster_role(
+    tokens: Option<Arc<crate::cluster_tokens::ClusterTokens>>,
+    presented: String,
+) -> audit::Role {
+    use crate::cluster_tokens::TokenRole;
+    let Some(tokens) = tokens else {
+        return audit::Role::Unknown;
+    };
+    let role = match tokens.role(&presented) {
+        Some(role) => Some(role),
+        None => tokio::task::spawn_blocking(move || tokens.role_or_refresh(&presented))
+            .await
+            .ok()
+            .flatten(),
+    };
+    match role {
+        Some(TokenRole::Admin) => audit::Role::Admin,
+        Some(TokenRole::ReadOnly) => audit::Role::ReadOnly,
+        None => audit::Role::Unknown,
+    }
+}
+
 async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
     let role = match presented {
         Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => audit::Role::Admin,
         Some(t) if constant_time_eq(t.as_bytes(), state.read_only_token.as_bytes()) => {
             audit::Role::ReadOnly
         }
-        Some(t) => match state.cluster_tokens.as_ref().and_then(|c| c.role(t)) {
-            Some(crate::cluster_tokens::TokenRole::Admin) => audit::Role::Admin,
-            Some(crate::cluster_tokens::TokenRole::ReadOnly) => audit::Role::ReadOnly,
-            None => audit::Role::Unknown,
-        },
+        Some(t) => cluster_role(state.cluster_tokens.clone(), t).await,
         None => audit::Role::Unknown,
     };
     let method = request.method().clone();

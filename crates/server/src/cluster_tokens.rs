@@ -11,7 +11,7 @@
 //! decides who owns the cluster and which epochs the d.nodes accept.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
@@ -27,8 +27,11 @@ pub enum TokenRole {
 }
 
 pub const TOKENS_PREFIX: &str = "weft/api-tokens/";
-/// How often the digests are read again: a c.node that joins is accepted elsewhere within it.
+/// How often the digests are read again in the background.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(2);
+/// A token no c.node's digest matches makes a reading at once (a c.node that just joined is
+/// accepted on its first request), but not more often than this, whoever sends bad tokens.
+pub const REFRESH_ON_MISS_MIN: Duration = Duration::from_millis(250);
 
 /// One c.node's published digests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +60,8 @@ fn digest(token: &str) -> String {
 pub struct ClusterTokens {
     kv: Arc<dyn MetaStore>,
     known: RwLock<Vec<TokenDigests>>,
+    /// When the last reading started.
+    read_at: parking_lot::Mutex<Instant>,
 }
 
 impl ClusterTokens {
@@ -72,6 +77,7 @@ impl ClusterTokens {
         let tokens = Arc::new(ClusterTokens {
             kv,
             known: RwLock::new(vec![mine]),
+            read_at: parking_lot::Mutex::new(Instant::now()),
         });
         tokens.refresh();
         let weak: Weak<ClusterTokens> = Arc::downgrade(&tokens);
@@ -106,8 +112,27 @@ impl ClusterTokens {
         .await?
     }
 
+    /// The role of `presented`, reading the digests again first if it matches none and the
+    /// last reading is older than [`REFRESH_ON_MISS_MIN`]. Blocks on etcd: call it off the
+    /// async threads.
+    pub fn role_or_refresh(&self, presented: &str) -> Option<TokenRole> {
+        if let Some(role) = self.role(presented) {
+            return Some(role);
+        }
+        {
+            let mut read_at = self.read_at.lock();
+            if read_at.elapsed() < REFRESH_ON_MISS_MIN {
+                return None;
+            }
+            *read_at = Instant::now();
+        }
+        self.refresh();
+        self.role(presented)
+    }
+
     /// Reads every c.node's digests; on an etcd error the last reading stays.
     fn refresh(&self) {
+        *self.read_at.lock() = Instant::now();
         let Ok(rows) = self.kv.list(TOKENS_PREFIX) else {
             return;
         };
@@ -154,9 +179,17 @@ mod tests {
             assert_eq!(tokens.role("a-admin "), None);
             assert_eq!(tokens.role(""), None);
         }
+        // A c.node that joins is accepted on its first request, without waiting for the
+        // background reading; a token nobody published is not, however often it is tried.
+        let _c = ClusterTokens::start(Arc::clone(&kv), "c", TokenDigests::of("c-admin", "c-ro"))
+            .unwrap();
+        std::thread::sleep(REFRESH_ON_MISS_MIN);
+        assert_eq!(a.role_or_refresh("c-admin"), Some(TokenRole::Admin));
+        assert_eq!(a.role_or_refresh("nobody"), None);
+        assert_eq!(a.role_or_refresh("nobody"), None);
         // The digests, not the tokens, are what etcd holds.
         let stored = kv.list(TOKENS_PREFIX).unwrap();
-        assert_eq!(stored.len(), 2);
+        assert_eq!(stored.len(), 3);
         for (_, v) in stored {
             let text = String::from_utf8(v.value).unwrap();
             assert!(
