@@ -3,7 +3,9 @@
 //! any compute machine; at start it publishes their BLAKE3 digests under
 //! `weft/api-tokens/<id>` (no lease: a token stays valid while its c.node is down), and reads
 //! every c.node's digests every [`REFRESH_INTERVAL`]. A request's token is hashed and looked
-//! up; the tokens themselves never leave the machine that made them.
+//! up, and a token that matches none makes a reading at once (at most every
+//! [`REFRESH_ON_MISS_MIN`]), so a c.node that just joined is accepted on its first request.
+//! The tokens themselves never leave the machine that made them.
 //!
 //! What this allows: a standby passes a management request on to the owner with the caller's
 //! `Authorization` header as it came (`crate::api_proxy`), and the owner accepts it whichever
