@@ -51,17 +51,7 @@ impl LocalChunkStore {
         if len == 0 {
             return Ok(None);
         }
-        if offset_bytes
-            .checked_add(len)
-            .is_none_or(|end| end > h.data_len_bytes)
-        {
-            return Err(ChunkError::OutOfRange {
-                key: *key,
-                offset_bytes,
-                length_bytes: len,
-                len_bytes: h.data_len_bytes,
-            });
-        }
+        crate::store::check_range(key, &h, offset_bytes, len)?;
         let path = chunk_path(key);
         let (file, direct) = match self.disk().file_for_read(&path) {
             None => return Ok(None),

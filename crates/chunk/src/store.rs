@@ -411,17 +411,7 @@ impl ChunkStore for LocalChunkStore {
     fn read(&self, key: &ChunkKey, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ChunkError> {
         let (h, _) = self.header(key)?;
         let len = buf.len() as u64;
-        if offset_bytes
-            .checked_add(len)
-            .is_none_or(|end| end > h.data_len_bytes)
-        {
-            return Err(ChunkError::OutOfRange {
-                key: *key,
-                offset_bytes,
-                length_bytes: len,
-                len_bytes: h.data_len_bytes,
-            });
-        }
+        check_range(key, &h, offset_bytes, len)?;
         if len == 0 {
             return Ok(());
         }
@@ -529,6 +519,27 @@ impl ChunkStore for LocalChunkStore {
         }
         Ok(report)
     }
+}
+
+/// `offset_bytes..+len` must lie inside the chunk's data.
+pub(crate) fn check_range(
+    key: &ChunkKey,
+    h: &format::ChunkHeader,
+    offset_bytes: u64,
+    len: u64,
+) -> Result<(), ChunkError> {
+    if offset_bytes
+        .checked_add(len)
+        .is_none_or(|end| end > h.data_len_bytes)
+    {
+        return Err(ChunkError::OutOfRange {
+            key: *key,
+            offset_bytes,
+            length_bytes: len,
+            len_bytes: h.data_len_bytes,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

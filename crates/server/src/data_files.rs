@@ -13,14 +13,21 @@ pub const TOKEN_FILE: &str = "api-token";
 /// created at first start.
 pub const READ_ONLY_TOKEN_FILE: &str = "api-token-read-only";
 
+/// What `path` keeps, trimmed; `None` when it is missing or empty (to be made).
+fn read_kept(path: &Path) -> anyhow::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) if !t.trim().is_empty() => Ok(Some(t.trim().to_string())),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
 /// The token in `name` (the admin's or the read-only one), created if missing.
 pub(crate) fn load_or_create_token_file(data_dir: &Path, name: &str) -> anyhow::Result<String> {
     let path = data_dir.join(name);
-    match std::fs::read_to_string(&path) {
-        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    if let Some(token) = read_kept(&path)? {
+        return Ok(token);
     }
     let bytes: [u8; 32] = rand::random();
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -38,12 +45,8 @@ pub(crate) fn load_or_create_token_file(data_dir: &Path, name: &str) -> anyhow::
 
 /// A random id kept in `file` of the data dir.
 pub(crate) fn load_or_create_id(data_dir: &Path, file: &str) -> anyhow::Result<String> {
-    let path = data_dir.join(file);
-    match std::fs::read_to_string(&path) {
-        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    if let Some(id) = read_kept(&data_dir.join(file))? {
+        return Ok(id);
     }
     let bytes: [u8; 6] = rand::random();
     let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
