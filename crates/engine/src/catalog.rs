@@ -31,6 +31,7 @@ use crate::images::Image;
 use crate::journal::{RecordHeader, RecordKind};
 use crate::layers::{LayerOp, CHAIN_LAYERS_MAX};
 use crate::metastore::{ClusterState, ClusterStore, PendingLayerOp, SnapshotRecord, VolumeRecord};
+use crate::name_claims::{self, names_of};
 use crate::state::State;
 use crate::units::{
     binary_size, FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_U64,
@@ -91,7 +92,7 @@ impl Engine {
         let mut meta = self.shared.meta.lock();
         check_free(&meta.state, name)?;
         let mut next = meta.state.clone();
-        let family = FamilyId(next.next_family_id.max(1));
+        let family = FamilyId(next.next_in_shard(next.next_family_id));
         if let Some(pool) = pool {
             self.shared
                 .stripes
@@ -588,7 +589,39 @@ impl Engine {
         if let Some(fid) = switch.delete_family {
             next.family_pools.remove(&fid.0);
         }
-        meta.commit(next)?;
+        // Names are claimed across shards before a catalog names them, and released after
+        // it no longer does (see `name_claims`).
+        let (gone, new): (Vec<String>, Vec<String>) = {
+            let (before, after) = (names_of(&meta.state), names_of(&next));
+            (
+                before
+                    .difference(&after)
+                    .map(|n| (*n).to_string())
+                    .collect(),
+                after
+                    .difference(&before)
+                    .map(|n| (*n).to_string())
+                    .collect(),
+            )
+        };
+        let shard = meta.shard();
+        for (i, name) in new.iter().enumerate() {
+            if let Err(e) = name_claims::claim(meta.kv(), shard, name) {
+                for claimed in &new[..i] {
+                    name_claims::release(meta.kv(), shard, claimed);
+                }
+                return Err(e);
+            }
+        }
+        if let Err(e) = meta.commit(next) {
+            for claimed in &new {
+                name_claims::release(meta.kv(), shard, claimed);
+            }
+            return Err(e.into());
+        }
+        for name in &gone {
+            name_claims::release(meta.kv(), shard, name);
+        }
         let shared = &self.shared;
         let mut doomed: Vec<(SegmentId, weft_ec::Redundancy)> = Vec::new();
         let held_us = shared.journal.locked(|appender| {
@@ -738,13 +771,13 @@ fn finish_family(next: &mut ClusterState, family: FamilyId, switch: &mut Switch)
 }
 
 fn alloc_image_id(next: &mut ClusterState) -> VolumeId {
-    let id = VolumeId(next.next_volume_id.max(1));
+    let id = VolumeId(next.next_in_shard(next.next_volume_id));
     next.next_volume_id = id.0 + 1;
     id
 }
 
 fn alloc_layer(next: &mut ClusterState) -> LayerId {
-    let id = LayerId(next.next_layer_id.max(1));
+    let id = LayerId(next.next_in_shard(next.next_layer_id));
     next.next_layer_id = id.0 + 1;
     id
 }

@@ -126,4 +126,7 @@ pub struct Backends {
     /// This c.node's epoch, stamped into every chunk write (d.nodes refuse older ones once a
     /// family is fenced at a newer one). 0 in single-process mode.
     pub epoch: u64,
+    /// The shard this engine serves: which catalog document it opens, which id range it
+    /// allocates from, which families' stripes it may delete (see [`crate::units::ShardId`]).
+    pub shard: crate::units::ShardId,
 }

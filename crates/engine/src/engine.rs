@@ -103,6 +103,7 @@ impl Engine {
             metastore: Arc::new(kv),
             write_log: None,
             epoch: 0,
+            shard: crate::units::ShardId::default(),
         };
         Engine::open_with(config, backends)
     }

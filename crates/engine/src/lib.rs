@@ -25,6 +25,7 @@ pub mod journal;
 pub mod layers;
 pub mod lock_timing;
 pub mod metastore;
+pub mod name_claims;
 pub mod names;
 pub mod reduce;
 pub mod schedule_records;
@@ -65,4 +66,6 @@ pub use repair_status::RepairStatus;
 pub use schedules::ScheduleRecord;
 pub use space::{FamilyReduction, SpaceUsage};
 pub use stats::{EngineStats, GcReport, GcStats, ReductionStats};
-pub use units::{BlockId, FamilyId, Lba, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_BYTES};
+pub use units::{
+    BlockId, FamilyId, Lba, LogicalBlockSize, SegmentId, ShardId, VolumeId, BLOCK_SIZE_BYTES,
+};

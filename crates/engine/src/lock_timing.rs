@@ -126,7 +126,7 @@ impl HoldStats {
                 })
             })
             .collect();
-        out.sort_by(|a, b| b.total.cmp(&a.total));
+        out.sort_by_key(|h| std::cmp::Reverse(h.total));
         out
     }
 }

@@ -1,8 +1,9 @@
 //! The cluster state a c.node keeps in the metadata store (`weft_meta::MetaStore`: the
 //! embedded store in single-process mode, etcd in a cluster): volumes, snapshots, their
 //! families and layer graph, layer operations not yet covered by a checkpoint, each family's
-//! checkpoint reference, id counters. One JSON document under [`CLUSTER_STATE_KEY`], replaced
-//! by compare-and-swap on its revision, so a second writer (a c.node that lost ownership) is
+//! checkpoint reference, id counters. One JSON document per shard ([`state_key`]: shard 0's
+//! under [`CLUSTER_STATE_KEY`], where it was before shards existed), replaced by
+//! compare-and-swap on its revision, so a second writer (a c.node that lost ownership) is
 //! refused rather than overwriting it. The data path never waits on it.
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use weft_meta::{MetaStore, Revision};
 
 use crate::error::IoFailure;
 use crate::layers::LayerOp;
-use crate::units::{FamilyId, LayerId, LogicalBlockSize, VolumeId};
+use crate::units::{FamilyId, LayerId, LogicalBlockSize, ShardId, VolumeId};
 
 /// The format this build writes; older data dirs are refused with a clear message.
 pub const FORMAT_VERSION: u32 = 3;
@@ -77,6 +78,10 @@ pub struct PendingLayerOp {
 #[serde(deny_unknown_fields)]
 pub struct ClusterState {
     pub format_version: u32,
+    /// The shard this document is the catalog of; its ids come from the shard's range.
+    /// Written only for shards after the first, so shard 0's document reads as before.
+    #[serde(default, skip_serializing_if = "is_first_shard")]
+    pub shard: ShardId,
     pub volumes: Vec<VolumeRecord>,
     #[serde(default)]
     pub snapshots: Vec<SnapshotRecord>,
@@ -116,13 +121,38 @@ pub struct IgnoredStripe {
     pub segment: u64,
 }
 
-/// Where the cluster state lives in the metadata store.
+/// Where the cluster state of shard 0 lives in the metadata store.
 pub const CLUSTER_STATE_KEY: &str = "weft/cluster/state";
+/// Where the cluster states of the other shards live: `<prefix><shard>/state`.
+pub const SHARD_STATES_PREFIX: &str = "weft/shards/";
+
+/// The key of a shard's cluster state.
+pub fn state_key(shard: ShardId) -> String {
+    if shard == ShardId::default() {
+        CLUSTER_STATE_KEY.to_string()
+    } else {
+        format!("{SHARD_STATES_PREFIX}{shard}/state")
+    }
+}
+
+fn is_first_shard(shard: &ShardId) -> bool {
+    *shard == ShardId::default()
+}
+
+impl ClusterState {
+    /// The next id of a counter (`next_volume_id`, ...), allocated from the shard's range:
+    /// never below its first id, so ids stay unique across shards.
+    pub fn next_in_shard(&self, counter: u64) -> u64 {
+        counter.max(self.shard.first_id())
+    }
+}
 
 /// The cluster state as last committed, and the revision it was committed at.
 #[derive(Debug)]
 pub struct ClusterStore {
     kv: Arc<dyn MetaStore>,
+    /// [`state_key`] of the shard.
+    key: String,
     revision: Revision,
     pub state: ClusterState,
     /// A commit whose outcome could not be learned (the store stayed unreachable after the
@@ -136,16 +166,19 @@ const SETTLE_ATTEMPTS_MAX: u32 = 10;
 const SETTLE_RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl ClusterStore {
-    /// Load the cluster state (an empty one if none was ever committed).
+    /// Load shard 0's cluster state (an empty one if none was ever committed).
     pub fn open(kv: Arc<dyn MetaStore>) -> Result<ClusterStore, IoFailure> {
+        ClusterStore::open_shard(kv, ShardId::default())
+    }
+
+    /// Load a shard's cluster state (an empty one if none was ever committed).
+    pub fn open_shard(kv: Arc<dyn MetaStore>, shard: ShardId) -> Result<ClusterStore, IoFailure> {
+        let key = state_key(shard);
         let corrupt = |detail: String| IoFailure::CorruptMetadata {
-            what: CLUSTER_STATE_KEY.into(),
+            what: key.clone(),
             detail,
         };
-        let (state, revision) = match kv
-            .get(CLUSTER_STATE_KEY)
-            .map_err(|e| corrupt(e.to_string()))?
-        {
+        let (state, revision) = match kv.get(&key).map_err(|e| corrupt(e.to_string()))? {
             Some(v) => {
                 let state: ClusterState =
                     serde_json::from_slice(&v.value).map_err(|e| corrupt(e.to_string()))?;
@@ -155,11 +188,18 @@ impl ClusterStore {
                         state.format_version
                     )));
                 }
+                if state.shard != shard {
+                    return Err(corrupt(format!(
+                        "the document holds the catalog of shard {}, not of shard {shard}",
+                        state.shard
+                    )));
+                }
                 (state, v.mod_revision)
             }
             None => (
                 ClusterState {
                     format_version: FORMAT_VERSION,
+                    shard,
                     ..ClusterState::default()
                 },
                 0,
@@ -167,10 +207,21 @@ impl ClusterStore {
         };
         Ok(ClusterStore {
             kv,
+            key,
             revision,
             state,
             unsettled: None,
         })
+    }
+
+    /// The store the state lives in (the name claims live beside it).
+    pub fn kv(&self) -> &dyn MetaStore {
+        &*self.kv
+    }
+
+    /// The shard whose state this is.
+    pub fn shard(&self) -> ShardId {
+        self.state.shard
     }
 
     /// Replace the stored state with `next`; on failure nothing changes. Fails when someone
@@ -186,15 +237,18 @@ impl ClusterStore {
         let bytes = serde_json::to_vec_pretty(&next).expect("cluster state always serialises");
         let revision = match self
             .kv
-            .compare_and_put(CLUSTER_STATE_KEY, self.revision, &bytes, None)
+            .compare_and_put(&self.key, self.revision, &bytes, None)
         {
             Ok(revision) => revision,
             Err(e) => match self.read_back() {
                 Some(Some((stored, rev))) if stored == bytes => rev,
-                Some(_) => return Err(refused(e.to_string())),
+                Some(_) => return Err(refused(&self.key, e.to_string())),
                 None => {
                     self.unsettled = Some(bytes);
-                    return Err(refused(format!("{e}; the store stayed unreachable")));
+                    return Err(refused(
+                        &self.key,
+                        format!("{e}; the store stayed unreachable"),
+                    ));
                 }
             },
         };
@@ -210,7 +264,7 @@ impl ClusterStore {
             if attempt > 0 {
                 std::thread::sleep(SETTLE_RETRY_INTERVAL);
             }
-            if let Ok(v) = self.kv.get(CLUSTER_STATE_KEY) {
+            if let Ok(v) = self.kv.get(&self.key) {
                 return Some(v.map(|v| (v.value, v.mod_revision)));
             }
         }
@@ -223,14 +277,19 @@ impl ClusterStore {
             return Ok(());
         };
         match self.read_back() {
-            None => Err(refused("the metadata store is unreachable".into())),
+            None => Err(refused(
+                &self.key,
+                "the metadata store is unreachable".into(),
+            )),
             Some(Some((stored, rev))) if stored == unsettled => {
                 let ours = serde_json::to_vec_pretty(&self.state)
                     .expect("cluster state always serialises");
                 let revision = self
                     .kv
-                    .compare_and_put(CLUSTER_STATE_KEY, rev, &ours, None)
-                    .map_err(|e| refused(format!("undoing a commit reported failed: {e}")))?;
+                    .compare_and_put(&self.key, rev, &ours, None)
+                    .map_err(|e| {
+                        refused(&self.key, format!("undoing a commit reported failed: {e}"))
+                    })?;
                 self.revision = revision;
                 self.unsettled = None;
                 Ok(())
@@ -252,9 +311,9 @@ impl ClusterStore {
     }
 }
 
-fn refused(detail: String) -> IoFailure {
+fn refused(key: &str, detail: String) -> IoFailure {
     IoFailure::CorruptMetadata {
-        what: CLUSTER_STATE_KEY.into(),
+        what: key.into(),
         detail: format!("commit refused: {detail}"),
     }
 }

@@ -139,6 +139,46 @@ id_type!(
     LayerId
 );
 
+/// A shard: a set of families with one catalog document in the metadata store, one journal
+/// and, in a cluster, one owner c.node at a time (its lease and epoch). Every family, with its
+/// snapshots and clones, lives in exactly one shard for life. Family, volume and layer ids are
+/// allocated from the shard's own range ([`ShardId::first_id`] up), so they are unique in the
+/// cluster, and an id says which shard it belongs to ([`ShardId::of_id`]): a shard's recovery
+/// never takes another shard's families for deleted ones. Shard 0's range starts at 1, so data
+/// written before shards existed is shard 0's.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+pub struct ShardId(pub u16);
+
+impl ShardId {
+    /// Bits of an id below the shard number: 2^40 ids of each kind per shard.
+    const RANGE_BITS: u32 = 40;
+
+    /// The lowest id the shard allocates (of families, volumes and layers alike).
+    pub fn first_id(self) -> u64 {
+        (u64::from(self.0) << Self::RANGE_BITS).max(1)
+    }
+
+    /// The shard whose range holds `id`.
+    pub fn of_id(id: u64) -> ShardId {
+        // Ids are allocated below 2^56 (a u16 shard above 40 bits), so the shift fits.
+        #[allow(clippy::cast_possible_truncation)]
+        ShardId((id >> Self::RANGE_BITS) as u16)
+    }
+
+    /// Whether `id` (of a family, volume or layer) was allocated by this shard.
+    pub fn holds(self, id: u64) -> bool {
+        id >= self.first_id() && Self::of_id(id) == self
+    }
+}
+
+impl std::fmt::Display for ShardId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// A logical block address inside a volume, in 4 KiB blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Lba(pub u64);

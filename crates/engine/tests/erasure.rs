@@ -177,6 +177,7 @@ fn open_configured(
         metastore: meta,
         write_log: None,
         epoch: 0,
+        shard: weft_engine::ShardId::default(),
     };
     Engine::open_with(config, backends)
 }
@@ -368,6 +369,7 @@ fn a_pool_min_size_of_all_chunks_makes_writes_wait_for_every_store() {
         metastore: Arc::new(EmbeddedMetaStore::in_memory()),
         write_log: None,
         epoch: 0,
+        shard: weft_engine::ShardId::default(),
     };
     let engine = Engine::open_with(EngineConfig::for_tests(dir.path()), backends).unwrap();
     engine

@@ -19,6 +19,7 @@ fn open(dir: &std::path::Path, meta: Arc<dyn MetaStore>, disk: &weft_chunk::SimD
         metastore: meta,
         write_log: None,
         epoch: 0,
+        shard: weft_engine::ShardId::default(),
     };
     Engine::open_with(EngineConfig::for_tests(dir), backends).expect("engine opens")
 }

@@ -52,6 +52,7 @@ impl World {
             metastore: self.meta.clone(),
             write_log: Some(Arc::new(self.log.clone())),
             epoch: 0,
+            shard: weft_engine::ShardId::default(),
         };
         Engine::open_with(EngineConfig::for_tests(self.dir.path()), backends).expect("engine opens")
     }

@@ -728,6 +728,7 @@ fn open_engine(
         metastore: kv.clone(),
         write_log: Some(write_log),
         epoch,
+        shard: weft_engine::ShardId::default(),
     };
     let engine = Engine::open_with(config, backends).with_context(|| {
         format!(

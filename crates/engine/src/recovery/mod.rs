@@ -40,14 +40,17 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         metastore: kv,
         write_log,
         epoch,
+        shard,
     } = backends;
     let started = Instant::now();
     let dir = &config.data_dir;
     let lock = lock_data_dir(dir)?;
-    let mut meta = ClusterStore::open(kv)?;
+    let mut meta = ClusterStore::open_shard(kv, shard)?;
     let stripes = Arc::new(StripeStore::new(placement));
     stripes.set_default_epoch(epoch);
 
+    // Before anything is served: the catalog's names claimed, this shard's stale claims gone.
+    crate::name_claims::settle(meta.kv(), shard, &meta.state)?;
     let counters = Counters::restore(meta.state.counters);
     let layer_family = layer_families(&meta.state);
     let alive: HashSet<FamilyId> = layer_family.values().copied().collect();
@@ -82,10 +85,12 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         meta.commit(next)?;
     }
     // Chunks of families no volume or snapshot knows any more (deleted while a c.node was
-    // down, or their deletion was cut short). Proof: the cluster state, written with
-    // compare-and-swap, no longer names the family.
+    // down, or their deletion was cut short). Proof: the family's id is from this shard's
+    // range, so only this shard's cluster state can name it, and that state, written with
+    // compare-and-swap, no longer does. A family of another shard is never this shard's to
+    // judge, whatever its catalog says.
     for family in stripes.families()? {
-        if !alive.contains(&FamilyId(family)) {
+        if shard.holds(family) && !alive.contains(&FamilyId(family)) {
             tracing::warn!(family, "deleting the stripes of a deleted family");
             for (segment, s) in stripes.list(family)?.stripes {
                 if let Err(e) = stripes.delete(family, segment, s.redundancy) {
