@@ -72,6 +72,12 @@ pub struct CnodeClusterArgs {
     /// only its own journal holds (they are given up; say so to whoever wrote them).
     #[arg(long)]
     pub force_takeover: bool,
+    /// The shard this c.node serves: a set of volumes (with their snapshots and clones) with
+    /// its own catalog, journal, ownership lease and partner, on the same d.nodes and etcd as
+    /// the others. Each shard has one owner at a time, so several c.nodes own volumes at once;
+    /// a volume is served by the c.nodes of its shard. Volume names are unique across shards.
+    #[arg(long, default_value_t = 0)]
+    pub shard: u16,
 }
 
 /// `weft dnode`: run a d.node, or manage d.nodes through the API.
@@ -180,8 +186,8 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                 return print_json(&v);
             }
             println!(
-                "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {:<16} PARTNER / MIRROR OF",
-                "ID", "ROLE", "OWNER", "FAMILIES", "BUFFER", "NBD", "ISCSI", "ALUA GROUP"
+                "{:<18} {:>5} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {:<16} PARTNER / MIRROR OF",
+                "ID", "SHARD", "ROLE", "OWNER", "FAMILIES", "BUFFER", "NBD", "ISCSI", "ALUA GROUP"
             );
             for c in v.as_array().into_iter().flatten() {
                 let text = |k: &str| c[k].as_str().unwrap_or("-").to_string();
@@ -203,15 +209,18 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                     _ => "-".to_string(),
                 };
                 println!(
-                    "{:<18} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {:<16} {}",
+                    "{:<18} {:>5} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {:<16} {}",
                     id,
+                    c["shard"].as_u64().unwrap_or(0),
                     text("role"),
                     if c["owner"].as_bool() == Some(true) {
                         "yes"
                     } else {
                         "no"
                     },
-                    c["families"].as_u64().unwrap_or(0),
+                    c["families"]
+                        .as_u64()
+                        .map_or_else(|| "-".to_string(), |n| n.to_string()),
                     text("write_buffer"),
                     text("nbd"),
                     text("iscsi"),

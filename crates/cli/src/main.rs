@@ -684,6 +684,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
                 forward_listen: c.forward_listen,
                 lease_ttl: c.lease_ttl,
                 force_takeover: c.force_takeover,
+                shard: weft_engine::ShardId(c.shard),
             },
         }),
         nbd_listen: args.engine.nbd_listen,

@@ -33,8 +33,10 @@ mod model_tests;
 /// writes it acknowledges are protected.
 #[derive(Debug)]
 pub struct ComputeInfo {
-    /// This c.node's id: it owns the cluster.
+    /// This c.node's id: it owns its shard.
     pub id: String,
+    /// The shard it owns.
+    pub shard: weft_engine::ShardId,
     pub partner: Option<String>,
     pub lease_ttl: Duration,
     pub mirror: Arc<mirror::MirrorStatus>,

@@ -307,7 +307,13 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         c.arm_out_grace();
     }
     let engine = Arc::new(engine);
-    if engine.is_new() {
+    // The default volume is the first shard's (another shard starts empty: its name is
+    // taken).
+    let first_shard = match &config.backend {
+        Backend::Cluster(c) => c.ha.shard == weft_engine::ShardId::default(),
+        Backend::Local(_) => true,
+    };
+    if engine.is_new() && first_shard {
         engine
             .create_volume(&config.default_volume, config.default_volume_size_bytes)
             .with_context(|| format!("creating the default volume {}", config.default_volume))?;
@@ -701,8 +707,10 @@ fn open_engine(
     let placement = ClusterPlacement::start(kv.clone(), c.options, connect, c.wait_for_dnodes)
         .context("joining the cluster")?;
     let _ = placement_slot.set(Arc::clone(&placement));
-    // Fence every family at the new epoch before anything is written or deleted.
-    let state = weft_engine::metastore::ClusterStore::open(kv.clone())?;
+    // Fence every family of the shard at the new epoch before anything is written or
+    // deleted (another shard's families are its owner's to fence).
+    let shard = c.ha.shard;
+    let state = weft_engine::metastore::ClusterStore::open_shard(kv.clone(), shard)?;
     let families: std::collections::BTreeSet<u64> = state
         .state
         .volumes
@@ -728,7 +736,7 @@ fn open_engine(
         metastore: kv.clone(),
         write_log: Some(write_log),
         epoch,
-        shard: weft_engine::ShardId::default(),
+        shard,
     };
     let engine = Engine::open_with(config, backends).with_context(|| {
         format!(

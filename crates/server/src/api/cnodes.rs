@@ -1,7 +1,7 @@
 //! `GET /api/v1/cnodes`: the cluster's c.nodes (their registrations in etcd, see
-//! [`crate::ha::registry`]), which one owns the cluster (the ownership record, the only
-//! authority), how many families it owns and how its write buffer is protected, and which
-//! c.node holds its mirror. `POST /api/v1/cnodes/{id}/drain[?force=true]`: the owner hands
+//! [`crate::ha::registry`]), the shard each serves, which one owns each shard (the shard's
+//! ownership record, the only authority), how many families the answering owner has and how
+//! its write buffer is protected, and which c.node holds its mirror. `POST /api/v1/cnodes/{id}/drain[?force=true]`: the owner hands
 //! the cluster over to its standby (a planned switchover, for maintenance).
 
 use axum::extract::{Path, State};
@@ -17,9 +17,12 @@ use crate::ha::registry::{self, CnodeRole};
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CnodeStatus {
     pub id: String,
+    /// The shard it serves (`weft cnode --shard`): a set of families with its own owner.
+    pub shard: u16,
     /// What it says it does: owner, standby or waiting.
     pub role: CnodeRole,
-    /// It holds the ownership lease now (from the ownership record, not its own word).
+    /// It holds its shard's ownership lease now (from the ownership record, not its own
+    /// word).
     pub owner: bool,
     /// The c.node answering this request.
     pub this: bool,
@@ -35,8 +38,9 @@ pub struct CnodeStatus {
     pub alua_state: Option<String>,
     /// The mirror address it mirrors its write buffer to.
     pub partner: Option<String>,
-    /// Volume and snapshot families it owns (every one, for the owner: one owner at a time).
-    pub families: u64,
+    /// Volume and snapshot families it owns (every one of its shard, for the owner; `None`:
+    /// the owner of another shard than the answering c.node's, which does not know).
+    pub families: Option<u64>,
     /// The owner's write buffer: `mirrored`, `degraded` or `single` (only the owner says).
     pub write_buffer: Option<String>,
     /// This c.node is the owner's partner: it holds the owner's write-buffer mirror
@@ -71,33 +75,46 @@ pub(super) async fn list(
         ));
     };
     let engine = state.engine.clone();
+    let my_shard = compute.shard;
     let answer = tokio::task::spawn_blocking(move || {
         let kv = cluster.kv();
-        let owner = Ownership::owner(&**kv).map_err(|e| format!("{e:#}"))?;
         let records = registry::list(&**kv).map_err(|e| e.to_string())?;
-        Ok::<_, String>((owner, records, engine.family_ids().len() as u64))
+        // Each shard's owner, for the shards the c.nodes serve.
+        let mut owners = std::collections::BTreeMap::new();
+        for shard in records.iter().map(|r| r.shard).chain([my_shard]) {
+            if let std::collections::btree_map::Entry::Vacant(e) = owners.entry(shard) {
+                e.insert(Ownership::owner(&**kv, shard).map_err(|e| format!("{e:#}"))?);
+            }
+        }
+        Ok::<_, String>((owners, records, engine.family_ids().len() as u64))
     })
     .await
     .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let (owner, records, families) =
+    let (owners, records, families) =
         answer.map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e))?;
-    let owner_id = owner.as_ref().map(|o| o.id.clone());
-    let owner_partner = owner
-        .as_ref()
-        .map(|o| o.partner.clone())
-        .filter(|p| !p.is_empty());
-    let answering_is_owner = owner_id.as_deref() == Some(compute.id.as_str());
+    let owner_of = |shard| owners.get(&shard).and_then(Option::as_ref);
     let mut out: Vec<CnodeStatus> = records
         .into_iter()
         .map(|r| {
+            let owner = owner_of(r.shard);
+            let owner_id = owner.map(|o| o.id.clone());
+            let owner_partner = owner.map(|o| o.partner.clone()).filter(|p| !p.is_empty());
+            // This c.node owns the shard of `r` (so it knows the mirror's state).
+            let answering_is_owner =
+                r.shard == compute.shard && owner_id.as_deref() == Some(compute.id.as_str());
             let is_owner = owner_id.as_deref() == Some(r.id.as_str());
             let this = r.id == compute.id;
             let holds_mirror =
                 !is_owner && r.mirror_listen.is_some() && r.mirror_listen == owner_partner;
             CnodeStatus {
+                shard: r.shard.0,
                 owner: is_owner,
                 this,
-                families: if is_owner { families } else { 0 },
+                families: match (is_owner, this) {
+                    (true, true) => Some(families),
+                    (true, false) => None,
+                    (false, _) => Some(0),
+                },
                 write_buffer: (is_owner && this).then(|| compute.write_buffer().to_string()),
                 mirror_of: holds_mirror.then(|| {
                     let id = owner_id.clone().unwrap_or_default();
@@ -129,7 +146,7 @@ pub(super) async fn list(
             }
         })
         .collect();
-    out.sort_by(|a, b| b.owner.cmp(&a.owner).then_with(|| a.id.cmp(&b.id)));
+    out.sort_by(|a, b| (a.shard, !a.owner, &a.id).cmp(&(b.shard, !b.owner, &b.id)));
     Ok(Json(out))
 }
 

@@ -27,9 +27,24 @@ use std::sync::Arc;
 use anyhow::Context;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use weft_engine::ShardId;
 use weft_meta::MetaStore;
 
+/// Where shard 0's journal state lives (the cluster's, before shards).
 pub const JOURNAL_STATE_KEY: &str = "weft/cnode-journal";
+
+/// Where a shard's journal state lives: shard 0's at [`JOURNAL_STATE_KEY`], shard n's at
+/// `weft/shards/<n>/journal`.
+pub fn journal_state_key(shard: ShardId) -> String {
+    if shard == ShardId::default() {
+        JOURNAL_STATE_KEY.to_string()
+    } else {
+        format!(
+            "{}{shard}/journal",
+            weft_engine::metastore::SHARD_STATES_PREFIX
+        )
+    }
+}
 /// How long recording the journal state tries before the acknowledgement fails.
 const PUT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(15);
 
@@ -57,17 +72,19 @@ pub struct JournalRecordOfOwner {
 /// `holds_mirror_of(owner)`: `me` holds a complete mirror of that owner's write buffer.
 pub fn may_take_over(
     kv: &dyn MetaStore,
+    shard: ShardId,
     me: &str,
     holds_mirror_of: &dyn Fn(&str) -> bool,
 ) -> anyhow::Result<Result<(), String>> {
+    let key = journal_state_key(shard);
     let Some(v) = kv
-        .get(JOURNAL_STATE_KEY)
+        .get(&key)
         .context("reading the last owner's journal state")?
     else {
         return Ok(Ok(()));
     };
-    let r: JournalRecordOfOwner = serde_json::from_slice(&v.value)
-        .with_context(|| format!("{JOURNAL_STATE_KEY} does not parse"))?;
+    let r: JournalRecordOfOwner =
+        serde_json::from_slice(&v.value).with_context(|| format!("{key} does not parse"))?;
     if r.owner == me {
         return Ok(Ok(()));
     }
@@ -97,6 +114,8 @@ pub struct Coverage {
 #[derive(Debug)]
 pub struct Handover {
     kv: Arc<dyn MetaStore>,
+    /// [`journal_state_key`] of the shard.
+    key: String,
     owner: String,
     partner: String,
     st: Mutex<Recorded>,
@@ -126,12 +145,14 @@ impl Handover {
     /// journal at start (an earlier run acknowledged it).
     pub fn start(
         kv: Arc<dyn MetaStore>,
+        shard: ShardId,
         owner: String,
         partner: Option<String>,
         acknowledged: u64,
     ) -> anyhow::Result<Handover> {
         let h = Handover {
             kv,
+            key: journal_state_key(shard),
             owner,
             partner: partner.unwrap_or_default(),
             st: Mutex::new(Recorded {
@@ -271,7 +292,7 @@ impl Handover {
             },
         };
         self.kv
-            .put(JOURNAL_STATE_KEY, &serde_json::to_vec(&record)?, None)
+            .put(&self.key, &serde_json::to_vec(&record)?, None)
             .context("recording the journal state")?;
         st.state = Some(state);
         st.written_partner_id = record.partner_id;

@@ -41,6 +41,8 @@ pub struct OwnedLogSource {
     pub status: Arc<MirrorStatus>,
     /// Where the journal's state goes (see [`super::handover`]).
     pub kv: Arc<dyn weft_meta::MetaStore>,
+    /// The shard whose journal this is.
+    pub shard: weft_engine::ShardId,
 }
 
 impl WriteLogSource for OwnedLogSource {
@@ -54,6 +56,7 @@ impl WriteLogSource for OwnedLogSource {
         let handover = Arc::new(
             Handover::start(
                 Arc::clone(&self.kv),
+                self.shard,
                 self.owner_id.clone(),
                 self.partner.clone(),
                 acknowledged,

@@ -51,7 +51,14 @@ struct Model {
 impl Model {
     fn new() -> Model {
         let kv: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::in_memory());
-        let owner = Handover::start(Arc::clone(&kv), "A".into(), Some("b:1".into()), 0).unwrap();
+        let owner = Handover::start(
+            Arc::clone(&kv),
+            weft_engine::ShardId::default(),
+            "A".into(),
+            Some("b:1".into()),
+            0,
+        )
+        .unwrap();
         Model {
             kv,
             owner,
@@ -136,7 +143,8 @@ impl Model {
         let newest_complete = self.gens.iter().rev().find(|g| g.1).map(|g| &g.0);
         for who in ["A", "B", "C"] {
             let holds = |owner: &str| owner == "A" && who == "B" && newest_complete.is_some();
-            let allowed = may_take_over(&*self.kv, who, &holds).unwrap();
+            let allowed =
+                may_take_over(&*self.kv, weft_engine::ShardId::default(), who, &holds).unwrap();
             if allowed.is_err() {
                 continue;
             }
@@ -185,7 +193,15 @@ fn the_partner_is_admitted_when_it_holds_everything() {
         m.owner.before_ack(seq, true, &|| None).unwrap();
         m.acked.insert(seq);
     }
-    assert!(may_take_over(&*m.kv, "B", &|o| o == "A").unwrap().is_ok());
-    assert!(may_take_over(&*m.kv, "C", &|_| false).unwrap().is_err());
+    assert!(
+        may_take_over(&*m.kv, weft_engine::ShardId::default(), "B", &|o| o == "A")
+            .unwrap()
+            .is_ok()
+    );
+    assert!(
+        may_take_over(&*m.kv, weft_engine::ShardId::default(), "C", &|_| false)
+            .unwrap()
+            .is_err()
+    );
     m.check_takeovers();
 }

@@ -15,9 +15,25 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use weft_meta::{LeaseId, MetaError, MetaStore};
 
+use weft_engine::ShardId;
+
 use super::clock::Clock;
 
+/// Where shard 0's ownership record lives (where the cluster's did before shards).
 pub const OWNER_KEY: &str = "weft/cnode-owner";
+
+/// Where a shard's ownership record lives: shard 0's at [`OWNER_KEY`], shard n's at
+/// `weft/shards/<n>/owner` (beside its catalog, `weft_engine::metastore::state_key`).
+pub fn owner_key(shard: ShardId) -> String {
+    if shard == ShardId::default() {
+        OWNER_KEY.to_string()
+    } else {
+        format!(
+            "{}{shard}/owner",
+            weft_engine::metastore::SHARD_STATES_PREFIX
+        )
+    }
+}
 
 /// Who owns the cluster, as `weft/cnode-owner` holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +118,7 @@ impl Ownership {
     /// standby: once it holds a complete mirror of that owner).
     pub fn acquire(
         kv: Arc<dyn MetaStore>,
+        shard: ShardId,
         record: &OwnerRecord,
         ttl: Duration,
         clock: Arc<dyn Clock>,
@@ -109,11 +126,12 @@ impl Ownership {
         may_take: &dyn Fn() -> Result<(), String>,
     ) -> anyhow::Result<Arc<Ownership>> {
         let value = serde_json::to_vec(record)?;
+        let key = owner_key(shard);
         let deadline = wait.map(|w| clock.now() + w);
         let mut told = false;
         let mut refused: Option<String> = None;
         loop {
-            let current = kv.get(OWNER_KEY).context("reading the c.node owner")?;
+            let current = kv.get(&key).context("reading the c.node owner")?;
             let holder = current
                 .as_ref()
                 .and_then(|v| serde_json::from_slice::<OwnerRecord>(&v.value).ok());
@@ -144,7 +162,7 @@ impl Ownership {
                 let lease = kv
                     .grant_lease(ttl)
                     .context("granting the ownership lease")?;
-                match kv.compare_and_put(OWNER_KEY, expected, &value, Some(lease)) {
+                match kv.compare_and_put(&key, expected, &value, Some(lease)) {
                     Ok(_) => {
                         let owner = Arc::new(Ownership {
                             kv,
@@ -184,10 +202,10 @@ impl Ownership {
         }
     }
 
-    /// The owner now, if any.
-    pub fn owner(kv: &dyn MetaStore) -> anyhow::Result<Option<OwnerRecord>> {
+    /// The shard's owner now, if any.
+    pub fn owner(kv: &dyn MetaStore, shard: ShardId) -> anyhow::Result<Option<OwnerRecord>> {
         Ok(kv
-            .get(OWNER_KEY)?
+            .get(&owner_key(shard))?
             .and_then(|v| serde_json::from_slice(&v.value).ok()))
     }
 

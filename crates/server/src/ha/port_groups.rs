@@ -66,6 +66,7 @@ pub fn local_group(
 /// `stop` is cancelled. The first reading is made before it returns.
 pub fn follow(
     kv: Arc<dyn MetaStore>,
+    shard: weft_engine::ShardId,
     local: CnodeGroup,
     lease_ttl: Duration,
     stop: tokio_util::sync::CancellationToken,
@@ -75,28 +76,35 @@ pub fn follow(
     // A takeover takes the lease's time to live and the successor's recovery.
     let transition = (lease_ttl * 2 + Duration::from_secs(10)).as_secs().min(255) as u8;
     handle.set_implicit_transition_time(transition);
-    update(&*kv, &handle, &local);
+    update(&*kv, shard, &handle, &local);
     let h = Arc::clone(&handle);
     let _ = std::thread::Builder::new()
         .name("weft-port-groups".into())
         .spawn(move || {
             while !stop.is_cancelled() {
                 std::thread::sleep(FOLLOW_INTERVAL);
-                update(&*kv, &h, &local);
+                update(&*kv, shard, &h, &local);
             }
         });
     handle
 }
 
-/// One reading: the registered c.nodes' groups and the owner. An unreachable etcd changes
-/// nothing.
-fn update(kv: &dyn MetaStore, handle: &TargetPortGroups, local: &CnodeGroup) {
-    let (Ok(registered), Ok(owner)) = (crate::ha::registry::list(kv), Ownership::owner(kv)) else {
+/// One reading: the groups of the registered c.nodes that serve the shard, and its owner. An
+/// unreachable etcd changes nothing.
+fn update(
+    kv: &dyn MetaStore,
+    shard: weft_engine::ShardId,
+    handle: &TargetPortGroups,
+    local: &CnodeGroup,
+) {
+    let (Ok(registered), Ok(owner)) = (crate::ha::registry::list(kv), Ownership::owner(kv, shard))
+    else {
         return;
     };
+    // Only c.nodes of the shard present its LUs: the others' portals are no paths to them.
     let mut groups: Vec<CnodeGroup> = registered
         .into_iter()
-        .filter(|r| r.id != local.cnode)
+        .filter(|r| r.id != local.cnode && r.shard == shard)
         .filter_map(|r| {
             Some(CnodeGroup {
                 group_id: r.port_group?,

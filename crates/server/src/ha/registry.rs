@@ -33,6 +33,10 @@ pub enum CnodeRole {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CnodeRecord {
     pub id: String,
+    /// The shard it serves (`weft cnode --shard`); 0 in records from before shards.
+    #[serde(default)]
+    #[schema(value_type = u16)]
+    pub shard: weft_engine::ShardId,
     pub role: CnodeRole,
     /// Its management API, NBD and iSCSI addresses (as it listens).
     pub api: String,
@@ -163,6 +167,7 @@ mod tests {
     fn record(id: &str, role: CnodeRole) -> CnodeRecord {
         CnodeRecord {
             id: id.into(),
+            shard: weft_engine::ShardId::default(),
             role,
             api: "127.0.0.1:1".into(),
             nbd: "127.0.0.1:2".into(),

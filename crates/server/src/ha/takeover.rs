@@ -34,6 +34,9 @@ pub struct HaConfig {
     /// Take over even when the last owner's journal may hold acknowledged writes nobody
     /// else has (they are given up).
     pub force_takeover: bool,
+    /// The shard this c.node serves (`weft cnode --shard`): its catalog, ownership lease,
+    /// journal state and volumes. Shard 0 is the cluster as it was before shards.
+    pub shard: weft_engine::ShardId,
 }
 
 /// What taking the cluster over gives the c.node.
@@ -67,7 +70,7 @@ pub(crate) fn own_the_cluster(
     config: &EngineConfig,
     who: Who,
 ) -> anyhow::Result<Owned> {
-    use crate::ha::handover::{may_take_over, JournalState, JOURNAL_STATE_KEY};
+    use crate::ha::handover::{journal_state_key, may_take_over, JournalState};
     use crate::ha::ownership::{OwnerRecord, Ownership};
     use crate::ha::partner::{complete_mirror, Partner};
     let data_dir = &config.data_dir;
@@ -85,7 +88,7 @@ pub(crate) fn own_the_cluster(
     };
     let port_group = who.port_group;
     let clock = crate::ha::clock::SystemClock::shared();
-    let holder = Ownership::owner(&**kv)?;
+    let holder = Ownership::owner(&**kv, ha.shard)?;
     let someone_else = holder.as_ref().filter(|h| h.id != id);
     let partner = match (someone_else, ha.mirror_listen) {
         (Some(owner), Some(listen)) => {
@@ -99,6 +102,7 @@ pub(crate) fn own_the_cluster(
         Arc::clone(kv),
         CnodeRecord {
             id: id.clone(),
+            shard: ha.shard,
             role: match (&someone_else, &partner) {
                 (None, _) => CnodeRole::Waiting,
                 (Some(_), Some(_)) => CnodeRole::Standby,
@@ -124,8 +128,8 @@ pub(crate) fn own_the_cluster(
     let holds_mirror_of = |owner: &str| complete_mirror(data_dir, owner).is_some();
     let told = std::sync::atomic::AtomicBool::new(false);
     let may_take = || -> Result<(), String> {
-        let verdict =
-            may_take_over(&**kv, &id, &holds_mirror_of).unwrap_or_else(|e| Err(format!("{e:#}")));
+        let verdict = may_take_over(&**kv, ha.shard, &id, &holds_mirror_of)
+            .unwrap_or_else(|e| Err(format!("{e:#}")));
         match verdict {
             Err(why) if ha.force_takeover => {
                 if !told.swap(true, std::sync::atomic::Ordering::Relaxed) {
@@ -146,15 +150,23 @@ pub(crate) fn own_the_cluster(
         Some(_) => None,
         None => Some(ha.lease_ttl * 2 + Duration::from_secs(2)),
     };
-    let ownership = Ownership::acquire(kv.clone(), &record, ha.lease_ttl, clock, wait, &may_take)
-        .inspect_err(|_| registration.stop())?;
+    let ownership = Ownership::acquire(
+        kv.clone(),
+        ha.shard,
+        &record,
+        ha.lease_ttl,
+        clock,
+        wait,
+        &may_take,
+    )
+    .inspect_err(|_| registration.stop())?;
     registration.set_role(CnodeRole::Owner);
     if let Some(p) = &partner {
         p.stop();
     }
     // The last owner's journal state, as it left it (ours overwrites it once the log opens).
     let last: Option<crate::ha::handover::JournalRecordOfOwner> = kv
-        .get(JOURNAL_STATE_KEY)?
+        .get(&journal_state_key(ha.shard))?
         .and_then(|v| serde_json::from_slice(&v.value).ok());
     let mirror = last.as_ref().and_then(|r| {
         (r.owner != id && r.state == JournalState::Mirrored && r.partner_id == id)
@@ -175,6 +187,7 @@ pub(crate) fn own_the_cluster(
     }
     let info = Arc::new(crate::ha::ComputeInfo {
         id: id.clone(),
+        shard: ha.shard,
         partner: ha.partner.clone(),
         lease_ttl: ha.lease_ttl,
         mirror: Arc::clone(&status),
@@ -189,6 +202,7 @@ pub(crate) fn own_the_cluster(
         ownership: Arc::clone(&ownership),
         status,
         kv: Arc::clone(kv),
+        shard: ha.shard,
     };
     Ok(Owned {
         ownership,

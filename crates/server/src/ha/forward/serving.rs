@@ -75,7 +75,7 @@ pub(crate) async fn start_early(
 ) -> anyhow::Result<Early> {
     let (url, dir) = (etcd_url.to_string(), data_dir.to_path_buf());
     let portals = bound.iscsi_addrs.len();
-    let (ttl, stop) = (ha.lease_ttl, shutdown.clone());
+    let (ttl, stop, shard) = (ha.lease_ttl, shutdown.clone(), ha.shard);
     let (kv, id, secret, view, group, port_groups) =
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let kv =
@@ -83,10 +83,10 @@ pub(crate) async fn start_early(
             let id =
                 crate::data_files::load_or_create_id(&dir, crate::ha::takeover::CNODE_ID_FILE)?;
             let secret = super::cluster_secret(&*kv).context("reading the forwarding secret")?;
-            let view = ClusterView::start(Arc::clone(&kv));
+            let view = ClusterView::start(Arc::clone(&kv), shard);
             let group = crate::ha::port_groups::local_group(&*kv, &dir, &id, portals)?;
             let port_groups =
-                crate::ha::port_groups::follow(Arc::clone(&kv), group.clone(), ttl, stop);
+                crate::ha::port_groups::follow(Arc::clone(&kv), shard, group.clone(), ttl, stop);
             Ok((kv, id, secret, view, group, port_groups))
         })
         .await??;
@@ -134,7 +134,7 @@ pub(crate) async fn start_early(
                         .filter(|r| !r.iscsi.is_empty())
                         .map(|r| r.id)
                         .chain(
-                            crate::ha::ownership::Ownership::owner(&*kv)
+                            crate::ha::ownership::Ownership::owner(&*kv, shard)
                                 .ok()
                                 .flatten()
                                 .map(|o| o.id),

@@ -104,7 +104,7 @@ fn forwarder(kv: &Arc<dyn MetaStore>, secret: &str) -> (RoutedBackend, Arc<Local
     let local = LocalSlot::new();
     let backend = RoutedBackend::new(
         Arc::clone(&local),
-        ClusterView::start(Arc::clone(kv)),
+        ClusterView::start(Arc::clone(kv), weft_engine::ShardId::default()),
         "forwarder".into(),
         secret.into(),
         Duration::from_secs(10),
@@ -228,7 +228,7 @@ fn a_forwarder_cut_off_from_etcd_stops_forwarding() {
     let faulty_kv: Arc<dyn MetaStore> = faulty.clone();
     let routed = RoutedBackend::new(
         LocalSlot::new(),
-        ClusterView::start(faulty_kv),
+        ClusterView::start(faulty_kv, weft_engine::ShardId::default()),
         "forwarder".into(),
         "s3cret".into(),
         Duration::from_secs(3),

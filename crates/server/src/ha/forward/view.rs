@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use weft_engine::metastore::{ClusterState, CLUSTER_STATE_KEY};
+use weft_engine::metastore::{state_key, ClusterState};
+use weft_engine::ShardId;
 use weft_meta::MetaStore;
 
 use crate::access::AccessTable;
 use crate::backend::ExportInfo;
-use crate::ha::ownership::{OwnerRecord, OWNER_KEY};
+use crate::ha::ownership::{owner_key, OwnerRecord};
 
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -30,6 +31,9 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct ClusterView {
     kv: Arc<dyn MetaStore>,
+    /// The shard's ownership record and catalog keys.
+    owner_key: String,
+    state_key: String,
     now: Mutex<Arc<Snapshot>>,
     /// The cluster state's revision last decoded (0: none yet).
     state_revision: Mutex<u64>,
@@ -41,10 +45,12 @@ pub struct ClusterView {
 }
 
 impl ClusterView {
-    /// Read the cluster once, then keep reading it in the background.
-    pub fn start(kv: Arc<dyn MetaStore>) -> Arc<ClusterView> {
+    /// Read the shard once, then keep reading it in the background.
+    pub fn start(kv: Arc<dyn MetaStore>, shard: ShardId) -> Arc<ClusterView> {
         let view = Arc::new(ClusterView {
             kv,
+            owner_key: owner_key(shard),
+            state_key: state_key(shard),
             now: Mutex::default(),
             state_revision: Mutex::new(0),
             hosts_generation: Mutex::new(1),
@@ -80,7 +86,7 @@ impl ClusterView {
 
     /// Read etcd again; an unreachable etcd keeps the last reading.
     pub fn refresh(&self) {
-        let owner = match self.kv.get(OWNER_KEY) {
+        let owner = match self.kv.get(&self.owner_key) {
             Ok(v) => v.and_then(|v| serde_json::from_slice::<OwnerRecord>(&v.value).ok()),
             Err(e) => {
                 tracing::debug!(error = %e, "cluster view: etcd unreachable");
@@ -88,7 +94,7 @@ impl ClusterView {
             }
         };
         let last = self.now();
-        let state = match self.kv.get(CLUSTER_STATE_KEY) {
+        let state = match self.kv.get(&self.state_key) {
             Ok(v) => v,
             Err(_) => return,
         };
