@@ -754,7 +754,7 @@ fn refresh_disconnects_clients_and_serves_the_new_snapshot() {
     // Two clients on work: fio reading as fast as it can for up to 60 s, and an idle qemu-io.
     let fio_dir = srv.scratch.join("fio");
     fs::create_dir_all(&fio_dir).unwrap();
-    let mut reader = Bg::spawn(&mut fio_cmd(
+    let mut reader = Bg::spawn_group(&mut fio_cmd(
         &fio_dir,
         &srv.nbd_uri("work"),
         &[

@@ -153,7 +153,7 @@ fn four_plus_two_survives_a_dnode_killed_mid_write() {
         "fio randwrite {size} (seed {fio_seed}); d.node {victim} is killed after {kill_after:?}"
     ));
     let t = Instant::now();
-    let mut writer = Bg::spawn(&mut fio_cmd(
+    let mut writer = Bg::spawn_group(&mut fio_cmd(
         c.scratch.path(),
         &c.nbd_uri("vol0"),
         &fio_write_args(size, fio_seed, &["--rate=24m"]),

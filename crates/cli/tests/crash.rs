@@ -98,7 +98,7 @@ fn fio_verify_state_survives_kill9(test: &str, bs: &str) {
         let kill_after = Duration::from_millis(rng.random_range(1000..3000));
         let mut args = fio_crash_job(fio_seed, bs);
         args.push("--verify_state_save=1".into());
-        let mut writer = Bg::spawn(&mut fio_cmd(&cwd, &uri, &args));
+        let mut writer = Bg::spawn_group(&mut fio_cmd(&cwd, &uri, &args));
         // Count from the moment fio is connected, not from its start-up.
         let t0 = poll_until(Duration::from_secs(60), "fio to connect", || {
             if writer.try_wait().is_some() {

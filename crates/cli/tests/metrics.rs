@@ -137,7 +137,7 @@ fn metrics_match_what_fio_and_qemu_did() {
 
     // fio: a mixed random load for a fixed number of I/Os, while we look.
     let fio_json = srv.scratch.join("fio.json");
-    let fio = Bg::spawn(&mut fio_cmd(
+    let fio = Bg::spawn_group(&mut fio_cmd(
         srv.scratch.path(),
         &srv.nbd_uri("vol0"),
         &[

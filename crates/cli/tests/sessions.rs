@@ -98,7 +98,7 @@ fn a_busy_volume_lists_its_clients_and_is_refused_until_forced() {
     // sessions, all happen while it is connected.
     let fio_dir = srv.scratch.join("fio");
     std::fs::create_dir_all(&fio_dir).unwrap();
-    let mut fio = Bg::spawn(&mut fio_cmd(
+    let mut fio = Bg::spawn_group(&mut fio_cmd(
         &fio_dir,
         &srv.nbd_uri("busy"),
         &[

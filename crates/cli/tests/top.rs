@@ -24,7 +24,7 @@ fn top_in_a_terminal_shows_the_busy_volume_first() {
     require_tools(&["fio", "script"]);
     let srv = Server::start_with("top", ServeOpts::default().volume_size("256M"));
     srv.cli_ok(&["volume", "create", "idle", "--size", "1G"]);
-    let fio = Bg::spawn(&mut fio_cmd(
+    let fio = Bg::spawn_group(&mut fio_cmd(
         srv.scratch.path(),
         &srv.nbd_uri("vol0"),
         &strs(&[

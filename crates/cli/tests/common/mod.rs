@@ -283,6 +283,9 @@ fn cmdline(cmd: &Command) -> String {
 /// A child process with its output captured; it is SIGKILLed on drop if still running.
 pub struct Bg {
     child: Child,
+    /// It leads a process group of its own (see [`Bg::spawn_group`]): killing it kills the
+    /// group.
+    group: bool,
     out: (Arc<Mutex<Capture>>, Option<JoinHandle<()>>),
     err: (Arc<Mutex<Capture>>, Option<JoinHandle<()>>),
     cmdline: String,
@@ -303,11 +306,34 @@ impl Bg {
         let (ec, eh) = capture_thread(child.stderr.take().unwrap());
         Bg {
             child,
+            group: false,
             out: (oc, Some(oh)),
             err: (ec, Some(eh)),
             cmdline: line,
             status: None,
         }
+    }
+
+    /// [`Bg::spawn`] for a program that forks workers (fio runs each job as a child
+    /// process): it leads a process group, and a timeout or a drop kills the whole group, so
+    /// no orphaned worker keeps its output pipes open and the wait for them ends.
+    pub fn spawn_group(cmd: &mut Command) -> Bg {
+        use std::os::unix::process::CommandExt;
+        let mut bg = Bg::spawn(cmd.process_group(0));
+        bg.group = true;
+        bg
+    }
+
+    /// SIGKILL the process (and its group, if it leads one).
+    fn kill(&mut self) {
+        if self.group {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.child.id())])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = self.child.kill();
     }
 
     pub fn pid(&self) -> u32 {
@@ -338,7 +364,7 @@ impl Bg {
         while self.try_wait().is_none() {
             if Instant::now() > deadline {
                 timed_out = true;
-                let _ = self.child.kill();
+                self.kill();
                 self.status = Some(self.child.wait().expect("wait"));
                 break;
             }
@@ -378,7 +404,7 @@ impl Bg {
 impl Drop for Bg {
     fn drop(&mut self) {
         if self.try_wait().is_none() {
-            let _ = self.child.kill();
+            self.kill();
             let _ = self.child.wait();
         }
     }
@@ -1148,7 +1174,7 @@ pub fn on_terminal(srv: &Server, args: &[&str], answer: &str) -> Option<(Option<
 /// `fio --ioengine=nbd --uri=URI ARGS...` in `cwd`, with a time limit.
 pub fn fio(cwd: &Path, uri: &str, args: &[String], timeout: Duration) -> CmdOut {
     let mut cmd = fio_cmd(cwd, uri, args);
-    run(&mut cmd, timeout)
+    Bg::spawn_group(&mut cmd).wait(timeout)
 }
 
 pub fn fio_cmd(cwd: &Path, uri: &str, args: &[String]) -> Command {
