@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use weft_server::api::stats::{VolumeRate, VolumesStats};
 
 use crate::client::ApiClient;
+use crate::print::plural;
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
@@ -86,14 +87,14 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         .to_possible_value()
         .map_or_else(|| format!("{:?}", args.sort), |v| v.get_name().to_string());
     let mut s = format!(
-        "weft top  {}  {} volumes, {} snapshots, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by \
+        "weft top  {}  {}, {}, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by \
          {sorted_by}; latency is weft's own, request to reply, without network or client queue; \
          QD: reads and writes in flight in weft, on average; await: QD / IOPS, the mean time \
          a request spends in weft, as iostat's; %util: of the second, the time with a request \
          in flight)\n",
         clock(stats.time_ms),
-        stats.volumes.len() - snapshots,
-        snapshots,
+        plural(stats.volumes.len() - snapshots, "volume"),
+        plural(snapshots, "snapshot"),
         stats.volumes.iter().filter(|v| iops(v) > 0.0).count(),
         total_iops,
         total_mbps,
@@ -287,7 +288,7 @@ mod tests {
         assert!(lines[0].contains("01:02:03 UTC"), "{text}");
         // Snapshots are not counted as volumes; the sort key is named as the flag takes it;
         // the latency is said to be the server's.
-        assert!(lines[0].contains(" 2 volumes, 1 snapshots, "), "{text}");
+        assert!(lines[0].contains(" 2 volumes, 1 snapshot, "), "{text}");
         assert!(
             lines[0].contains("(sorted by iops; latency is weft's own"),
             "{text}"
