@@ -467,6 +467,15 @@ fn report_overlays_results_and_renders_in_chromium() {
         // Charts take the page's width: two 560 px columns or one wider one at 1200 px.
         assert!(c.num("data-width") >= 500.0, "{kind} is narrow: {c:?}");
     }
+    // IOPS and MB/s over time on two axes: MB/s has its own scale, so one line does not
+    // flatten the other.
+    let time_io = charts
+        .iter()
+        .find(|c| c.attr("data-chart") == "time-io")
+        .unwrap();
+    assert_eq!(time_io.attr("data-y-axes"), "2", "{time_io:?}");
+    assert_eq!(time_io.attr("data-labels"), "IOPS|MB/s", "{time_io:?}");
+    assert_eq!(time_io.attr("data-scales"), "y|y2", "{time_io:?}");
     // Mean, p99 and p99.9 against outstanding I/Os (1, 2, 4): both runs, small random I/O.
     let lat = charts
         .iter()
