@@ -28,6 +28,7 @@ use crate::plan::{Plan, PointSpec, Region};
 use crate::results::{
     self, ClassStats, Config, PointCpu, PointResult, Results, Sample, Tool, SCHEMA_VERSION,
 };
+use crate::size::human;
 use crate::stats::{Recorder, SeriesRecorder};
 use crate::target::{open_target, IoQueue, IoRequest, Op, Target, TargetError, TargetInfo};
 use crate::{report, unwritten, BenchError};
@@ -109,13 +110,13 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
     let region = plan.resolve_region(&info)?;
     let started_at = utc_now();
     eprintln!(
-        "weft bench: {} mode, {} points, about {:.0} s, against {uri} ({} bytes, region {}..{})",
+        "weft bench: {} mode, {} points, about {:.0} s, against {uri} ({}, region {} to {})",
         plan.mode.name(),
         plan.points.len(),
         plan.estimated().as_secs_f64(),
-        info.size_bytes,
-        region.start_bytes,
-        region.end_bytes
+        human(info.size_bytes),
+        human(region.start_bytes),
+        human(region.end_bytes)
     );
     let policy = unwritten::Policy {
         reads: plan.points.iter().any(|p| p.write_pct < 100),

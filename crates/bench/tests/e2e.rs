@@ -714,7 +714,12 @@ fn region_outside_the_device_is_a_clear_error() {
     let nbd = Nbdkit::start(&[], "16M");
     let uri = nbd.uri();
     expect_usage_error(&[&uri, "--region", "0-200%"], "outside the device");
-    expect_usage_error(&[&uri, "--region", "1g-2g"], "beyond the end of the target");
+    // Sizes in binary units, never byte counts.
+    expect_usage_error(
+        &[&uri, "--region", "1g-2g"],
+        "ends at 2.0 GiB, beyond the end of the target (16.0 MiB)",
+    );
+    expect_usage_error(&[&uri, "--large", "128m"], "between 1 B and 64.0 MiB");
     expect_usage_error(&[&uri, "--region", "60%-40%"], "is empty");
     let dir = tempfile::tempdir().unwrap();
     let file = temp_file(dir.path(), 1 << 20);
@@ -791,6 +796,19 @@ fn writes_to_a_file_that_holds_data_need_allow_destructive() {
     assert!(
         std::fs::read(&file).unwrap() == before,
         "the refused runs wrote"
+    );
+    // What it measures is said in binary units.
+    let units = dir.path().join("units");
+    let mut args = vec![path, "-o", units.to_str().unwrap()];
+    args.extend_from_slice(QUICK);
+    args.extend_from_slice(&["--qd", "1", "--large-qd", "1"]);
+    let out = bench(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "against {path} (16.0 MiB, region 0 B to 16.0 MiB)"
+        )),
+        "{stderr}"
     );
     // Reading it needs nothing; writing it, the flag.
     run_ok(
