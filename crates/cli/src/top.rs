@@ -47,12 +47,12 @@ pub fn top(client: &ApiClient, args: TopArgs) -> anyhow::Result<()> {
     loop {
         let stats: VolumesStats =
             serde_json::from_value(client.call("GET", "/stats/volumes", None)?)?;
-        let height = if terminal {
-            terminal_rows()
+        let (height, width) = if terminal {
+            terminal_size()
         } else {
-            usize::MAX
+            (usize::MAX, usize::MAX)
         };
-        let screen = render(&stats, &args, height);
+        let screen = cut_to_width(&render(&stats, &args, height), width);
         let mut out = std::io::stdout().lock();
         if terminal {
             // Home, clear to the end: redraw in place.
@@ -217,18 +217,32 @@ fn clock(unix_ms: u64) -> String {
     format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// The terminal's height from `LINES` or the tty, else 24.
-fn terminal_rows() -> usize {
-    if let Some(lines) = std::env::var("LINES").ok().and_then(|l| l.parse().ok()) {
-        return lines;
-    }
+/// Each line cut to `width` characters, as top(1) does: a line that wrapped would push the
+/// header off a screen cut to its height (the header's legend runs past any terminal).
+fn cut_to_width(screen: &str, width: usize) -> String {
+    screen
+        .lines()
+        .map(|l| l.chars().take(width).collect::<String>() + "\n")
+        .collect()
+}
+
+/// The terminal's height and width from `LINES` and `COLUMNS` or the tty, else 24 x 80.
+fn terminal_size() -> (usize, usize) {
+    let env = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+    };
     // SAFETY: TIOCGWINSZ fills a winsize struct we own; stdout is a terminal here.
     #[allow(unsafe_code)]
-    let rows = unsafe {
+    let tty = unsafe {
         let mut size: libc::winsize = std::mem::zeroed();
-        (libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) == 0).then_some(size.ws_row)
+        (libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) == 0)
+            .then_some((size.ws_row, size.ws_col))
     };
-    rows.filter(|r| *r > 3).map_or(24, usize::from)
+    let rows = env("LINES").or_else(|| tty.map(|(r, _)| usize::from(r)).filter(|r| *r > 3));
+    let cols = env("COLUMNS").or_else(|| tty.map(|(_, c)| usize::from(c)).filter(|c| *c > 0));
+    (rows.unwrap_or(24), cols.unwrap_or(80))
 }
 
 #[cfg(test)]
@@ -316,6 +330,13 @@ mod tests {
                 .count(),
             3
         );
+    }
+
+    #[test]
+    fn lines_are_cut_to_the_terminal_width() {
+        assert_eq!(cut_to_width("abcdef\nab\n", 4), "abcd\nab\n");
+        assert_eq!(cut_to_width("µsµs\n", 3), "µsµ\n");
+        assert_eq!(cut_to_width("x\n", usize::MAX), "x\n");
     }
 
     #[test]
