@@ -707,7 +707,8 @@ fn set_value(page: &mut Page, id: &str, value: &str) {
 }
 
 /// The UI does what the CLI does, asking what the CLI asks: the list's space, reduction and
-/// hosts columns and its sparklines on one labelled scale; the hosts page maps and unmaps; a
+/// hosts columns and its sparklines on one labelled scale; the hosts page creates a host, maps
+/// and unmaps; a
 /// volume's page lists its clients, resizes, rolls back (naming the client it cuts off),
 /// refreshes a clone and renames; read and write latency on charts of their own; every time in
 /// UTC.
@@ -793,6 +794,19 @@ fn web_ui_acts_like_the_cli() {
         "weft.page === 'hosts' && weft.hosts.names().includes('db1')",
         PAGE_TIMEOUT,
     );
+    // A host made on the page, as `weft host create db2 --iqn ...` makes it.
+    set_value(&mut page, "hs-new-name", "db2");
+    set_value(&mut page, "hs-new-iqn", "iqn.1994-05.com.redhat:db2");
+    set_value(&mut page, "hs-new-nbd", "10.1.1.2");
+    click(&mut page, "hs-new");
+    page.wait_for(
+        "db2 on the hosts page",
+        "weft.hosts.names().includes('db2')",
+        PAGE_TIMEOUT,
+    );
+    let db2 = srv.api_json("GET", "/api/v1/hosts/db2", None);
+    assert_eq!(db2["iqns"], json!(["iqn.1994-05.com.redhat:db2"]), "{db2}");
+    assert_eq!(db2["nbd_addresses"], json!(["10.1.1.2/32"]), "{db2}");
     page.eval(
         "const tr = document.querySelector('#hs-table tr[data-host=\"db1\"]'); \
          tr.querySelector('select.map-export').value = 'pg'; \
