@@ -102,6 +102,7 @@ enum Command {
     Stats,
     /// Per-volume IOPS, MB/s and latency, refreshed every second (like iostat); with
     /// --json, one sample of the per-volume statistics.
+    #[command(after_help = top::COLUMNS_HELP)]
     Top(top::TopArgs),
     /// Wait until every acknowledged write is destaged into sealed segments.
     Sync,

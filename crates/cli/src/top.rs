@@ -11,6 +11,20 @@ use weft_server::api::stats::{VolumeRate, VolumesStats};
 use crate::client::ApiClient;
 use crate::print::plural;
 
+/// What the columns mean, under `weft top --help` (on a terminal the header's legend is cut
+/// to its width).
+pub const COLUMNS_HELP: &str = "\
+Columns:
+  r/s, w/s        reads and writes per second, over the last second
+  rMB/s, wMB/s    megabytes (10^6) read and written per second
+  r_p50 ... w_p99 latency percentiles, weft's own: from the request's arrival to its reply,
+                  without the network or the client's queue (fio reports more)
+  QD              reads and writes in flight in weft, on average over the second
+  await           QD / IOPS: the mean time a request spends in weft, as iostat's await
+  %util           of the second, the time the volume had a request in flight
+  IOPS/GB         IOPS per GB (10^9 bytes) of provisioned size (IO intensity, for tiering)
+  SIZE            provisioned size, in binary units (10.0G is 10 GiB)";
+
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Seconds between refreshes (the rates are averaged over the last second).

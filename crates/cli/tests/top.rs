@@ -122,6 +122,19 @@ fn top_in_a_terminal_shows_the_busy_volume_first() {
         "idle volumes are hidden: {last}"
     );
 
+    // Its help says what each column means (the screen's legend is cut to the terminal).
+    let help = srv.cli_ok(&["top", "--help"]);
+    for column in [
+        "r_p50 ... w_p99",
+        "weft's own",
+        "QD ",
+        "iostat's await",
+        "%util",
+        "IOPS/GB",
+    ] {
+        assert!(help.contains(column), "{column:?} not explained: {help}");
+    }
+
     // Off a terminal: plain blocks, idle volumes with --all.
     let out = srv.cli(&["top", "--count", "2", "--interval", "200ms", "--all"]);
     assert!(out.success(), "{}", out.all());
