@@ -707,8 +707,8 @@ fn set_value(page: &mut Page, id: &str, value: &str) {
 }
 
 /// The UI does what the CLI does, asking what the CLI asks: the list's space, reduction and
-/// hosts columns and its sparklines on one labelled scale; the hosts page creates a host, maps
-/// and unmaps; a
+/// hosts columns and its sparklines on one labelled scale; the hosts page creates and deletes
+/// a host, maps and unmaps; a
 /// volume's page lists its clients, resizes, rolls back (naming the client it cuts off),
 /// refreshes a clone and renames; read and write latency on charts of their own; every time in
 /// UTC.
@@ -807,6 +807,27 @@ fn web_ui_acts_like_the_cli() {
     let db2 = srv.api_json("GET", "/api/v1/hosts/db2", None);
     assert_eq!(db2["iqns"], json!(["iqn.1994-05.com.redhat:db2"]), "{db2}");
     assert_eq!(db2["nbd_addresses"], json!(["10.1.1.2/32"]), "{db2}");
+    assert_eq!(
+        page.eval("document.getElementById('hs-new-name').value"),
+        "",
+        "the form is cleared for the next host"
+    );
+    // ... and deleted there after the page asked.
+    page.eval(
+        "document.querySelector('#hs-table tr[data-host=\"db2\"] button.delete-host').click()",
+    );
+    assert_eq!(
+        page.eval("weft.hosts.asking"),
+        "Delete host db2? Its definition and CHAP secrets go, no data."
+    );
+    click(&mut page, "hs-confirm-yes");
+    page.wait_for(
+        "db2 gone from the hosts page",
+        "!weft.hosts.names().includes('db2')",
+        PAGE_TIMEOUT,
+    );
+    let (status, _) = srv.api("GET", "/api/v1/hosts/db2", None);
+    assert_eq!(status, 404, "db2 was not deleted");
     page.eval(
         "const tr = document.querySelector('#hs-table tr[data-host=\"db1\"]'); \
          tr.querySelector('select.map-export').value = 'pg'; \
