@@ -197,7 +197,12 @@ pub fn session_table(name: &str, list: &Value) {
             vec![
                 text(&s["protocol"]),
                 text(&s["client"]),
-                text(&s["address"]),
+                // An NBD client is its address: said once.
+                if s["address"] == s["client"] {
+                    "-".into()
+                } else {
+                    text(&s["address"])
+                },
                 text(&s["host"]),
                 text(&s["export"]),
                 text(&s["since"]),
