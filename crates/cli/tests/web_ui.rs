@@ -3,10 +3,12 @@
 //! list, the volume page's live charts and heat map moving while fio writes, the list sorted
 //! by IOPS with the busy volume first, the cluster page (with the capacity of the file
 //! systems), and 500 volumes listed and sorted; and the UI acting as the CLI does, with its
-//! confirmations (resize, rename, rollback, refresh, hosts page map/unmap, clients listed).
+//! confirmations (resize, rename, rollback, refresh, hosts page create/delete and map/unmap,
+//! clients listed).
 //!
 //! Screenshots of each page go to `$CARGO_TARGET_TMPDIR/web-ui-screenshots/` (the path is
-//! printed). The page exposes its data for tests as `window.weft` (see ui/app.js).
+//! printed), each checked to be a PNG of the viewport's size with something drawn on it. The
+//! page exposes its data for tests as `window.weft` (see ui/app.js).
 
 mod common;
 
@@ -35,6 +37,9 @@ const FIO_RUNTIME_S: u32 = 15;
 const VOLUMES_MANY: usize = 500;
 /// A sort of 500 rows: a functional bound, not a benchmark.
 const SORT_TIMEOUT_MS: f64 = 5000.0;
+/// A screenshot with something drawn on it is larger: a blank 1400 x 1600 page compresses to
+/// under 10 KiB, the emptiest page here (the login) is about 20 KiB.
+const SCREENSHOT_BYTES_MIN: usize = 12 << 10;
 /// The viewport of the screenshots.
 const VIEW_WIDTH_PX: u32 = 1400;
 const VIEW_HEIGHT_PX: u32 = 1000;
@@ -252,6 +257,19 @@ impl Page {
             .decode(shot["data"].as_str().expect("screenshot data"))
             .expect("screenshot is base64");
         assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
+        // The page drew: the viewport's size (IHDR) and more than an empty page compresses to.
+        assert_eq!(&png[12..16], b"IHDR", "{name}: no IHDR first");
+        let dim = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+        assert_eq!(
+            (dim(16), dim(20)),
+            (VIEW_WIDTH_PX, height_px),
+            "{name}: size"
+        );
+        assert!(
+            png.len() >= SCREENSHOT_BYTES_MIN,
+            "{name}: {} bytes, a blank page?",
+            png.len()
+        );
         let path = dir.join(format!("{name}.png"));
         fs::write(&path, png).unwrap();
         eprintln!("screenshot {}", path.display());
