@@ -975,5 +975,50 @@ fn web_ui_acts_like_the_cli() {
     );
     let v = srv.api_json("GET", "/api/v1/volumes/pgx", None);
     assert_eq!(v["snapshots"], json!(["pgx@mon"]), "{v}");
+
+    // A viewer with the read-only token sees the same pages without their actions.
+    click(&mut page, "logout");
+    page.wait_for("the login page", "weft.page === 'login'", PAGE_TIMEOUT);
+    let read_only = fs::read_to_string(srv.data_dir.join("api-token-read-only")).unwrap();
+    page.login(read_only.trim());
+    page.wait_for(
+        "the list, read-only",
+        "weft.page === 'volumes' && weft.role === 'read-only' && weft.volumes.catalogReads > 0",
+        PAGE_TIMEOUT,
+    );
+    let hidden = |page: &mut Page, id: &str| {
+        page.eval(&format!(
+            "getComputedStyle(document.getElementById({})).display",
+            json!(id)
+        ))
+    };
+    assert_eq!(
+        hidden(&mut page, "vl-create"),
+        "none",
+        "new volume, read-only"
+    );
+    page.go("#/volume/pgx");
+    page.wait_for(
+        "pgx's page, read-only",
+        "weft.page === 'volume' && weft.volume.name === 'pgx' && weft.volume.actionsReady === true",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(
+        hidden(&mut page, "vv-actions"),
+        "none",
+        "volume actions, read-only"
+    );
+    page.go("#/hosts");
+    page.wait_for(
+        "the hosts page, read-only",
+        "weft.page === 'hosts' && weft.hosts.names().includes('db1')",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(
+        hidden(&mut page, "hs-create"),
+        "none",
+        "new host, read-only"
+    );
+    page.screenshot(&shots, "acts-4-read-only", VIEW_HEIGHT_PX);
     assert_no_page_errors(&mut page, "after the UI's actions");
 }
