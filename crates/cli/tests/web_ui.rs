@@ -997,6 +997,18 @@ fn web_ui_acts_like_the_cli() {
         "none",
         "new volume, read-only"
     );
+    // One snapshot is one snapshot.
+    page.wait_for(
+        "the list's count",
+        "document.getElementById('vl-count').textContent === '3 volumes, 1 snapshot'",
+        PAGE_TIMEOUT,
+    );
+    assert_ne!(
+        hidden(&mut page, "role-tag"),
+        "none",
+        "the header says read-only"
+    );
+    page.screenshot(&shots, "acts-4-read-only", VIEW_HEIGHT_PX);
     page.go("#/volume/pgx");
     page.wait_for(
         "pgx's page, read-only",
@@ -1019,6 +1031,15 @@ fn web_ui_acts_like_the_cli() {
         "none",
         "new host, read-only"
     );
-    page.screenshot(&shots, "acts-4-read-only", VIEW_HEIGHT_PX);
+    // An admin's header does not say read-only.
+    click(&mut page, "logout");
+    page.wait_for("the login page", "weft.page === 'login'", PAGE_TIMEOUT);
+    page.login(&srv.token());
+    page.wait_for(
+        "the list, as admin",
+        "weft.page === 'volumes' && weft.role === 'admin'",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(hidden(&mut page, "role-tag"), "none", "an admin's header");
     assert_no_page_errors(&mut page, "after the UI's actions");
 }
