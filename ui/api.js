@@ -38,6 +38,9 @@ const Api = (() => {
   function setToken(t) {
     if (t) sessionStorage.setItem(TOKEN_KEY, t);
     else sessionStorage.removeItem(TOKEN_KEY);
+    // The next answer says the new token's role.
+    window.weft.role = null;
+    delete document.body.dataset.role;
   }
 
   function headers(t) {
@@ -45,6 +48,12 @@ const Api = (() => {
   }
 
   async function check(response) {
+    // The token's role (admin, read-only): a read-only token's viewer sees no actions.
+    const role = response.headers.get('x-weft-role');
+    if (role && window.weft.role !== role) {
+      window.weft.role = role;
+      document.body.dataset.role = role;
+    }
     if (response.status === 401) {
       setToken('');
       onUnauthorized();

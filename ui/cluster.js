@@ -193,7 +193,7 @@ const ClusterPage = (() => {
       + Fmt.bytes(c.raw_bytes) + ' · ' + growth;
     Dom.fillKv(q('#cl-capacity-kv'), [
       ['usable (' + c.redundancy + ')', Fmt.bytes(c.usable_bytes) + ', ' + Fmt.bytes(c.usable_free_bytes) + ' free'],
-      ['provisioned', Fmt.bytes(c.provisioned_bytes) + ' in ' + stats.volumes + ' volumes'],
+      ['provisioned', Fmt.bytes(c.provisioned_bytes) + ' in ' + Fmt.count(stats.volumes, 'volume')],
       ['overcommit', c.overcommit === null || c.overcommit === undefined ? '–' : c.overcommit.toFixed(2) + '×'],
       ['kept for GC', Fmt.bytes(c.reserved_bytes)],
     ]);

@@ -96,7 +96,12 @@ const Fmt = (() => {
     return Math.round(parseFloat(m[1]) * 2 ** shift);
   }
 
-  return { si, bytes, micros, bound, mbps, ratio, seconds, timeOfDay, moment, tick, parseSize };
+  // 1, "snapshot" -> "1 snapshot"; 3 -> "3 snapshots".
+  function count(n, noun) {
+    return n + ' ' + noun + (n === 1 ? '' : 's');
+  }
+
+  return { si, bytes, micros, bound, mbps, ratio, seconds, timeOfDay, moment, tick, parseSize, count };
 })();
 
 const Dom = (() => {

@@ -1,7 +1,8 @@
 // The hosts page: every host with its initiators, NBD addresses and CHAP (never a secret), the
-// LUNs mapped to it, and the actions of `weft host create` and `weft volume map|unmap`: map an
-// export (volume read-write, snapshot read-only) under the lowest free LUN or a chosen one, and
-// unmap it after asking (the host's sessions lose the LUN at their next command).
+// LUNs mapped to it, and the actions of `weft host create|delete` and `weft volume map|unmap`:
+// map an export (volume read-write, snapshot read-only) under the lowest free LUN or a chosen
+// one, unmap it after asking (the host's sessions lose the LUN at their next command), and
+// delete a host after asking (the API refuses while volumes are mapped to it).
 'use strict';
 
 const HostsPage = (() => {
@@ -35,6 +36,7 @@ const HostsPage = (() => {
       body.nbd_addresses = addr ? [addr] : [];
       try {
         await Api.send('POST', '/hosts', body);
+        for (const id of ['#hs-new-name', '#hs-new-iqn', '#hs-new-nbd']) q(id).value = '';
         await load();
       } catch (e) { fail(e); }
     });
@@ -84,7 +86,11 @@ const HostsPage = (() => {
         } catch (e) { fail(e); }
       });
       return Dom.el('tr', { 'data-host': h.name },
-        Dom.el('td', { class: 'name', text: h.name }),
+        Dom.el('td', { class: 'name' }, Dom.el('span', { text: h.name + ' ' }),
+          Dom.el('button', {
+            type: 'button', class: 'danger delete-host', text: 'Delete…',
+            onclick: () => askDelete(h),
+          })),
         Dom.el('td', { text: ids.join(', ') || '–' }),
         Dom.el('td', { text: chap }),
         Dom.el('td', {}, luns, map));
@@ -94,10 +100,26 @@ const HostsPage = (() => {
       errorLine.textContent = '';
       q('#hs-confirm-text').textContent = 'Unmap ' + l.export + ' (LUN ' + l.lun + ') from host ' + host +
         '? Its sessions lose the LUN at their next command.';
+      q('#hs-confirm-yes').textContent = 'Unmap';
       confirmBox.hidden = false;
       window.weft.hosts.asking = q('#hs-confirm-text').textContent;
       pending = async () => {
         await Api.send('DELETE', '/hosts/' + encodeURIComponent(host) + '/luns/' + encodeURIComponent(l.export));
+        await load();
+      };
+    }
+
+    // As `weft host delete`: the definition and its CHAP secrets go, no data.
+    function askDelete(h) {
+      errorLine.textContent = '';
+      const luns = (h.luns || []).length;
+      q('#hs-confirm-text').textContent = 'Delete host ' + h.name + '? Its definition and CHAP secrets go, no data'
+        + (luns ? '; unmap its ' + luns + (luns === 1 ? ' LUN' : ' LUNs') + ' first.' : '.');
+      q('#hs-confirm-yes').textContent = 'Delete';
+      confirmBox.hidden = false;
+      window.weft.hosts.asking = q('#hs-confirm-text').textContent;
+      pending = async () => {
+        await Api.send('DELETE', '/hosts/' + encodeURIComponent(h.name));
         await load();
       };
     }

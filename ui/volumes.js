@@ -193,7 +193,7 @@ const VolumesPage = (() => {
       }
       Dom.setText(sparkMaxLabel, '(scale 0–' + Fmt.si(sparkMax) + ')');
       const volumes = order.filter((r) => !r.readOnly).length;
-      Dom.setText(count, volumes + ' volumes, ' + (order.length - volumes) + ' snapshots');
+      Dom.setText(count, Fmt.count(volumes, 'volume') + ', ' + Fmt.count(order.length - volumes, 'snapshot'));
       window.weft.volumes.updates += 1;
       window.weft.volumes.time_ms = data.time_ms;
     }

@@ -168,9 +168,10 @@ pub struct RunArgs {
     #[arg(long = "seed")]
     pub seed: Option<u64>,
 
-    /// Allow writes to a target that holds data: an NBD export, an iSCSI LUN or a block
-    /// device (they destroy its contents). Modes that write, and the prefill, need it; a
-    /// volume of its own (--create-volume) and a file do not.
+    /// Allow writes to a target that holds data: an NBD export, an iSCSI LUN, a block device
+    /// or a file with data in it (they destroy its contents). Modes that write, and the
+    /// prefill, need it; a volume of its own (--create-volume) and a file of holes
+    /// (`truncate -s 10G bench.img`) do not.
     #[arg(long = "allow-destructive")]
     pub allow_destructive: bool,
 

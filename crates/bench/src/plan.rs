@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::args::{parse_region, Mode, RegionBound, RunArgs};
 use crate::datagen::DataPattern;
+use crate::size::human;
 use crate::target::TargetInfo;
 use crate::BenchError;
 
@@ -170,8 +171,9 @@ impl Plan {
             }
             if size > t.block_size_max_bytes {
                 return usage(format!(
-                    "{flag} {size} is above the target's largest I/O of {} bytes",
-                    t.block_size_max_bytes
+                    "{flag} {} is above the target's largest I/O of {}",
+                    human(u64::from(size)),
+                    human(u64::from(t.block_size_max_bytes))
                 ));
             }
         }
@@ -194,8 +196,10 @@ impl Plan {
         let (start, end) = (at(a)?, at(b)?);
         if end > t.size_bytes {
             return usage(format!(
-                "region '{}' ends at byte {end}, beyond the end of the target ({} bytes)",
-                self.region_spec, t.size_bytes
+                "region '{}' ends at {}, beyond the end of the target ({})",
+                self.region_spec,
+                human(end),
+                human(t.size_bytes)
             ));
         }
         if start >= end {
@@ -223,8 +227,11 @@ impl Plan {
         });
         if len < need || len == 0 {
             return usage(format!(
-                "region '{}' of target ({} bytes) holds {len} usable bytes, less than one {need}-byte I/O",
-                self.region_spec, t.size_bytes
+                "region '{}' of the target ({}) holds {} of aligned I/O, less than one {} I/O",
+                self.region_spec,
+                human(t.size_bytes),
+                human(len),
+                human(need)
             ));
         }
         Ok(region)
@@ -234,7 +241,9 @@ impl Plan {
 fn io_size(flag: &str, bytes: u64) -> Result<u32, BenchError> {
     if bytes == 0 || bytes > IO_BYTES_MAX {
         return Err(BenchError::Usage(format!(
-            "{flag} {bytes} must be between 1 byte and {IO_BYTES_MAX} bytes"
+            "{flag} {} must be between 1 B and {}",
+            human(bytes),
+            human(IO_BYTES_MAX)
         )));
     }
     Ok(u32::try_from(bytes).expect("bounded by IO_BYTES_MAX"))

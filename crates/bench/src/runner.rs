@@ -28,6 +28,7 @@ use crate::plan::{Plan, PointSpec, Region};
 use crate::results::{
     self, ClassStats, Config, PointCpu, PointResult, Results, Sample, Tool, SCHEMA_VERSION,
 };
+use crate::size::human;
 use crate::stats::{Recorder, SeriesRecorder};
 use crate::target::{open_target, IoQueue, IoRequest, Op, Target, TargetError, TargetInfo};
 use crate::{report, unwritten, BenchError};
@@ -97,7 +98,7 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
             plan.write_pcts
         )));
     }
-    let holds_data = holds_data(a, &info);
+    let holds_data = holds_data(a, &info, target.held_data());
     if let (true, Some(what)) = (plan.writes(), &holds_data) {
         return Err(BenchError::Usage(format!(
             "the plan writes (write percentages {:?}) to {what}, which destroys what it holds: \
@@ -109,13 +110,13 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
     let region = plan.resolve_region(&info)?;
     let started_at = utc_now();
     eprintln!(
-        "weft bench: {} mode, {} points, about {:.0} s, against {uri} ({} bytes, region {}..{})",
+        "weft bench: {} mode, {} points, about {:.0} s, against {uri} ({}, region {} to {})",
         plan.mode.name(),
         plan.points.len(),
         plan.estimated().as_secs_f64(),
-        info.size_bytes,
-        region.start_bytes,
-        region.end_bytes
+        human(info.size_bytes),
+        human(region.start_bytes),
+        human(region.end_bytes)
     );
     let policy = unwritten::Policy {
         reads: plan.points.iter().any(|p| p.write_pct < 100),
@@ -208,12 +209,15 @@ pub(crate) fn run_bench(a: &RunArgs) -> Result<(), BenchError> {
 
 /// The target (`NBD export nbd://...`) when writing to it needs `--allow-destructive` and the
 /// run does not have it: NBD exports, iSCSI LUNs and block devices hold someone's data unless
-/// the bench made the volume itself (`--create-volume`); a file is the user's scratch file.
-fn holds_data(a: &RunArgs, info: &TargetInfo) -> Option<String> {
-    let what = match info.kind.as_str() {
-        "nbd" => "NBD export",
-        "iscsi" => "iSCSI LUN",
-        "block" => "block device",
+/// the bench made the volume itself (`--create-volume`); a regular file does when it has
+/// anything but holes (`held_data`: a database file, or a file an earlier run filled), and is
+/// a scratch file when it has none (`truncate -s 10G bench.img`).
+fn holds_data(a: &RunArgs, info: &TargetInfo, held_data: Option<bool>) -> Option<String> {
+    let what = match (info.kind.as_str(), held_data) {
+        ("nbd", _) => "NBD export",
+        ("iscsi", _) => "iSCSI LUN",
+        ("block", _) => "block device",
+        ("file", Some(true)) => "file",
         _ => return None,
     };
     (!a.allow_destructive && !a.target_is_scratch).then(|| format!("{what} {}", info.uri))

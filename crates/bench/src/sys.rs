@@ -1,6 +1,7 @@
 //! The few raw system calls std does not offer: a non-blocking send on a blocking socket
 //! (MSG_DONTWAIT), poll(2), page-aligned buffers for O_DIRECT, this process's CPU time
-//! (getrusage) and the clock tick of /proc. Each unsafe block is here.
+//! (getrusage), the clock tick of /proc and whether a file holds data (SEEK_DATA). Each unsafe
+//! block is here.
 
 #![allow(unsafe_code)]
 
@@ -98,6 +99,23 @@ pub(crate) fn clock_ticks_per_s() -> u64 {
     // SAFETY: sysconf takes no pointers and only reads system configuration.
     let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(100)
+}
+
+/// Whether `fd` (a regular file) has any data, not only holes: `lseek(SEEK_DATA)` from offset
+/// 0 finds some (a file made by `truncate -s` or `fallocate` on ext4 or XFS has none). Moves
+/// the file offset, which positional reads and writes do not use.
+pub(crate) fn file_has_data(fd: RawFd) -> io::Result<bool> {
+    // SAFETY: lseek takes no pointer; `fd` is an open file owned by the caller for the call.
+    let at = unsafe { libc::lseek(fd, 0, libc::SEEK_DATA) };
+    if at >= 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        // No data at or after offset 0.
+        Some(libc::ENXIO) => Ok(false),
+        _ => Err(e),
+    }
 }
 
 /// A zeroed heap buffer aligned to [`DIRECT_ALIGN_BYTES`], for O_DIRECT reads and writes.

@@ -90,6 +90,12 @@ pub(crate) trait Target: Send + Sync {
         data: DataGen,
     ) -> Result<Box<dyn IoQueue>, TargetError>;
 
+    /// Whether the target held data before the run, when only the target can tell (a
+    /// regular file: whether it has anything but holes); `None` when its kind decides.
+    fn held_data(&self) -> Option<bool> {
+        None
+    }
+
     /// A reader of which ranges are allocated, or why this target cannot tell.
     fn allocation(&self) -> Result<Allocation, TargetError> {
         Ok(Allocation::Unknown(

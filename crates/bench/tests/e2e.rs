@@ -1,9 +1,9 @@
 //! End-to-end tests of the `weft-bench` binary against nbdkit's memory plugin and a file:
 //! every mode writes JSON valid against `schema/results.schema.json`, CSV and HTML; the HTML
 //! renders its uPlot charts and ORION grids in headless Chromium; data patterns and the server's
-//! CPU are recorded; writes to an export need `--allow-destructive`; unwritten ranges are
-//! found (NBD block status), warned about and prefilled; bad targets (NBD, iSCSI, files) fail
-//! with exit code 2 and a message. iSCSI runs against a real target, and `--create-volume`,
+//! CPU are recorded; writes to an export, or to a file that holds data, need
+//! `--allow-destructive`; unwritten ranges are found (NBD block status), warned about and
+//! prefilled; bad targets (NBD, iSCSI, files) fail with exit code 2 and a message. iSCSI runs against a real target, and `--create-volume`,
 //! are `crates/cli/tests/bench_iscsi.rs` and `bench_volume.rs`.
 //!
 //! Needs nbdkit and chromium on PATH (Debian packages `nbdkit`, `chromium`).
@@ -318,9 +318,25 @@ fn every_mode_against_a_file() {
     let file = file.to_str().unwrap();
     for (mode, extra) in [
         ("simple", &["--qd", "1,2", "--large-qd", "1"][..]),
+        // A file of holes is a scratch file: no flag needed to write it...
         ("oltp", &["--qd", "2", "-w", "0,100"][..]),
-        ("dss", &["--large-qd", "2", "-w", "0,100"][..]),
-        ("matrix", &["--qd", "1", "--large-qd", "1", "-w", "40"][..]),
+        // ... but once written it holds data.
+        (
+            "dss",
+            &["--large-qd", "2", "-w", "0,100", "--allow-destructive"][..],
+        ),
+        (
+            "matrix",
+            &[
+                "--qd",
+                "1",
+                "--large-qd",
+                "1",
+                "-w",
+                "40",
+                "--allow-destructive",
+            ][..],
+        ),
     ] {
         let mut args = vec!["--mode", mode];
         args.extend_from_slice(extra);
@@ -451,6 +467,15 @@ fn report_overlays_results_and_renders_in_chromium() {
         // Charts take the page's width: two 560 px columns or one wider one at 1200 px.
         assert!(c.num("data-width") >= 500.0, "{kind} is narrow: {c:?}");
     }
+    // IOPS and MB/s over time on two axes: MB/s has its own scale, so one line does not
+    // flatten the other.
+    let time_io = charts
+        .iter()
+        .find(|c| c.attr("data-chart") == "time-io")
+        .unwrap();
+    assert_eq!(time_io.attr("data-y-axes"), "2", "{time_io:?}");
+    assert_eq!(time_io.attr("data-labels"), "IOPS|MB/s", "{time_io:?}");
+    assert_eq!(time_io.attr("data-scales"), "y|y2", "{time_io:?}");
     // Mean, p99 and p99.9 against outstanding I/Os (1, 2, 4): both runs, small random I/O.
     let lat = charts
         .iter()
@@ -689,7 +714,12 @@ fn region_outside_the_device_is_a_clear_error() {
     let nbd = Nbdkit::start(&[], "16M");
     let uri = nbd.uri();
     expect_usage_error(&[&uri, "--region", "0-200%"], "outside the device");
-    expect_usage_error(&[&uri, "--region", "1g-2g"], "beyond the end of the target");
+    // Sizes in binary units, never byte counts.
+    expect_usage_error(
+        &[&uri, "--region", "1g-2g"],
+        "ends at 2.0 GiB, beyond the end of the target (16.0 MiB)",
+    );
+    expect_usage_error(&[&uri, "--large", "128m"], "between 1 B and 64.0 MiB");
     expect_usage_error(&[&uri, "--region", "60%-40%"], "is empty");
     let dir = tempfile::tempdir().unwrap();
     let file = temp_file(dir.path(), 1 << 20);
@@ -740,6 +770,78 @@ fn writes_to_an_nbd_export_need_allow_destructive() {
         "{}",
         v["unwritten"]
     );
+}
+
+/// A regular file with data in it may be a database file: writes need the flag, as on an
+/// export. A file of holes (`truncate -s`) is a scratch file and needs none.
+#[test]
+fn writes_to_a_file_that_holds_data_need_allow_destructive() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = temp_file(dir.path(), 16 << 20);
+    let path = file.to_str().unwrap();
+    let data = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    data.write_all_at(&[0x5a; 1 << 20], 4 << 20).unwrap();
+    data.sync_all().unwrap();
+    let before = std::fs::read(&file).unwrap();
+    for plan in [&["--mode", "oltp"][..], &["-w", "10"]] {
+        let mut args = vec![path, "--no-progress"];
+        args.extend_from_slice(plan);
+        expect_usage_error(
+            &args,
+            &format!("to file {path}, which destroys what it holds"),
+        );
+        expect_usage_error(&args, "pass --allow-destructive");
+    }
+    assert!(
+        std::fs::read(&file).unwrap() == before,
+        "the refused runs wrote"
+    );
+    // What it measures is said in binary units.
+    let units = dir.path().join("units");
+    let mut args = vec![path, "-o", units.to_str().unwrap()];
+    args.extend_from_slice(QUICK);
+    args.extend_from_slice(&["--qd", "1", "--large-qd", "1"]);
+    let out = bench(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "against {path} (16.0 MiB, region 0 B to 16.0 MiB)"
+        )),
+        "{stderr}"
+    );
+    // Reading it needs nothing; writing it, the flag.
+    run_ok(
+        path,
+        &dir.path().join("reads"),
+        &["--qd", "1", "--large-qd", "1"],
+    );
+    let v = run_ok(
+        path,
+        &dir.path().join("writes"),
+        &[
+            "--mode",
+            "oltp",
+            "--qd",
+            "1",
+            "-w",
+            "100",
+            "--allow-destructive",
+        ],
+    );
+    assert_every_point_did_io(&v);
+    // A new file of holes takes writes without it.
+    let scratch = dir.path().join("scratch.img");
+    std::fs::File::create(&scratch)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let v = run_ok(
+        scratch.to_str().unwrap(),
+        &dir.path().join("scratch"),
+        &["--mode", "oltp", "--qd", "1", "-w", "100"],
+    );
+    assert_every_point_did_io(&v);
 }
 
 #[test]

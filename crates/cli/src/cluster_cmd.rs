@@ -375,7 +375,7 @@ fn node_line(n: &Value) -> String {
         n["addr"].as_str().unwrap_or(""),
         n["zone"].as_str().unwrap_or(""),
         human(n["used_bytes"].as_u64().unwrap_or(0)),
-        human(n["capacity_bytes"].as_u64().unwrap_or(0)),
+        n["capacity_bytes"].as_u64().map_or("-".into(), human),
         n["pg_positions"].as_u64().unwrap_or(0),
     )
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::client::{seg, ApiClient};
 use crate::exit_code::Failure;
-use crate::print::{date, human};
+use crate::print::{date, human, plural};
 
 /// Go on when `yes`, or when a person on the terminal answers yes to `question()` (which
 /// may ask the API for the facts it shows; its errors, such as a 404, end the command).
@@ -234,14 +234,6 @@ fn list(v: &Value) -> Vec<&str> {
         .collect()
 }
 
-fn plural(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,12 +287,5 @@ mod tests {
              2026-11-24T06:50:54Z, iscsi iqn.x:db1 from 10.0.0.5:4000 (host db1) on pgdata@mon \
              since 2026-11-24T06:50:55Z."
         );
-    }
-
-    #[test]
-    fn plurals() {
-        assert_eq!(plural(0, "snapshot"), "0 snapshots");
-        assert_eq!(plural(1, "snapshot"), "1 snapshot");
-        assert_eq!(plural(3, "clone"), "3 clones");
     }
 }

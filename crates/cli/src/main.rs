@@ -12,6 +12,7 @@ mod exit_code;
 mod generate;
 mod host_cmd;
 mod logging;
+mod pipe_exit;
 mod print;
 mod schedule_cmd;
 mod size;
@@ -34,7 +35,7 @@ use crate::size::parse_size;
 #[command(
     name = "weft",
     version,
-    about = "weft: block storage for databases, served over NBD",
+    about = "weft: block storage for databases, served over NBD and iSCSI",
     after_help = exit_code::HELP_TABLE
 )]
 struct Cli {
@@ -69,7 +70,7 @@ struct GlobalArgs {
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once per run: its size costs nothing
 enum Command {
-    /// Run the single-process datastore (c.node + local d.node) and serve volumes over NBD.
+    /// Run the single-process datastore (c.node + local d.node) and serve volumes over NBD and iSCSI.
     Serve(ServeArgs),
     /// Run a c.node of a cluster (--cluster): NBD, iSCSI and the API over the d.nodes
     /// registered in etcd; or list and drain c.nodes through the API.
@@ -101,6 +102,7 @@ enum Command {
     Stats,
     /// Per-volume IOPS, MB/s and latency, refreshed every second (like iostat); with
     /// --json, one sample of the per-volume statistics.
+    #[command(after_help = top::COLUMNS_HELP)]
     Top(top::TopArgs),
     /// Wait until every acknowledged write is destaged into sealed segments.
     Sync,
@@ -409,7 +411,10 @@ fn main() -> ExitCode {
         Command::Bench(args) => {
             return ExitCode::from(clamp_exit(weft_bench::main_exit_code(args)))
         }
-        Command::Completions(args) => generate::completions(&args),
+        Command::Completions(args) => {
+            pipe_exit::end_on_closed_stdout();
+            generate::completions(&args)
+        }
         Command::Man(args) => generate::man(&args),
         command => client_command(&cli.global, command),
     };
@@ -424,6 +429,7 @@ fn main() -> ExitCode {
 
 /// The commands that talk to the management API.
 fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
+    pipe_exit::end_on_closed_stdout();
     let json = global.json;
     if let Command::Dnode(cluster_cmd::DnodeCommand { action: None, .. }) = command {
         return Err(exit_code::Failure::Usage(

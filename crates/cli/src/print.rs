@@ -135,7 +135,7 @@ pub fn volume_table(list: &Value) {
         .into_iter()
         .flatten()
         .map(|v| {
-            let mut row = vec![text(&v["name"]), size(&v["size_bytes"]), text(&v["origin"])];
+            let mut row = vec![text(&v["name"]), size(&v["size_bytes"]), origin_cell(v)];
             row.extend(space_cells(&v["space"]));
             row.push(host_names(&v["hosts"]));
             row.push(text(&v["nbd_uri"]));
@@ -197,7 +197,12 @@ pub fn session_table(name: &str, list: &Value) {
             vec![
                 text(&s["protocol"]),
                 text(&s["client"]),
-                text(&s["address"]),
+                // An NBD client is its address: said once.
+                if s["address"] == s["client"] {
+                    "-".into()
+                } else {
+                    text(&s["address"])
+                },
                 text(&s["host"]),
                 text(&s["export"]),
                 text(&s["since"]),
@@ -323,14 +328,30 @@ fn served_by(v: &Value) {
     field("partner", partner);
 }
 
+/// The ORIGIN cell of `volume ls`: `pgdata@mon (rollback)` for the volume's own snapshot,
+/// the snapshot alone for a clone or a refresh (its own snapshot is not where it came from).
+fn origin_cell(v: &Value) -> String {
+    if rolled_back(v) {
+        format!("{} (rollback)", text(&v["origin"]))
+    } else {
+        text(&v["origin"])
+    }
+}
+
+/// Its origin is one of its own snapshots: it was rolled back to it.
+fn rolled_back(v: &Value) -> bool {
+    match (v["origin"].as_str(), v["name"].as_str()) {
+        (Some(o), Some(name)) => o.strip_prefix(name).is_some_and(|r| r.starts_with('@')),
+        _ => false,
+    }
+}
+
 /// A volume's origin and what made it: its own snapshot after a rollback, another volume's
 /// for a clone or after a refresh.
 fn origin(v: &Value) -> String {
     match (v["origin"].as_str(), v["name"].as_str()) {
         (None, _) => "-".into(),
-        (Some(o), Some(name)) if o.strip_prefix(name).is_some_and(|r| r.starts_with('@')) => {
-            format!("{o} (rolled back to it)")
-        }
+        (Some(o), _) if rolled_back(v) => format!("{o} (rolled back to it)"),
         (Some(o), _) => format!("{o} (a clone of it, or refreshed to it)"),
     }
 }
@@ -411,63 +432,101 @@ fn gc_amplification(chunk_written: u64, gc_moved: u64) -> Value {
     Value::from(chunk_written as f64 / new_data as f64)
 }
 
-/// `weft stats` for a person.
-pub fn stats(v: &Value) {
+/// A count from the API, 0 when absent.
+pub fn count_of(v: &Value) -> usize {
+    v.as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+/// `1 snapshot`, `0 snapshots`, `3 clones`.
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// `weft stats` for a person; `capacity` is the capacity report (`GET /capacity`) when the
+/// server has one, for the space line.
+pub fn stats(v: &Value, capacity: Option<&Value>) {
     let r = &v["reduction"];
-    println!(
-        "logical           {}",
-        human(r["logical_bytes"].as_u64().unwrap_or(0))
+    let line = |label: &str, value: String| println!("{label:<18}{value}");
+    line("logical", human(r["logical_bytes"].as_u64().unwrap_or(0)));
+    line("stored", human(r["stored_bytes"].as_u64().unwrap_or(0)));
+    line("reduction ratio", ratio(&r["ratio"]));
+    line("  zero", human(r["zero_bytes"].as_u64().unwrap_or(0)));
+    line(
+        "  dedup saved",
+        human(r["dedup_saved_bytes"].as_u64().unwrap_or(0)),
     );
-    println!(
-        "stored            {}",
-        human(r["stored_bytes"].as_u64().unwrap_or(0))
+    line(
+        "  compress saved",
+        human(r["compression_saved_bytes"].as_u64().unwrap_or(0)),
     );
-    println!("reduction ratio   {}", ratio(&r["ratio"]));
-    println!(
-        "  zero            {}",
-        human(r["zero_bytes"].as_u64().unwrap_or(0))
-    );
-    println!(
-        "  dedup saved     {}",
-        human(r["dedup_saved_bytes"].as_u64().unwrap_or(0))
-    );
-    println!(
-        "  compress saved  {}",
-        human(r["compression_saved_bytes"].as_u64().unwrap_or(0))
-    );
-    println!(
-        "used / capacity   {} / {}",
-        human(v["used_bytes"].as_u64().unwrap_or(0)),
-        v["capacity_bytes"]
-            .as_u64()
-            .map_or("unlimited".into(), human)
-    );
+    line("space", space_line(v, capacity));
     let host = v["host_written_bytes"].as_u64().unwrap_or(0);
     let chunk = v["chunk_written_bytes"].as_u64().unwrap_or(0);
     let gc = &v["gc"];
     let moved = gc["bytes_moved"].as_u64().unwrap_or(0);
-    println!(
-        "disk per host    {} ({} written to chunks for {} from hosts; reduction makes it \
-         less than 1, GC and parity more)",
-        ratio(&v["write_amplification"]),
-        human(chunk),
-        human(host)
+    line(
+        "disk per host",
+        format!(
+            "{} ({} written to chunks for {} from hosts; reduction makes it less than 1, GC \
+             and parity more)",
+            ratio(&v["write_amplification"]),
+            human(chunk),
+            human(host)
+        ),
     );
-    println!(
-        "GC amplification {} (chunk bytes per byte of new data; 1.00x: GC moved nothing)",
-        ratio(&gc_amplification(chunk, moved))
+    line(
+        "GC amplification",
+        format!(
+            "{} (chunk bytes per byte of new data; 1.00x: GC moved nothing)",
+            ratio(&gc_amplification(chunk, moved))
+        ),
     );
-    println!(
-        "gc               {} runs, {} segments reclaimed, {} moved, {} freed",
-        gc["runs"].as_u64().unwrap_or(0),
-        gc["segments_reclaimed"].as_u64().unwrap_or(0),
-        human(moved),
-        human(gc["bytes_reclaimed"].as_u64().unwrap_or(0))
+    line(
+        "gc",
+        format!(
+            "{}, {} reclaimed, {} moved, {} freed",
+            plural(count_of(&gc["runs"]), "run"),
+            plural(count_of(&gc["segments_reclaimed"]), "segment"),
+            human(moved),
+            human(gc["bytes_reclaimed"].as_u64().unwrap_or(0))
+        ),
     );
-    println!(
-        "write buffer      {}",
-        human(v["buffer_bytes"].as_u64().unwrap_or(0))
+    line(
+        "write buffer",
+        human(v["buffer_bytes"].as_u64().unwrap_or(0)),
     );
+}
+
+/// `16.0 MiB used, 49.4 GiB free of 49.9 GiB weft can fill (weft status: the file
+/// systems)`: the capacity report's figures, the ones `weft status` prints, and the
+/// `--capacity` limit when there is one. Without a report (an older server), the engine's.
+fn space_line(v: &Value, capacity: Option<&Value>) -> String {
+    let limit = v["capacity_bytes"]
+        .as_u64()
+        .map_or(String::new(), |l| format!(", --capacity {}", human(l)));
+    match capacity {
+        Some(c) if c["raw_bytes"].is_u64() => format!(
+            "{} used, {} free of {} weft can fill{limit} (weft status: the file systems)",
+            human(c["used_bytes"].as_u64().unwrap_or(0)),
+            human(c["free_bytes"].as_u64().unwrap_or(0)),
+            human(c["raw_bytes"].as_u64().unwrap_or(0)),
+        ),
+        _ => format!(
+            "{} used{}",
+            human(v["used_bytes"].as_u64().unwrap_or(0)),
+            if limit.is_empty() {
+                ", no --capacity limit (weft status: the file systems' free space)".into()
+            } else {
+                limit
+            }
+        ),
+    }
 }
 
 /// `nbd 127.0.0.1:53010 since 2026-11-24T06:50:54Z`, `iscsi iqn.x:db1 from 10.0.0.5:40312
@@ -493,7 +552,7 @@ pub fn session_text(s: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{date, gc_amplification, human, ratio};
+    use super::{date, gc_amplification, human, plural, ratio};
     use serde_json::{json, Value};
 
     #[test]
@@ -509,6 +568,13 @@ mod tests {
         assert_eq!(ratio(&json!(3.214_999)), "3.21x");
         assert_eq!(ratio(&json!(1)), "1.00x");
         assert_eq!(ratio(&json!(null)), "-");
+    }
+
+    #[test]
+    fn plurals() {
+        assert_eq!(plural(0, "snapshot"), "0 snapshots");
+        assert_eq!(plural(1, "snapshot"), "1 snapshot");
+        assert_eq!(plural(3, "clone"), "3 clones");
     }
 
     #[test]

@@ -9,6 +9,21 @@ use clap::{Args, ValueEnum};
 use weft_server::api::stats::{VolumeRate, VolumesStats};
 
 use crate::client::ApiClient;
+use crate::print::plural;
+
+/// What the columns mean, under `weft top --help` (on a terminal the header's legend is cut
+/// to its width).
+pub const COLUMNS_HELP: &str = "\
+Columns:
+  r/s, w/s        reads and writes per second, over the last second
+  rMB/s, wMB/s    megabytes (10^6) read and written per second
+  r_p50 ... w_p99 latency percentiles, weft's own: from the request's arrival to its reply,
+                  without the network or the client's queue (fio reports more)
+  QD              reads and writes in flight in weft, on average over the second
+  await           QD / IOPS: the mean time a request spends in weft, as iostat's await
+  %util           of the second, the time the volume had a request in flight
+  IOPS/GB         IOPS per GB (10^9 bytes) of provisioned size (IO intensity, for tiering)
+  SIZE            provisioned size, in binary units (10.0G is 10 GiB)";
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
@@ -46,12 +61,12 @@ pub fn top(client: &ApiClient, args: TopArgs) -> anyhow::Result<()> {
     loop {
         let stats: VolumesStats =
             serde_json::from_value(client.call("GET", "/stats/volumes", None)?)?;
-        let height = if terminal {
-            terminal_rows()
+        let (height, width) = if terminal {
+            terminal_size()
         } else {
-            usize::MAX
+            (usize::MAX, usize::MAX)
         };
-        let screen = render(&stats, &args, height);
+        let screen = cut_to_width(&render(&stats, &args, height), width);
         let mut out = std::io::stdout().lock();
         if terminal {
             // Home, clear to the end: redraw in place.
@@ -86,14 +101,14 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         .to_possible_value()
         .map_or_else(|| format!("{:?}", args.sort), |v| v.get_name().to_string());
     let mut s = format!(
-        "weft top  {}  {} volumes, {} snapshots, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by \
+        "weft top  {}  {}, {}, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by \
          {sorted_by}; latency is weft's own, request to reply, without network or client queue; \
          QD: reads and writes in flight in weft, on average; await: QD / IOPS, the mean time \
          a request spends in weft, as iostat's; %util: of the second, the time with a request \
          in flight)\n",
         clock(stats.time_ms),
-        stats.volumes.len() - snapshots,
-        snapshots,
+        plural(stats.volumes.len() - snapshots, "volume"),
+        plural(snapshots, "snapshot"),
         stats.volumes.iter().filter(|v| iops(v) > 0.0).count(),
         total_iops,
         total_mbps,
@@ -216,18 +231,32 @@ fn clock(unix_ms: u64) -> String {
     format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// The terminal's height from `LINES` or the tty, else 24.
-fn terminal_rows() -> usize {
-    if let Some(lines) = std::env::var("LINES").ok().and_then(|l| l.parse().ok()) {
-        return lines;
-    }
+/// Each line cut to `width` characters, as top(1) does: a line that wrapped would push the
+/// header off a screen cut to its height (the header's legend runs past any terminal).
+fn cut_to_width(screen: &str, width: usize) -> String {
+    screen
+        .lines()
+        .map(|l| l.chars().take(width).collect::<String>() + "\n")
+        .collect()
+}
+
+/// The terminal's height and width from `LINES` and `COLUMNS` or the tty, else 24 x 80.
+fn terminal_size() -> (usize, usize) {
+    let env = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+    };
     // SAFETY: TIOCGWINSZ fills a winsize struct we own; stdout is a terminal here.
     #[allow(unsafe_code)]
-    let rows = unsafe {
+    let tty = unsafe {
         let mut size: libc::winsize = std::mem::zeroed();
-        (libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) == 0).then_some(size.ws_row)
+        (libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) == 0)
+            .then_some((size.ws_row, size.ws_col))
     };
-    rows.filter(|r| *r > 3).map_or(24, usize::from)
+    let rows = env("LINES").or_else(|| tty.map(|(r, _)| usize::from(r)).filter(|r| *r > 3));
+    let cols = env("COLUMNS").or_else(|| tty.map(|(_, c)| usize::from(c)).filter(|c| *c > 0));
+    (rows.unwrap_or(24), cols.unwrap_or(80))
 }
 
 #[cfg(test)]
@@ -287,7 +316,7 @@ mod tests {
         assert!(lines[0].contains("01:02:03 UTC"), "{text}");
         // Snapshots are not counted as volumes; the sort key is named as the flag takes it;
         // the latency is said to be the server's.
-        assert!(lines[0].contains(" 2 volumes, 1 snapshots, "), "{text}");
+        assert!(lines[0].contains(" 2 volumes, 1 snapshot, "), "{text}");
         assert!(
             lines[0].contains("(sorted by iops; latency is weft's own"),
             "{text}"
@@ -315,6 +344,13 @@ mod tests {
                 .count(),
             3
         );
+    }
+
+    #[test]
+    fn lines_are_cut_to_the_terminal_width() {
+        assert_eq!(cut_to_width("abcdef\nab\n", 4), "abcd\nab\n");
+        assert_eq!(cut_to_width("µsµs\n", 3), "µsµ\n");
+        assert_eq!(cut_to_width("x\n", usize::MAX), "x\n");
     }
 
     #[test]

@@ -279,7 +279,11 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
         }
         Request::Stats => {
             let v = client.call("GET", "/stats", None)?;
-            show(json, &v, print::stats)?;
+            // Optional: a server from before the capacity report answers 404.
+            let capacity = (!json)
+                .then(|| client.call("GET", "/capacity", None).ok())
+                .flatten();
+            show(json, &v, |v| print::stats(v, capacity.as_ref()))?;
         }
         Request::Sync => {
             let v = client.call("POST", "/sync", None)?;
@@ -289,8 +293,8 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
             let v = client.call("POST", "/gc", None)?;
             show(json, &v, |v| {
                 println!(
-                    "gc: {} segments reclaimed, {} moved, {} freed",
-                    v["segments_reclaimed"],
+                    "gc: {} reclaimed, {} moved, {} freed",
+                    print::plural(print::count_of(&v["segments_reclaimed"]), "segment"),
                     human(v["bytes_moved"].as_u64().unwrap_or(0)),
                     human(v["bytes_reclaimed"].as_u64().unwrap_or(0))
                 );

@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -19,26 +18,6 @@ const GIB: u64 = 1 << 30;
 /// The data dir's file system is shared with the rest of the machine: its free space may
 /// move between our `df` and the server's statvfs.
 const FREE_SLACK_BYTES: u64 = 256 * MIB;
-
-/// `df -B1 --output=size,avail PATH`: (size, available to a writer without root).
-fn df(path: &std::path::Path) -> (u64, u64) {
-    let out = run(
-        Command::new(require_tool("df"))
-            .args(["-B1", "--output=size,avail"])
-            .arg(path),
-        Duration::from_secs(30),
-    )
-    .ok();
-    let line = out
-        .stdout
-        .lines()
-        .nth(1)
-        .expect("df prints a header and a line");
-    let mut fields = line
-        .split_whitespace()
-        .map(|f| f.parse::<u64>().expect("a number"));
-    (fields.next().expect("size"), fields.next().expect("avail"))
-}
 
 fn capacity(srv: &Server) -> Value {
     let status = srv.cli_json(&["status", "--json"]);

@@ -284,6 +284,17 @@ fn size_refusals_speak_binary_units_not_byte_counts() {
         "{}",
         big.all()
     );
+    // E and EiB are taken as they are printed.
+    for size in ["1E", "1EiB"] {
+        let huge = srv.cli(&["volume", "create", "huge", "--size", size]);
+        assert_eq!(exit_code(&huge), Some(2), "{}", huge.all());
+        assert!(
+            huge.stderr
+                .contains("1 EiB: a volume is a non-zero multiple"),
+            "{}",
+            huge.all()
+        );
+    }
     srv.cli_ok(&["volume", "create", "pg", "--size", "16M"]);
     let shrink = srv.cli(&["volume", "resize", "pg", "--size", "8M"]);
     assert_eq!(exit_code(&shrink), Some(2), "{}", shrink.all());

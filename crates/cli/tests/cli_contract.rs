@@ -233,8 +233,31 @@ fn every_client_command_prints_json() {
         );
     }
     assert!(
-        human.contains(" runs, ") && human.contains(" segments reclaimed, "),
+        human.contains(" run") && human.contains(" reclaimed, ") && human.contains(" freed"),
         "{human}"
+    );
+    // The space line says what `weft status` says, never "unlimited" beside a file system.
+    let space = human
+        .lines()
+        .find(|l| l.starts_with("space "))
+        .unwrap_or("");
+    assert!(
+        space.contains(" used, ") && space.contains(" weft can fill"),
+        "{human}"
+    );
+    assert!(!human.contains("unlimited"), "{human}");
+    // The local d.node of cluster status has the size of its file system, not 0 B.
+    let status = srv.cli_ok(&["cluster", "status"]);
+    let local = status
+        .lines()
+        .find(|l| l.trim_start().starts_with("local "))
+        .unwrap_or_else(|| panic!("no local d.node line:\n{status}"));
+    assert!(!local.contains("/ 0 B"), "{status}");
+    let cluster = j(&["cluster", "status"]);
+    let (fs_size, _) = df(&srv.data_dir);
+    assert_eq!(
+        cluster["nodes"][0]["capacity_bytes"], fs_size,
+        "the local store's file system: {cluster}"
     );
     let top = j(&["top"]);
     assert!(top.is_object() || top.is_array(), "top --json: {top}");
@@ -448,6 +471,13 @@ fn destructive_commands_ask_on_a_terminal_with_the_facts() {
     );
     assert!(text.contains("Z)?"), "the time says its zone: {text}");
     assert_eq!(code, Some(0), "{text}");
+    // Rolled back, not cloned: the list says so beside the origin.
+    let ls = srv.cli_ok(&["volume", "ls"]);
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("pgdata ") && l.contains(" pgdata@mon (rollback) ")),
+        "{ls}"
+    );
 
     let args = ["volume", "delete", "pgdata", "--with-snapshots"];
     let (code, text) = on_terminal(&srv, &args, "y\n").expect("script");
@@ -462,6 +492,44 @@ fn destructive_commands_ask_on_a_terminal_with_the_facts() {
         names(&srv.cli_json(&["volume", "list", "--json"])),
         ["vol0"]
     );
+}
+
+/// `weft volume info pg | head -1`: the reader goes away; weft ends on SIGPIPE as any filter
+/// does, without the panic and backtrace it printed before.
+#[test]
+fn a_closed_pipe_ends_a_listing_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let srv = Server::start_with("contract-pipe", ServeOpts::default().volume_size("64M"));
+    if srv.skip_without_api("a_closed_pipe_ends_a_listing_quietly") {
+        return;
+    }
+    for args in [
+        &["volume", "info", "vol0"][..],
+        &["volume", "ls"],
+        &["stats"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = Command::new(weft_bin())
+            .arg("--data-dir")
+            .arg(&srv.data_dir)
+            .args(args)
+            .env_remove("WEFT_API")
+            .env_remove("WEFT_TOKEN")
+            .env_remove("WEFT_DATA_DIR")
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run weft");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.signal(),
+            Some(13),
+            "weft {args:?} did not end on SIGPIPE: {:?}\n{stderr}",
+            out.status
+        );
+        assert!(!stderr.contains("panicked"), "weft {args:?}: {stderr}");
+    }
 }
 
 #[test]

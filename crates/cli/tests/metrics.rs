@@ -2,7 +2,8 @@
 //! writes and reads while `/metrics` is scraped and checked by `promtool check metrics`; after
 //! fio ends, weft's counters must match fio's own I/O counts (within 2%). qemu-io writes over
 //! iSCSI show up under `protocol="iscsi"`. The stats API and its server-sent events stream
-//! show the same load; everything but `/metrics` needs the token.
+//! show the same load; everything but `/metrics` needs the token. The latency buckets are at
+//! most 2x apart.
 //!
 //! Needs fio, promtool (Debian `prometheus`), qemu-io with the iSCSI driver.
 
@@ -53,6 +54,28 @@ fn samples(text: &str) -> HashMap<String, f64> {
             Some((name.to_string(), value.parse().ok()?))
         })
         .collect()
+}
+
+/// The latency histogram's bucket bounds for vol0's NBD writes are at most 2x apart (4x was
+/// too coarse for an NVMe p99) and reach below 20 µs.
+fn buckets_at_most_2x_apart(text: &str) {
+    let bounds: Vec<f64> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("weft_volume_io_latency_seconds_bucket{")
+                && l.contains("volume=\"vol0\",protocol=\"nbd\",op=\"write\"")
+        })
+        .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next()?.parse().ok())
+        .filter(|b: &f64| b.is_finite())
+        .collect();
+    assert!(bounds.len() >= 10, "vol0's write buckets: {bounds:?}");
+    assert!(bounds[0] <= 20e-6, "the first bound: {bounds:?}");
+    for w in bounds.windows(2) {
+        assert!(
+            w[0] < w[1] && w[1] <= 2.0 * w[0] * (1.0 + 1e-9),
+            "bounds more than 2x apart: {bounds:?}"
+        );
+    }
 }
 
 fn io_metric(all: &HashMap<String, f64>, metric: &str, protocol: &str, op: &str) -> f64 {
@@ -239,6 +262,7 @@ fn metrics_match_what_fio_and_qemu_did() {
         io_metric(&all, "volume_io_requests_total", "nbd", "write"),
         "every write is in the latency histogram"
     );
+    buckets_at_most_2x_apart(&text);
     assert!(
         io_metric(&all, "volume_io_bytes_total", "iscsi", "write") >= 2.0 * 65536.0,
         "iSCSI writes are counted apart: {:?}",

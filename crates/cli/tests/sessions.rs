@@ -166,6 +166,13 @@ fn a_busy_volume_lists_its_clients_and_is_refused_until_forced() {
     ] {
         assert!(table.contains(word), "the table lacks {word:?}:\n{table}");
     }
+    // An NBD client is its address: the row says it once.
+    let nbd_row = table
+        .lines()
+        .find(|l| l.starts_with("nbd "))
+        .unwrap_or_else(|| panic!("no nbd row:\n{table}"));
+    let address = nbd_row.split_whitespace().nth(1).unwrap();
+    assert_eq!(nbd_row.matches(address).count(), 1, "{table}");
     let human = srv.cli_ok(&["volume", "info", "busy"]);
     assert!(human.contains("sessions     2 clients"), "{human}");
     assert!(

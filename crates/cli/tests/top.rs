@@ -91,6 +91,12 @@ fn top_in_a_terminal_shows_the_busy_volume_first() {
     );
     let last = text.rsplit("\x1b[H\x1b[2J").next().unwrap();
     let lines: Vec<&str> = last.lines().collect();
+    // Cut to the terminal's 132 columns, as top(1) does: a wrapped header would push the
+    // screen past its height.
+    assert!(
+        lines.iter().all(|l| l.chars().count() <= 132),
+        "a line wider than the terminal: {last}"
+    );
     assert!(lines[0].starts_with("weft top"), "{last}");
     assert!(lines[0].contains("UTC"), "times carry their zone: {last}");
     assert!(
@@ -115,6 +121,19 @@ fn top_in_a_terminal_shows_the_busy_volume_first() {
         row(last, "idle").is_none(),
         "idle volumes are hidden: {last}"
     );
+
+    // Its help says what each column means (the screen's legend is cut to the terminal).
+    let help = srv.cli_ok(&["top", "--help"]);
+    for column in [
+        "r_p50 ... w_p99",
+        "weft's own",
+        "QD ",
+        "iostat's await",
+        "%util",
+        "IOPS/GB",
+    ] {
+        assert!(help.contains(column), "{column:?} not explained: {help}");
+    }
 
     // Off a terminal: plain blocks, idle volumes with --all.
     let out = srv.cli(&["top", "--count", "2", "--interval", "200ms", "--all"]);

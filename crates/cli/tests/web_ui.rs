@@ -3,10 +3,12 @@
 //! list, the volume page's live charts and heat map moving while fio writes, the list sorted
 //! by IOPS with the busy volume first, the cluster page (with the capacity of the file
 //! systems), and 500 volumes listed and sorted; and the UI acting as the CLI does, with its
-//! confirmations (resize, rename, rollback, refresh, hosts page map/unmap, clients listed).
+//! confirmations (resize, rename, rollback, refresh, hosts page create/delete and map/unmap,
+//! clients listed).
 //!
 //! Screenshots of each page go to `$CARGO_TARGET_TMPDIR/web-ui-screenshots/` (the path is
-//! printed). The page exposes its data for tests as `window.weft` (see ui/app.js).
+//! printed), each checked to be a PNG of the viewport's size with something drawn on it. The
+//! page exposes its data for tests as `window.weft` (see ui/app.js).
 
 mod common;
 
@@ -35,6 +37,9 @@ const FIO_RUNTIME_S: u32 = 15;
 const VOLUMES_MANY: usize = 500;
 /// A sort of 500 rows: a functional bound, not a benchmark.
 const SORT_TIMEOUT_MS: f64 = 5000.0;
+/// A screenshot with something drawn on it is larger: a blank 1400 x 1600 page compresses to
+/// under 10 KiB, the emptiest page here (the login) is about 20 KiB.
+const SCREENSHOT_BYTES_MIN: usize = 12 << 10;
 /// The viewport of the screenshots.
 const VIEW_WIDTH_PX: u32 = 1400;
 const VIEW_HEIGHT_PX: u32 = 1000;
@@ -252,6 +257,19 @@ impl Page {
             .decode(shot["data"].as_str().expect("screenshot data"))
             .expect("screenshot is base64");
         assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
+        // The page drew: the viewport's size (IHDR) and more than an empty page compresses to.
+        assert_eq!(&png[12..16], b"IHDR", "{name}: no IHDR first");
+        let dim = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+        assert_eq!(
+            (dim(16), dim(20)),
+            (VIEW_WIDTH_PX, height_px),
+            "{name}: size"
+        );
+        assert!(
+            png.len() >= SCREENSHOT_BYTES_MIN,
+            "{name}: {} bytes, a blank page?",
+            png.len()
+        );
         let path = dir.join(format!("{name}.png"));
         fs::write(&path, png).unwrap();
         eprintln!("screenshot {}", path.display());
@@ -707,7 +725,8 @@ fn set_value(page: &mut Page, id: &str, value: &str) {
 }
 
 /// The UI does what the CLI does, asking what the CLI asks: the list's space, reduction and
-/// hosts columns and its sparklines on one labelled scale; the hosts page maps and unmaps; a
+/// hosts columns and its sparklines on one labelled scale; the hosts page creates and deletes
+/// a host, maps and unmaps; a
 /// volume's page lists its clients, resizes, rolls back (naming the client it cuts off),
 /// refreshes a clone and renames; read and write latency on charts of their own; every time in
 /// UTC.
@@ -793,6 +812,40 @@ fn web_ui_acts_like_the_cli() {
         "weft.page === 'hosts' && weft.hosts.names().includes('db1')",
         PAGE_TIMEOUT,
     );
+    // A host made on the page, as `weft host create db2 --iqn ...` makes it.
+    set_value(&mut page, "hs-new-name", "db2");
+    set_value(&mut page, "hs-new-iqn", "iqn.1994-05.com.redhat:db2");
+    set_value(&mut page, "hs-new-nbd", "10.1.1.2");
+    click(&mut page, "hs-new");
+    page.wait_for(
+        "db2 on the hosts page",
+        "weft.hosts.names().includes('db2')",
+        PAGE_TIMEOUT,
+    );
+    let db2 = srv.api_json("GET", "/api/v1/hosts/db2", None);
+    assert_eq!(db2["iqns"], json!(["iqn.1994-05.com.redhat:db2"]), "{db2}");
+    assert_eq!(db2["nbd_addresses"], json!(["10.1.1.2/32"]), "{db2}");
+    assert_eq!(
+        page.eval("document.getElementById('hs-new-name').value"),
+        "",
+        "the form is cleared for the next host"
+    );
+    // ... and deleted there after the page asked.
+    page.eval(
+        "document.querySelector('#hs-table tr[data-host=\"db2\"] button.delete-host').click()",
+    );
+    assert_eq!(
+        page.eval("weft.hosts.asking"),
+        "Delete host db2? Its definition and CHAP secrets go, no data."
+    );
+    click(&mut page, "hs-confirm-yes");
+    page.wait_for(
+        "db2 gone from the hosts page",
+        "!weft.hosts.names().includes('db2')",
+        PAGE_TIMEOUT,
+    );
+    let (status, _) = srv.api("GET", "/api/v1/hosts/db2", None);
+    assert_eq!(status, 404, "db2 was not deleted");
     page.eval(
         "const tr = document.querySelector('#hs-table tr[data-host=\"db1\"]'); \
          tr.querySelector('select.map-export').value = 'pg'; \
@@ -922,5 +975,71 @@ fn web_ui_acts_like_the_cli() {
     );
     let v = srv.api_json("GET", "/api/v1/volumes/pgx", None);
     assert_eq!(v["snapshots"], json!(["pgx@mon"]), "{v}");
+
+    // A viewer with the read-only token sees the same pages without their actions.
+    click(&mut page, "logout");
+    page.wait_for("the login page", "weft.page === 'login'", PAGE_TIMEOUT);
+    let read_only = fs::read_to_string(srv.data_dir.join("api-token-read-only")).unwrap();
+    page.login(read_only.trim());
+    page.wait_for(
+        "the list, read-only",
+        "weft.page === 'volumes' && weft.role === 'read-only' && weft.volumes.catalogReads > 0",
+        PAGE_TIMEOUT,
+    );
+    let hidden = |page: &mut Page, id: &str| {
+        page.eval(&format!(
+            "getComputedStyle(document.getElementById({})).display",
+            json!(id)
+        ))
+    };
+    assert_eq!(
+        hidden(&mut page, "vl-create"),
+        "none",
+        "new volume, read-only"
+    );
+    // One snapshot is one snapshot.
+    page.wait_for(
+        "the list's count",
+        "document.getElementById('vl-count').textContent === '3 volumes, 1 snapshot'",
+        PAGE_TIMEOUT,
+    );
+    assert_ne!(
+        hidden(&mut page, "role-tag"),
+        "none",
+        "the header says read-only"
+    );
+    page.screenshot(&shots, "acts-4-read-only", VIEW_HEIGHT_PX);
+    page.go("#/volume/pgx");
+    page.wait_for(
+        "pgx's page, read-only",
+        "weft.page === 'volume' && weft.volume.name === 'pgx' && weft.volume.actionsReady === true",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(
+        hidden(&mut page, "vv-actions"),
+        "none",
+        "volume actions, read-only"
+    );
+    page.go("#/hosts");
+    page.wait_for(
+        "the hosts page, read-only",
+        "weft.page === 'hosts' && weft.hosts.names().includes('db1')",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(
+        hidden(&mut page, "hs-create"),
+        "none",
+        "new host, read-only"
+    );
+    // An admin's header does not say read-only.
+    click(&mut page, "logout");
+    page.wait_for("the login page", "weft.page === 'login'", PAGE_TIMEOUT);
+    page.login(&srv.token());
+    page.wait_for(
+        "the list, as admin",
+        "weft.page === 'volumes' && weft.role === 'admin'",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(hidden(&mut page, "role-tag"), "none", "an admin's header");
     assert_no_page_errors(&mut page, "after the UI's actions");
 }

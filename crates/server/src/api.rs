@@ -1,5 +1,7 @@
 //! The management API: HTTP/JSON under `/api/v1/`, every request authenticated by the bearer
-//! token created at first start. Handlers call the engine on the blocking pool.
+//! token created at first start (`api-token`), or by the read-only one, which may only read;
+//! every answer to an accepted token says its role in `x-weft-role` (`admin`, `read-only`).
+//! Handlers call the engine on the blocking pool.
 //!
 //! Volumes: `GET|POST /volumes`, `GET|DELETE /volumes/{name}[?with_snapshots=true&force=true]`,
 //! `POST /volumes/{name}/{resize,rename,snapshots,refresh,rollback}`,
@@ -281,6 +283,9 @@ async fn cluster_role(
     }
 }
 
+/// The response header that names the role of the token presented: `admin` or `read-only`.
+pub const ROLE_HEADER: &str = "x-weft-role";
+
 async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     let presented = request
         .headers()
@@ -302,7 +307,7 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
         || request.uri().path().to_string(),
         |p| p.as_str().to_string(),
     );
-    let response = match role {
+    let mut response = match role {
         audit::Role::Admin => next.run(request).await,
         audit::Role::ReadOnly if reads => next.run(request).await,
         audit::Role::ReadOnly => ApiError(
@@ -316,6 +321,18 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
         )
         .into_response(),
     };
+    // Which role the token has, for a client that adapts to it (the web UI hides its actions
+    // from a read-only token's viewers).
+    let role_name = match role {
+        audit::Role::Admin => Some("admin"),
+        audit::Role::ReadOnly => Some("read-only"),
+        audit::Role::Unknown => None,
+    };
+    if let Some(name) = role_name {
+        response
+            .headers_mut()
+            .insert(ROLE_HEADER, header::HeaderValue::from_static(name));
+    }
     let status = response.status();
     // Reads that were allowed are not management calls: the UI polls every two seconds.
     if !reads || status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {

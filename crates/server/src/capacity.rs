@@ -188,10 +188,10 @@ pub fn gather(engine: &Engine, cluster: Option<&ClusterPlacement>) -> Figures {
         None => {
             // Single-process mode: one local store under the data dir (see
             // `Engine::open_local`).
-            let chunks = data_dir.join("dnode0").join("chunks");
+            let chunks = local_chunks_dir(&data_dir);
             places.push(Place {
                 name: format!("local {}", chunks.display()),
-                fs: fs_space(&chunks).or_else(|| fs_space(Path::new(&data_dir))),
+                fs: local_fs(&data_dir),
                 used_bytes: stats.used_bytes,
                 limit_bytes: stats.capacity_bytes,
                 holds_chunks: true,
@@ -237,6 +237,24 @@ pub fn gather(engine: &Engine, cluster: Option<&ClusterPlacement>) -> Figures {
         provisioned_bytes,
         reserve_bytes: weft_engine::space::write_reserve_bytes(engine.config()),
     }
+}
+
+/// What a single-process datastore reports as its local d.node's capacity: the `--capacity`
+/// limit, else the size of the file system under its chunks, as a cluster d.node reports a
+/// disk (`None` when neither is known). Before, it said "0 B" or "unlimited" beside a file
+/// system that had a size.
+pub fn local_store_capacity_bytes(engine: &Engine, limit_bytes: Option<u64>) -> Option<u64> {
+    limit_bytes.or_else(|| local_fs(&engine.config().data_dir).map(|f| f.size_bytes))
+}
+
+/// The local store of a single-process datastore (see `Engine::open_local`).
+fn local_chunks_dir(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join("dnode0").join("chunks")
+}
+
+/// The file system under the local store, or under the data dir before the store exists.
+fn local_fs(data_dir: &Path) -> Option<FsSpace> {
+    fs_space(&local_chunks_dir(data_dir)).or_else(|| fs_space(data_dir))
 }
 
 /// The report of now, recorded in `history`.

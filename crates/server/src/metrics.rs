@@ -192,7 +192,12 @@ impl Collector for Scrape {
         encode_volumes(&mut encoder, &source.engine)?;
         let stats = source.engine.stats();
         encode_engine(&mut encoder, &stats)?;
-        encode_dnodes(&mut encoder, source.cluster.as_deref(), &stats)?;
+        encode_dnodes(
+            &mut encoder,
+            &source.engine,
+            source.cluster.as_deref(),
+            &stats,
+        )?;
         if let Some(c) = &source.compute {
             let mode = c.write_buffer();
             gauges(
@@ -665,6 +670,7 @@ fn encode_capacity(
 /// One row per d.node: the cluster's, or in single-process mode the local store as `local`.
 fn encode_dnodes(
     encoder: &mut DescriptorEncoder,
+    engine: &Engine,
     cluster: Option<&ClusterPlacement>,
     stats: &EngineStats,
 ) -> std::fmt::Result {
@@ -676,7 +682,11 @@ fn encode_dnodes(
                 addr: String::new(),
                 zone: String::new(),
                 state: NodeState::Up,
-                capacity_bytes: stats.capacity_bytes.unwrap_or(0),
+                capacity_bytes: crate::capacity::local_store_capacity_bytes(
+                    engine,
+                    stats.capacity_bytes,
+                )
+                .unwrap_or(0),
                 used_bytes: stats.used_bytes,
                 down_for_s: None,
                 pg_positions: 0,

@@ -3,7 +3,8 @@
 // uPlot draws on a canvas, so each chart's container <div class="plot"> says what it holds, for
 // tests and for readers of the DOM: data-chart (its kind), data-series and data-points (counts
 // of series and of non-empty values), data-labels (series names, "|"-separated), data-x-min,
-// data-x-max, data-y-min, data-y-max (extents of the data), and, once uPlot has drawn it,
+// data-x-max, data-y-min, data-y-max (extents of the data), data-y-axes (1 or 2) and
+// data-scales (each series' y scale, "|"-separated), and, once uPlot has drawn it,
 // data-drawn="true" and data-width (pixels).
 "use strict";
 (function () {
@@ -112,6 +113,10 @@
     box.setAttribute("data-x-max", xe[1]);
     box.setAttribute("data-y-min", ye[0]);
     box.setAttribute("data-y-max", ye[1]);
+    // Two y axes when a series has its own scale (IOPS and MB/s over time: neither hides
+    // the other), and which scale each series is drawn on.
+    box.setAttribute("data-y-axes", spec.y2 ? 2 : 1);
+    box.setAttribute("data-scales", spec.series.map(function (s) { return s.scale || "y"; }).join("|"));
     if (points === 0) {
       html("p", spec.title + ": no data", box, "hint");
       return null;

@@ -7,6 +7,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
@@ -23,6 +24,9 @@ const DIRECT_BLOCK_BYTES: u32 = 512;
 pub(crate) struct FileTarget {
     file: Arc<File>,
     info: TargetInfo,
+    /// A regular file with data in it when opened (not only holes): someone's data, maybe a
+    /// database file, that a write would destroy. `None` for a block device.
+    held_data: Option<bool>,
 }
 
 impl FileTarget {
@@ -58,6 +62,9 @@ impl FileTarget {
             file = open_with(path, want_write, false).map_err(open_err)?;
         }
         warn_if_sparse(&shown, &meta);
+        // Where the file system cannot tell, a file with a size holds data.
+        let held_data = (kind == "file")
+            .then(|| crate::sys::file_has_data(file.as_raw_fd()).unwrap_or(size_bytes > 0));
         let info = TargetInfo {
             uri: shown,
             kind: kind.to_string(),
@@ -71,6 +78,7 @@ impl FileTarget {
         Ok(FileTarget {
             file: Arc::new(file),
             info,
+            held_data,
         })
     }
 }
@@ -111,6 +119,10 @@ impl Target for FileTarget {
 
     fn queue_depth_max(&self) -> u32 {
         1
+    }
+
+    fn held_data(&self) -> Option<bool> {
+        self.held_data
     }
 
     fn open_queue(

@@ -1304,3 +1304,23 @@ pub fn nbdinfo_export_names(out: &CmdOut) -> Vec<String> {
     names.sort();
     names
 }
+
+/// `df -B1 --output=size,avail PATH`: (size, available to a writer without root).
+pub fn df(path: &std::path::Path) -> (u64, u64) {
+    let out = run(
+        Command::new(require_tool("df"))
+            .args(["-B1", "--output=size,avail"])
+            .arg(path),
+        Duration::from_secs(30),
+    )
+    .ok();
+    let line = out
+        .stdout
+        .lines()
+        .nth(1)
+        .expect("df prints a header and a line");
+    let mut fields = line
+        .split_whitespace()
+        .map(|f| f.parse::<u64>().expect("a number"));
+    (fields.next().expect("size"), fields.next().expect("avail"))
+}

@@ -51,15 +51,23 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 )]
 pub(super) async fn status(State(state): State<ApiState>) -> Result<Json<ClusterStatus>, ApiError> {
     let engine = state.engine.clone();
-    let stats = tokio::task::spawn_blocking(move || engine.stats())
-        .await
-        .map_err(internal)?;
+    let single = state.cluster.is_none();
+    let (stats, local_capacity_bytes) = tokio::task::spawn_blocking(move || {
+        let stats = engine.stats();
+        // statvfs of the local store, only where there is one.
+        let local = single
+            .then(|| crate::capacity::local_store_capacity_bytes(&engine, stats.capacity_bytes))
+            .flatten();
+        (stats, local)
+    })
+    .await
+    .map_err(internal)?;
     let Some(c) = &state.cluster else {
         return Ok(Json(ClusterStatus::SingleProcess(SingleProcessStatus {
             nodes: vec![LocalNode {
                 id: "local".into(),
                 state: NodeState::Up,
-                capacity_bytes: stats.capacity_bytes,
+                capacity_bytes: local_capacity_bytes,
                 used_bytes: stats.used_bytes,
             }],
             pools: Vec::new(),

@@ -354,7 +354,8 @@ pub struct LocalNode {
     pub id: String,
     /// `up`.
     pub state: NodeState,
-    /// The capacity limit, if one was set.
+    /// The `--capacity` limit, else the size of the file system under the local store (as
+    /// a cluster d.node reports its disk); null when neither is known.
     pub capacity_bytes: Option<u64>,
     pub used_bytes: u64,
 }
