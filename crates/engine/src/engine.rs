@@ -796,11 +796,9 @@ fn wait_acked_durable(shared: &Shared) -> Result<(), EngineError> {
     let mut st = shared.state.lock();
     let targets: Vec<(FamilyId, u64)> = st.segments.acked_unsynced().collect();
     loop {
-        let pending = targets.iter().any(|&(fid, seq)| {
-            st.families
-                .get(&fid)
-                .is_some_and(|f| f.journal_hwm < seq)
-        });
+        let pending = targets
+            .iter()
+            .any(|&(fid, seq)| st.families.get(&fid).is_some_and(|f| f.journal_hwm < seq));
         if !pending {
             return Ok(());
         }

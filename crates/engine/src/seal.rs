@@ -41,7 +41,13 @@ pub(crate) fn start_sealing(
         data_chunks: redundancy.data_chunks(),
         parity_chunks: redundancy.parity_chunks(),
     };
-    let sealed = builder.seal(hwm, layout);
+    // What this segment's records follow: its family's segment sealed before it.
+    let previous = st
+        .segments
+        .sealed_hwm(family)
+        .unwrap_or_else(|| st.families.get(&family).map_or(0, |f| f.journal_hwm));
+    st.segments.set_sealed_hwm(family, hwm.max(previous));
+    let sealed = builder.seal(hwm, previous, layout);
     st.segments.start_sealing(
         (family, id),
         SealingSegment {

@@ -74,6 +74,10 @@ pub(crate) struct Segments {
     /// Per family: the newest write-through record acknowledged from a stripe that was
     /// written, not durable, at the time.
     acked_unsynced: HashMap<FamilyId, u64>,
+    /// Per family: the journal high-water mark of its newest segment handed to the sealer
+    /// (at recovery: of its last segment replayed). The next one records it as its previous
+    /// high-water mark, which recovery checks (see `segment`).
+    sealed_hwm: HashMap<FamilyId, u64>,
 }
 
 /// Buffers of written segments kept for new open segments: enough for destage to open the
@@ -177,6 +181,15 @@ impl Segments {
             s.rewrite = true;
         }
         self.write_failed(e);
+    }
+
+    /// The journal high-water mark of the newest segment of `fid` handed to the sealer.
+    pub fn sealed_hwm(&self, fid: FamilyId) -> Option<u64> {
+        self.sealed_hwm.get(&fid).copied()
+    }
+
+    pub fn set_sealed_hwm(&mut self, fid: FamilyId, hwm: u64) {
+        self.sealed_hwm.insert(fid, hwm);
     }
 
     /// A write-through record `seq` of `fid` was acknowledged before its stripe was durable.
@@ -285,6 +298,7 @@ impl Segments {
         self.checkpoint_below.remove(&fid);
         self.written_hwm.remove(&fid);
         self.acked_unsynced.remove(&fid);
+        self.sealed_hwm.remove(&fid);
         doomed
     }
 

@@ -291,7 +291,14 @@ fn put_chunks(
     };
     let total = chunks.len();
     if total == 1 {
-        return vec![put_single_chunk(stores, &meta(0), &chunks[0], &[], epoch, how)];
+        return vec![put_single_chunk(
+            stores,
+            &meta(0),
+            &chunks[0],
+            &[],
+            epoch,
+            how,
+        )];
     }
     let mut results: Vec<Option<Result<(), ChunkError>>> = (0..total).map(|_| None).collect();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -616,6 +623,37 @@ impl StripeStore {
         self.placement
             .min_durable_chunks(family, redundancy)
             .clamp(redundancy.min_durable_chunks(), redundancy.total_chunks())
+    }
+
+    /// At recovery: make the chunks of `stripes` that reachable stores hold durable (those it
+    /// replays, which may be written and not synced). A store that cannot be reached keeps
+    /// its chunks as they are: the stripe was readable from the others, and a chunk a power
+    /// cut tears there is gone at its next start, for the repairer to rebuild.
+    pub fn sync_reachable(&self, stripes: &[StripeToSync]) -> Result<(), StripeError> {
+        let mut groups: Vec<(Arc<dyn ChunkStore>, Vec<ChunkKey>)> = Vec::new();
+        for s in stripes {
+            let stores = self.placement.stores(s.family, s.segment, s.redundancy);
+            for &index in &s.chunks {
+                let Some(store) = stores.get(usize::from(index)).cloned().flatten() else {
+                    continue;
+                };
+                let key = ChunkKey::new(s.family, s.segment, index);
+                match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &store)) {
+                    Some((_, keys)) => keys.push(key),
+                    None => groups.push((store, vec![key])),
+                }
+            }
+        }
+        for (store, keys) in groups {
+            match store.sync(&keys) {
+                Ok(()) => {}
+                Err(e @ ChunkError::Unavailable { .. }) => {
+                    tracing::warn!(store = store.name(), error = %e, "could not sync replayed stripes on an unreachable store");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Make written stripes durable: their chunks are synced with one call per store for the

@@ -56,7 +56,7 @@ pub(crate) fn run_syncer(shared: &Shared) {
         release_journal(shared);
         shared.sealed.notify_all();
         shared.space.notify_all();
-        if !failed.is_empty() {
+        if !failed.is_empty() && !shared.abandon.load(Ordering::Acquire) {
             shared.seal_work.notify_one();
             std::thread::sleep(SEAL_RETRY_INTERVAL);
         }

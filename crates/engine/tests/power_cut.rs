@@ -243,10 +243,7 @@ fn flushed_writes_survive_power_cuts_and_bad_reads_are_errors() {
 /// destage, a forced seal, a stripe written but not yet synced. Returns, in order, every
 /// write issued: (lba, blocks, first pattern, acknowledged, durable: FUA, or a FLUSH that
 /// returned after it was acknowledged).
-fn write_through_until_cut(
-    world: &World,
-    seed: u64,
-) -> (Engine, Vec<(u64, u64, u64, bool, bool)>) {
+fn write_through_until_cut(world: &World, seed: u64) -> (Engine, Vec<(u64, u64, u64, bool, bool)>) {
     let engine = Arc::new(world.open());
     engine
         .create_volume("v", VOLUME_BLOCKS * BLOCK_SIZE_BYTES as u64)

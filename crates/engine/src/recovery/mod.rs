@@ -75,9 +75,9 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
     // A replayed stripe may be written but not synced (its c.node stopped before the sync,
     // its d.node did not): durable before anything relies on it (the journal releasing
     // what it reflects). A no-op for stripes already durable.
-    for result in stripes.sync(&replayed) {
-        result.map_err(IoFailure::Stripe)?;
-    }
+    stripes
+        .sync_reachable(&replayed)
+        .map_err(IoFailure::Stripe)?;
     if !ignored.is_empty() {
         // Before anything is served, so before the journal can release their records: a
         // later recovery must skip these stripes even when it cannot prove it again.
@@ -403,6 +403,16 @@ fn recover_family(
                 Probe::Replayable(header, _) if header.family != fid => {
                     Verdict::Discard("its header names another family")
                 }
+                Probe::Replayable(header, _)
+                    if header
+                        .previous_hwm
+                        .is_some_and(|previous| previous > family.journal_hwm) =>
+                {
+                    // Whole, but the records of a segment before it are in none replayed:
+                    // that one was lost (a power cut before its sync, which came after
+                    // this one's pages reached the disk). It was never synced, nor this one.
+                    Verdict::Ignore("a segment before it is missing (lost before its sync)")
+                }
                 Probe::Replayable(header, entries) => {
                     family.replay(SegmentId(segment), &entries);
                     family.journal_hwm = family.journal_hwm.max(header.journal_hwm);
@@ -514,6 +524,7 @@ fn recover_family(
     }
     st.segment_ids.set(fid, next_segment);
     st.segments.checkpoint_covers(fid, below);
+    st.segments.set_sealed_hwm(fid, family.journal_hwm);
     st.families.insert(fid, family);
     Ok(FamilyOutcome::Recovered(replayed))
 }
