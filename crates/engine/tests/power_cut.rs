@@ -237,21 +237,30 @@ fn flushed_writes_survive_power_cuts_and_bad_reads_are_errors() {
     );
 }
 
+/// A write the writer thread issued.
+#[derive(Debug, Clone, Copy)]
+struct Issued {
+    lba: u64,
+    blocks: u64,
+    /// The pattern of its first block (the next ones follow).
+    first: u64,
+    acked: bool,
+    /// FUA, or a FLUSH returned after it was acknowledged.
+    durable: bool,
+}
+
 /// Issue write-through writes (16-32 KiB, over the test configuration's 16 KiB threshold)
 /// from a thread, some with FUA, with a FLUSH after every few, while the engine is stopped
 /// dead at a random moment: between a write's journal reference and its stripe, during
 /// destage, a forced seal, a stripe written but not yet synced. Returns, in order, every
-/// write issued: (lba, blocks, first pattern, acknowledged, durable: FUA, or a FLUSH that
-/// returned after it was acknowledged).
-fn write_through_until_cut(world: &World, seed: u64) -> (Engine, Vec<(u64, u64, u64, bool, bool)>) {
+/// write issued.
+fn write_through_until_cut(world: &World, seed: u64) -> (Engine, Vec<Issued>) {
     let engine = Arc::new(world.open());
     engine
         .create_volume("v", VOLUME_BLOCKS * BLOCK_SIZE_BYTES as u64)
         .unwrap();
     let id = engine.open_volume("v").unwrap().id;
-    let issued = Arc::new(parking_lot::Mutex::new(
-        Vec::<(u64, u64, u64, bool, bool)>::new(),
-    ));
+    let issued = Arc::new(parking_lot::Mutex::new(Vec::<Issued>::new()));
     let writer = {
         let (engine, issued) = (engine.clone(), issued.clone());
         std::thread::spawn(move || {
@@ -262,7 +271,13 @@ fn write_through_until_cut(world: &World, seed: u64) -> (Engine, Vec<(u64, u64, 
                 let first = n * 1000;
                 let fua = rng.random_bool(0.2);
                 let data: Vec<u8> = (0..blocks).flat_map(|i| pattern(first + i)).collect();
-                issued.lock().push((lba, blocks, first, false, false));
+                issued.lock().push(Issued {
+                    lba,
+                    blocks,
+                    first,
+                    acked: false,
+                    durable: false,
+                });
                 let offset = lba * BLOCK_SIZE_BYTES as u64;
                 if engine.write(id, offset, &data, fua).is_err() {
                     return;
@@ -271,15 +286,15 @@ fn write_through_until_cut(world: &World, seed: u64) -> (Engine, Vec<(u64, u64, 
                 {
                     let mut issued = issued.lock();
                     let last = issued.last_mut().expect("pushed above");
-                    last.3 = true;
-                    last.4 = fua;
+                    last.acked = true;
+                    last.durable = fua;
                 }
                 if n.is_multiple_of(5) {
                     if engine.flush().is_err() {
                         return;
                     }
                     for w in issued.lock()[..acked].iter_mut() {
-                        w.4 = true;
+                        w.durable = true;
                     }
                 }
             }
@@ -297,11 +312,14 @@ fn write_through_until_cut(world: &World, seed: u64) -> (Engine, Vec<(u64, u64, 
 /// What block `lba` may read after the cut: from the last write covering it that had to
 /// survive (acknowledged after a kill; durable after a power cut) onward, or its first
 /// contents if none had to.
-fn allowed_after(issued: &[(u64, u64, u64, bool, bool)], lba: u64, power_cut: bool) -> Vec<u64> {
+fn allowed_after(issued: &[Issued], lba: u64, power_cut: bool) -> Vec<u64> {
     let covering: Vec<(u64, bool)> = issued
         .iter()
-        .filter(|w| (w.0..w.0 + w.1).contains(&lba))
-        .map(|w| (w.2 + (lba - w.0), if power_cut { w.4 } else { w.3 }))
+        .filter(|w| (w.lba..w.lba + w.blocks).contains(&lba))
+        .map(|w| {
+            let kept = if power_cut { w.durable } else { w.acked };
+            (w.first + (lba - w.lba), kept)
+        })
         .collect();
     let last_kept = covering.iter().rposition(|w| w.1);
     let mut allowed: Vec<u64> = match last_kept {
@@ -330,7 +348,7 @@ fn acknowledged_write_through_survives_a_kill_at_any_point() {
         drop(engine);
         // A kill: the disk keeps what was written, synced or not.
         let engine = world.open();
-        cut_in_flight += usize::from(issued.last().is_some_and(|w| !w.3));
+        cut_in_flight += usize::from(issued.last().is_some_and(|w| !w.acked));
         let id = engine.open_volume("v").unwrap().id;
         let mut buf = vec![0u8; VOLUME_BLOCKS as usize * BLOCK_SIZE_BYTES];
         engine.read(id, 0, &mut buf).unwrap();
