@@ -52,15 +52,19 @@ impl LocalChunkStore {
             return Ok(None);
         }
         crate::store::check_range(key, &h, offset_bytes, len)?;
-        let path = chunk_path(key);
-        let (file, direct) = match self.disk().file_for_read(&path) {
-            None => return Ok(None),
-            Some(Ok(f)) => f,
-            Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+        let opened = self.on_file(key, |path| match self.disk().file_for_read(path) {
+            None => Ok(None),
+            Some(opened) => opened.map(Some),
+        });
+        let (file, direct) = match opened {
+            Ok(None) => return Ok(None),
+            Ok(Some(f)) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(ChunkError::Missing { key: *key })
             }
-            Some(Err(e)) => {
-                return Err(ChunkError::io(format!("{}/{path}", self.name_of_disk()), e))
+            Err(e) => {
+                let path = chunk_path(key);
+                return Err(ChunkError::io(format!("{}/{path}", self.name_of_disk()), e));
             }
         };
         let (start, end) = h.covering_pages(offset_bytes, len);

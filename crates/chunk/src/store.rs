@@ -8,9 +8,10 @@
 //! nothing of volumes.
 //!
 //! Layout on the disk: `<family hex>/<segment hex>.<index>.chunk` (`.chunk.corrupt` once a
-//! scrub found it corrupt: kept for inspection, never served), and `fences.json` (the epoch
-//! of each fenced family), replaced atomically; `recycle/` holds deleted chunk files that
-//! later puts write over (see `recycle`).
+//! scrub found it corrupt: kept for inspection, never served; `.chunk.unsynced` while a chunk
+//! put without a sync waits for one, see `unsynced`), and `fences.json` (the epoch of each
+//! fenced family), replaced atomically; `recycle/` holds deleted chunk files that later puts
+//! write over (see `recycle`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,8 @@ use crate::error::ChunkError;
 use crate::format::{self, ChunkHeader, CHUNK_DATA_MAX_BYTES, FIXED_HEADER_BYTES};
 use crate::key::{ChunkInfo, ChunkKey, ChunkMeta, Epoch};
 use crate::recycle::RecycledFiles;
+
+mod unsynced;
 
 const FENCES_FILE: &str = "fences.json";
 const CHUNK_SUFFIX: &str = ".chunk";
@@ -66,6 +69,44 @@ pub trait ChunkStore: Send + Sync + std::fmt::Debug {
         let _ = known_page_crcs;
         self.put(meta, data)
     }
+    /// [`ChunkStore::put_known`] that returns once the chunk is *written*: readable, and
+    /// surviving a kill of any process (it is in the OS's page cache, or on the device), but
+    /// not yet durable against power loss: [`ChunkStore::sync`] makes it so. A power cut before
+    /// that may lose it, never leave it torn (a store that cannot tell is not allowed to keep
+    /// it: see `LocalChunkStore`). A store without such a write puts durably (the default).
+    fn put_unsynced(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        known_page_crcs: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
+        self.put_known(meta, data, known_page_crcs)
+    }
+    /// Make the chunks of `keys` that [`ChunkStore::put_unsynced`] wrote durable (group
+    /// commit: one call for many). Keys of chunks already durable, or not held, are ignored.
+    /// After a failure nothing is known of them: the caller rewrites them with
+    /// [`ChunkStore::put_replacing`] (a second sync could report success for pages the
+    /// failed one dropped).
+    fn sync(&self, keys: &[ChunkKey]) -> Result<(), ChunkError> {
+        let _ = keys;
+        Ok(())
+    }
+    /// Put a chunk durably in place of the one of the same key, if any, with a complete
+    /// chunk under its name at every instant (a kill in between leaves the old one or the
+    /// new one). The default deletes first: only for stores whose puts are all durable, which
+    /// never need it.
+    fn put_replacing(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        known_page_crcs: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
+        match self.delete(&meta.key, meta.epoch) {
+            Ok(()) | Err(ChunkError::Missing { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        self.put_known(meta, data, known_page_crcs)
+    }
     /// Read `buf.len()` bytes of the chunk's data at `offset_bytes`, verified.
     fn read(&self, key: &ChunkKey, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ChunkError>;
     fn info(&self, key: &ChunkKey) -> Result<ChunkInfo, ChunkError>;
@@ -83,6 +124,15 @@ pub trait ChunkStore: Send + Sync + std::fmt::Debug {
     fn reconnect_now(&self) {}
 }
 
+/// A chunk the store holds: its verified header, its file's length, and whether the file is
+/// durable (`false`: written by `put_unsynced`, under its unsynced name until a sync).
+#[derive(Debug, Clone)]
+struct Held {
+    header: Arc<ChunkHeader>,
+    len_bytes: u64,
+    synced: bool,
+}
+
 /// A store of chunk files on one disk.
 #[derive(Debug)]
 pub struct LocalChunkStore {
@@ -90,11 +140,13 @@ pub struct LocalChunkStore {
     capacity_bytes: Option<u64>,
     used_bytes: AtomicU64,
     bad_chunks: AtomicU64,
-    /// Every chunk's verified header and file length, read at open.
-    index: Mutex<BTreeMap<ChunkKey, (Arc<ChunkHeader>, u64)>>,
+    /// Every chunk's verified header, file length and durability, read at open.
+    index: Mutex<BTreeMap<ChunkKey, Held>>,
     fences: Mutex<HashMap<u64, Epoch>>,
     /// Serialises puts and deletes of one store (the capacity check and the index).
     write_lock: Mutex<()>,
+    /// Serialises syncs of unsynced chunks (see `unsynced`).
+    sync_lock: Mutex<()>,
     /// Scrub takes corrupt chunks out of service (a d.node of a cluster, where the chunk is
     /// rebuilt from its stripe); off, they stay (their good pages still serve reads).
     quarantine_corrupt: bool,
@@ -137,26 +189,37 @@ impl LocalChunkStore {
             index: Mutex::new(BTreeMap::new()),
             fences: Mutex::new(HashMap::new()),
             write_lock: Mutex::new(()),
+            sync_lock: Mutex::new(()),
             quarantine_corrupt: false,
             recycled: RecycledFiles::default(),
         };
         store.load_fences()?;
         let mut index = BTreeMap::new();
         let mut used = 0;
+        let mut unsynced = Vec::new();
         for dir in store.disk.list_dir("").map_err(|e| store.err("", e))? {
             let Ok(family) = u64::from_str_radix(&dir, 16) else {
                 continue;
             };
             for name in store.disk.list_dir(&dir).map_err(|e| store.err(&dir, e))? {
                 let Some(key) = parse_chunk_name(family, &name) else {
+                    unsynced.extend(unsynced::parse_name(family, &name));
                     continue;
                 };
                 let path = chunk_path(&key);
                 let len = store.disk.len(&path).map_err(|e| store.err(&path, e))?;
                 used += len;
-                match store.load_header(&key) {
+                match store.load_header(&key, &path) {
                     Ok(h) => {
-                        index.insert(key, (Arc::new(h), len));
+                        let header = Arc::new(h);
+                        index.insert(
+                            key,
+                            Held {
+                                header,
+                                len_bytes: len,
+                                synced: true,
+                            },
+                        );
                     }
                     Err(e) => {
                         tracing::warn!(chunk = %key, error = %e, "chunk header fails its checks; not served");
@@ -165,6 +228,9 @@ impl LocalChunkStore {
                 }
             }
         }
+        // Chunks written without a sync when the store last stopped: complete ones are made
+        // durable, torn ones go (see `unsynced`).
+        used += store.settle_unsynced(unsynced, &mut index)?;
         store.used_bytes.store(used, Ordering::Relaxed);
         *store.index.lock() = index;
         store.recycled = RecycledFiles::load(&*store.disk, capacity_bytes)
@@ -207,8 +273,8 @@ impl LocalChunkStore {
         self.disk.sync_dir("").map_err(io)
     }
 
-    fn load_header(&self, key: &ChunkKey) -> Result<ChunkHeader, ChunkError> {
-        let path = chunk_path(key);
+    /// Read and check the header of chunk `key` from the file at `path`.
+    fn load_header(&self, key: &ChunkKey, path: &str) -> Result<ChunkHeader, ChunkError> {
         let corrupt = |detail: String| ChunkError::Corrupt {
             key: *key,
             offset_bytes: 0,
@@ -216,17 +282,17 @@ impl LocalChunkStore {
         };
         let mut fixed = vec![0u8; FIXED_HEADER_BYTES];
         self.disk
-            .read_at(&path, 0, &mut fixed)
+            .read_at(path, 0, &mut fixed)
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => ChunkError::Missing { key: *key },
                 std::io::ErrorKind::UnexpectedEof => corrupt("short file".into()),
-                _ => self.err(&path, e),
+                _ => self.err(path, e),
             })?;
         let len = format::header_len(&fixed).map_err(corrupt)?;
         let mut region = vec![0u8; usize::try_from(len).expect("bounded by the page limit")];
         self.disk
-            .read_at(&path, 0, &mut region)
-            .map_err(|e| self.err(&path, e))?;
+            .read_at(path, 0, &mut region)
+            .map_err(|e| self.err(path, e))?;
         format::parse_header(&region, Some(key)).map_err(corrupt)
     }
 
@@ -245,13 +311,16 @@ impl LocalChunkStore {
     /// listed or served), so it reads as missing and c.nodes rebuild it from its stripe.
     fn quarantine(&self, key: &ChunkKey) {
         let _w = self.write_lock.lock();
-        let path = chunk_path(key);
-        if let Err(e) = self.disk.rename(&path, &format!("{path}.corrupt")) {
+        let path = self.path_of(key);
+        if let Err(e) = self
+            .disk
+            .rename(&path, &format!("{}.corrupt", chunk_path(key)))
+        {
             tracing::warn!(chunk = %key, error = %e, "could not quarantine a corrupt chunk");
             return;
         }
-        if let Some((_, len)) = self.index.lock().remove(key) {
-            self.used_bytes.fetch_sub(len, Ordering::Relaxed);
+        if let Some(held) = self.index.lock().remove(key) {
+            self.used_bytes.fetch_sub(held.len_bytes, Ordering::Relaxed);
         }
         self.bad_chunks.fetch_add(1, Ordering::Relaxed);
     }
@@ -280,8 +349,43 @@ impl LocalChunkStore {
         self.index
             .lock()
             .get(key)
-            .cloned()
+            .map(|held| (held.header.clone(), held.len_bytes))
             .ok_or(ChunkError::Missing { key: *key })
+    }
+
+    /// The file that holds chunk `key` now: its unsynced name until a sync renames it.
+    pub(crate) fn path_of(&self, key: &ChunkKey) -> String {
+        match self.index.lock().get(key) {
+            Some(held) if !held.synced => unsynced::path(key),
+            _ => chunk_path(key),
+        }
+    }
+
+    /// `op` on the file of chunk `key`; once more under its durable name if the file went
+    /// meanwhile (a sync renamed it: the only rename of a served chunk, and atomic).
+    pub(crate) fn on_file<T>(
+        &self,
+        key: &ChunkKey,
+        mut op: impl FnMut(&str) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let path = self.path_of(key);
+        match op(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && path != chunk_path(key) => {
+                op(&chunk_path(key))
+            }
+            other => other,
+        }
+    }
+
+    /// The header of chunk `key` read again from its file, wherever it is now.
+    fn load_current_header(&self, key: &ChunkKey) -> Result<ChunkHeader, ChunkError> {
+        let path = self.path_of(key);
+        match self.load_header(key, &path) {
+            Err(ChunkError::Missing { .. }) if path != chunk_path(key) => {
+                self.load_header(key, &chunk_path(key))
+            }
+            other => other,
+        }
     }
 
     /// Read and verify pages `[start, end)` of a chunk's data.
@@ -289,17 +393,19 @@ impl LocalChunkStore {
         let key = h.meta.key;
         let path = chunk_path(&key);
         let mut pages = vec![0u8; usize::try_from(end - start).expect("bounded chunk")];
-        self.disk
-            .read_at(&path, h.data_offset_bytes + start, &mut pages)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => ChunkError::Missing { key },
-                std::io::ErrorKind::UnexpectedEof => ChunkError::Corrupt {
-                    key,
-                    offset_bytes: start,
-                    detail: "chunk file shorter than its header says".into(),
-                },
-                _ => self.err(&path, e),
-            })?;
+        self.on_file(&key, |p| {
+            self.disk
+                .read_at(p, h.data_offset_bytes + start, &mut pages)
+        })
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ChunkError::Missing { key },
+            std::io::ErrorKind::UnexpectedEof => ChunkError::Corrupt {
+                key,
+                offset_bytes: start,
+                detail: "chunk file shorter than its header says".into(),
+            },
+            _ => self.err(&path, e),
+        })?;
         h.verify_pages(start, &pages)?;
         Ok(pages)
     }
@@ -320,92 +426,29 @@ impl ChunkStore for LocalChunkStore {
         data: &[u8],
         known_page_crcs: &[Option<u32>],
     ) -> Result<(), ChunkError> {
-        let key = meta.key;
-        if data.len() as u64 > CHUNK_DATA_MAX_BYTES {
-            return Err(ChunkError::OutOfRange {
-                key,
-                offset_bytes: 0,
-                length_bytes: data.len() as u64,
-                len_bytes: CHUNK_DATA_MAX_BYTES,
-            });
-        }
-        let _w = self.write_lock.lock();
-        self.check_epoch(key.family, meta.epoch)?;
-        if self.index.lock().contains_key(&key) {
-            return Err(ChunkError::Exists { key });
-        }
-        let header = format::encode_header_known(meta, data, known_page_crcs);
-        let file_len = (header.len() + data.len()) as u64;
-        if let Some(cap) = self.capacity_bytes {
-            if self.used_bytes.load(Ordering::Relaxed) + file_len > cap {
-                return Err(ChunkError::NoSpace {
-                    key,
-                    store: format!("{} (capacity {cap} bytes)", self.disk.name()),
-                });
-            }
-        }
-        let path = chunk_path(&key);
-        let dir = family_dir(key.family);
-        let result = (|| {
-            // No chunk of the family yet: its directory may be new (listing it per put would
-            // cost O(chunks) per stripe).
-            let first = ChunkKey {
-                family: key.family,
-                segment: 0,
-                index: 0,
-            };
-            let new_dir = self
-                .index
-                .lock()
-                .range(first..)
-                .next()
-                .is_none_or(|(k, _)| k.family != key.family);
-            self.disk.create_dir_all(&dir)?;
-            if new_dir {
-                self.disk.sync_dir("")?;
-            }
-            // A leftover of a put that failed half way (never acknowledged) is replaced.
-            let _ = self.disk.remove(&path);
-            match self.recycled.take() {
-                // Written and synced under its recycled name first: a crash leaves garbage
-                // in recycle/ or the whole chunk under its name, never a stale file there.
-                Some(reused) => {
-                    let written = self
-                        .disk
-                        .write_over(&reused, &[&header, data])
-                        .and_then(|()| self.disk.sync_file(&reused))
-                        .and_then(|()| self.disk.rename(&reused, &path));
-                    if written.is_err() {
-                        let _ = self.disk.remove(&reused);
-                    }
-                    written?;
-                }
-                None => {
-                    if let Err(e) = self.disk.write_new(&path, &[&header, data]) {
-                        if e.raw_os_error() != Some(libc::ENOSPC) {
-                            return Err(e);
-                        }
-                        // Full: the recycled files' blocks are free space.
-                        self.recycled.release_all(&*self.disk);
-                        let _ = self.disk.remove(&path);
-                        self.disk.write_new(&path, &[&header, data])?;
-                    }
-                    self.disk.sync_file(&path)?;
-                }
-            }
-            self.disk.sync_dir(&dir)
-        })();
-        if let Err(e) = result {
-            let _ = self.disk.remove(&path);
-            return Err(match self.err(&path, e) {
-                ChunkError::NoSpace { store, .. } => ChunkError::NoSpace { key, store },
-                other => other,
-            });
-        }
-        let parsed = format::parse_header(&header, Some(&key)).expect("we just encoded it");
-        self.index.lock().insert(key, (Arc::new(parsed), file_len));
-        self.used_bytes.fetch_add(file_len, Ordering::Relaxed);
-        Ok(())
+        self.put_as(meta, data, known_page_crcs, Put::Durable)
+    }
+
+    fn put_unsynced(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        known_page_crcs: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
+        self.put_as(meta, data, known_page_crcs, Put::Unsynced)
+    }
+
+    fn sync(&self, keys: &[ChunkKey]) -> Result<(), ChunkError> {
+        self.sync_unsynced(keys)
+    }
+
+    fn put_replacing(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        known_page_crcs: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
+        self.put_as(meta, data, known_page_crcs, Put::Replacing)
     }
 
     fn read(&self, key: &ChunkKey, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ChunkError> {
@@ -433,8 +476,8 @@ impl ChunkStore for LocalChunkStore {
     fn delete(&self, key: &ChunkKey, epoch: Epoch) -> Result<(), ChunkError> {
         let _w = self.write_lock.lock();
         self.check_epoch(key.family, epoch)?;
-        let path = chunk_path(key);
-        let len = self.index.lock().get(key).map_or(0, |(_, len)| *len);
+        let path = self.path_of(key);
+        let len = self.index.lock().get(key).map_or(0, |held| held.len_bytes);
         match self.recycled.give(&*self.disk, &path, len) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -442,8 +485,8 @@ impl ChunkStore for LocalChunkStore {
             }
             Err(e) => return Err(self.err(&path, e)),
         }
-        if let Some((_, len)) = self.index.lock().remove(key) {
-            self.used_bytes.fetch_sub(len, Ordering::Relaxed);
+        if let Some(held) = self.index.lock().remove(key) {
+            self.used_bytes.fetch_sub(held.len_bytes, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -454,9 +497,9 @@ impl ChunkStore for LocalChunkStore {
         Ok(index
             .range(from..)
             .take_while(|(k, _)| k.family == family)
-            .map(|(_, (h, _))| ChunkInfo {
-                meta: h.meta,
-                len_bytes: h.data_len_bytes,
+            .map(|(_, held)| ChunkInfo {
+                meta: held.header.meta,
+                len_bytes: held.header.data_len_bytes,
             })
             .collect())
     }
@@ -502,7 +545,7 @@ impl ChunkStore for LocalChunkStore {
             report.checked += 1;
             // The header again from the disk (not the copy read at open), then every page.
             let checked = self
-                .load_header(&key)
+                .load_current_header(&key)
                 .and_then(|h| self.read_pages(&h, 0, h.data_len_bytes).map(|_| ()));
             match checked {
                 Ok(()) => {}
@@ -518,6 +561,155 @@ impl ChunkStore for LocalChunkStore {
             }
         }
         Ok(report)
+    }
+}
+
+/// How a put makes its chunk durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Put {
+    /// Synced (file and directory) before the put returns.
+    Durable,
+    /// Written under the unsynced name; a later sync makes it durable (see `unsynced`).
+    Unsynced,
+    /// Durable, in place of a chunk of the same key: written and synced under a temporary
+    /// name, then renamed over it.
+    Replacing,
+}
+
+impl LocalChunkStore {
+    fn put_as(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        known_page_crcs: &[Option<u32>],
+        how: Put,
+    ) -> Result<(), ChunkError> {
+        let key = meta.key;
+        if data.len() as u64 > CHUNK_DATA_MAX_BYTES {
+            return Err(ChunkError::OutOfRange {
+                key,
+                offset_bytes: 0,
+                length_bytes: data.len() as u64,
+                len_bytes: CHUNK_DATA_MAX_BYTES,
+            });
+        }
+        let _w = self.write_lock.lock();
+        self.check_epoch(key.family, meta.epoch)?;
+        let replaced = self.index.lock().get(&key).cloned();
+        if replaced.is_some() && how != Put::Replacing {
+            return Err(ChunkError::Exists { key });
+        }
+        let replaced_len = replaced.as_ref().map_or(0, |held| held.len_bytes);
+        let header = format::encode_header_known(meta, data, known_page_crcs);
+        let file_len = (header.len() + data.len()) as u64;
+        if let Some(cap) = self.capacity_bytes {
+            if self.used_bytes.load(Ordering::Relaxed) + file_len > cap + replaced_len {
+                return Err(ChunkError::NoSpace {
+                    key,
+                    store: format!("{} (capacity {cap} bytes)", self.disk.name()),
+                });
+            }
+        }
+        let path = match how {
+            Put::Unsynced => unsynced::path(&key),
+            Put::Durable | Put::Replacing => chunk_path(&key),
+        };
+        // Where the bytes are written first: a replacement must not touch the chunk it
+        // replaces until it is complete and synced.
+        let target = match how {
+            Put::Replacing => unsynced::replacement_path(&key),
+            Put::Durable | Put::Unsynced => path.clone(),
+        };
+        let sync = how != Put::Unsynced;
+        let dir = family_dir(key.family);
+        let result = (|| {
+            // No chunk of the family yet: its directory may be new (listing it per put would
+            // cost O(chunks) per stripe).
+            let first = ChunkKey {
+                family: key.family,
+                segment: 0,
+                index: 0,
+            };
+            let new_dir = self
+                .index
+                .lock()
+                .range(first..)
+                .next()
+                .is_none_or(|(k, _)| k.family != key.family);
+            self.disk.create_dir_all(&dir)?;
+            if new_dir {
+                self.disk.sync_dir("")?;
+            }
+            // A leftover of a put that failed half way (never acknowledged) is replaced.
+            if replaced.is_none() {
+                let _ = self.disk.remove(&chunk_path(&key));
+                let _ = self.disk.remove(&unsynced::path(&key));
+            }
+            let _ = self.disk.remove(&target);
+            match self.recycled.take() {
+                // Written (and synced, unless unsynced) under its recycled name first: a crash
+                // leaves garbage in recycle/ or the whole chunk under its name, never a stale
+                // file there (an unsynced name may hold one after a power cut: see `unsynced`).
+                Some(reused) => {
+                    let written = self
+                        .disk
+                        .write_over(&reused, &[&header, data])
+                        .and_then(|()| match sync {
+                            true => self.disk.sync_file(&reused),
+                            false => Ok(()),
+                        })
+                        .and_then(|()| self.disk.rename(&reused, &target));
+                    if written.is_err() {
+                        let _ = self.disk.remove(&reused);
+                    }
+                    written?;
+                }
+                None => {
+                    if let Err(e) = self.disk.write_new(&target, &[&header, data]) {
+                        if e.raw_os_error() != Some(libc::ENOSPC) {
+                            return Err(e);
+                        }
+                        // Full: the recycled files' blocks are free space.
+                        self.recycled.release_all(&*self.disk);
+                        let _ = self.disk.remove(&target);
+                        self.disk.write_new(&target, &[&header, data])?;
+                    }
+                    if sync {
+                        self.disk.sync_file(&target)?;
+                    }
+                }
+            }
+            if how == Put::Replacing {
+                self.disk.rename(&target, &path)?;
+                if replaced.as_ref().is_some_and(|held| !held.synced) {
+                    // The old file went unsynced: a complete chunk is under `path` now.
+                    let _ = self.disk.remove(&unsynced::path(&key));
+                }
+            }
+            if sync {
+                self.disk.sync_dir(&dir)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            let _ = self.disk.remove(&target);
+            return Err(match self.err(&target, e) {
+                ChunkError::NoSpace { store, .. } => ChunkError::NoSpace { key, store },
+                other => other,
+            });
+        }
+        let parsed = format::parse_header(&header, Some(&key)).expect("we just encoded it");
+        self.index.lock().insert(
+            key,
+            Held {
+                header: Arc::new(parsed),
+                len_bytes: file_len,
+                synced: sync,
+            },
+        );
+        self.used_bytes.fetch_add(file_len, Ordering::Relaxed);
+        self.used_bytes.fetch_sub(replaced_len, Ordering::Relaxed);
+        Ok(())
     }
 }
 

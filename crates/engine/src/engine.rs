@@ -47,6 +47,7 @@ pub struct Engine {
     pub(crate) shared: Arc<Shared>,
     destager: Mutex<Option<JoinHandle<()>>>,
     sealer: Mutex<Option<JoinHandle<()>>>,
+    syncer: Mutex<Option<JoinHandle<()>>>,
     repairer: Mutex<Option<JoinHandle<()>>>,
     /// Blocks read from chunks, by what they are (`read_cache`).
     read_cache: crate::read_cache::ReadCache,
@@ -118,6 +119,11 @@ impl Engine {
             .spawn(move || crate::seal::run_sealer(&thread_shared))
             .map_err(|e| IoFailure::disk("sealer thread", e))?;
         let thread_shared = shared.clone();
+        let syncer = std::thread::Builder::new()
+            .name("weft-sync".into())
+            .spawn(move || crate::syncer::run_syncer(&thread_shared))
+            .map_err(|e| IoFailure::disk("syncer thread", e))?;
+        let thread_shared = shared.clone();
         let destager = std::thread::Builder::new()
             .name("weft-destage".into())
             .spawn(move || crate::destager::run(&thread_shared))
@@ -141,6 +147,7 @@ impl Engine {
             shared,
             destager: Mutex::new(Some(destager)),
             sealer: Mutex::new(Some(sealer)),
+            syncer: Mutex::new(Some(syncer)),
             repairer: Mutex::new(repairer),
         };
         // Replayed trims queued behind a merge change their maps only when destaged: apply
@@ -189,6 +196,12 @@ impl Engine {
         self.shared.stop_sealer.store(true, Ordering::Release);
         self.shared.seal_work.notify_all();
         if let Some(handle) = self.sealer.lock().take() {
+            let _ = handle.join();
+        }
+        // After the sealer: what it wrote last is synced before the syncer stops.
+        self.shared.stop_syncer.store(true, Ordering::Release);
+        self.shared.sync_work.notify_all();
+        if let Some(handle) = self.syncer.lock().take() {
             let _ = handle.join();
         }
         if let Some(handle) = self.repairer.lock().take() {
@@ -271,8 +284,9 @@ impl Engine {
     // ---- I/O -----------------------------------------------------------------------------
 
     /// Write whole blocks; durable against a process crash on return, against power loss with
-    /// `fua`. The write buffer keeps a copy of `data` until it is destaged; a caller that owns
-    /// its buffer saves that copy with [`Engine::write_owned`].
+    /// `fua` or after a later [`Engine::flush`]. The write buffer keeps a copy of `data` until
+    /// it is destaged; a caller that owns its buffer saves that copy with
+    /// [`Engine::write_owned`].
     pub fn write(
         &self,
         id: VolumeId,
@@ -335,8 +349,9 @@ impl Engine {
             .host_written_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
         let seq = if through {
-            // Durable (also against power loss) once its segment is: FUA is free.
-            match wait_written_through(shared, family, seq) {
+            // Acknowledged once its segment's stripe is written (it survives a kill of any
+            // process); with FUA once it is durable. FLUSH waits for the sync.
+            match wait_written_through(shared, family, seq, fua) {
                 Ok(()) => return Ok(()),
                 Err(EngineError::Io(_) | EngineError::NoSpace) => {
                     // Stripe writes started failing meanwhile: journal the data after all. It
@@ -439,8 +454,11 @@ impl Engine {
         self.apply_range(id, offset_bytes, length_bytes, kind, fua)
     }
 
-    /// Make every acknowledged write durable against power loss (all volumes).
+    /// Make every acknowledged write durable against power loss (all volumes): write-through
+    /// writes acknowledged from stripes not yet synced wait for the syncer, then one journal
+    /// sync covers every journaled record (and the stripes' durable markers).
     pub fn flush(&self) -> Result<(), EngineError> {
+        wait_acked_durable(&self.shared)?;
         let upto = self.shared.journal.written_seq();
         self.shared.journal.sync(upto).map_err(map_io)
     }
@@ -717,18 +735,29 @@ impl Drop for Engine {
     }
 }
 
-/// The family and layer a write to image `id` goes to.
-/// Wait until a durable segment of `family` reflects record `seq` (a write-through write).
-fn wait_written_through(shared: &Shared, family: FamilyId, seq: u64) -> Result<(), EngineError> {
+/// Wait until a written segment of `family` reflects record `seq` (a write-through write),
+/// or with `durable` a durable one. One acknowledged from a stripe not yet durable is noted
+/// for FLUSH ([`wait_acked_durable`]).
+fn wait_written_through(
+    shared: &Shared,
+    family: FamilyId,
+    seq: u64,
+    durable: bool,
+) -> Result<(), EngineError> {
     shared.write_through_waiting.fetch_add(1, Ordering::AcqRel);
     shared.work.notify_one();
     let result = (|| {
         let mut st = shared.state.lock();
         loop {
             match st.families.get(&family) {
-                Some(f) if f.journal_hwm < seq => {}
-                // Written, or the family was deleted meanwhile.
-                _ => return Ok(()),
+                Some(f) if f.journal_hwm >= seq => return Ok(()),
+                Some(_) if !durable && st.segments.written_hwm(family) >= seq => {
+                    st.segments.note_acked_unsynced(family, seq);
+                    return Ok(());
+                }
+                Some(_) => {}
+                // The family was deleted meanwhile.
+                None => return Ok(()),
             }
             if shared.abandon.load(Ordering::Acquire) {
                 return Err(EngineError::Gone);
@@ -757,6 +786,46 @@ fn wait_written_through(shared: &Shared, family: FamilyId, seq: u64) -> Result<(
     result
 }
 
+/// How long a FLUSH waits for stripes to become durable while stripe writes or syncs fail
+/// (the sealer and syncer retry meanwhile) before it answers with the error.
+const FLUSH_FAILURE_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// Wait until every write-through write acknowledged so far from a written stripe is in a
+/// durable one: the syncer makes written stripes durable on its own; a FLUSH only waits.
+fn wait_acked_durable(shared: &Shared) -> Result<(), EngineError> {
+    let started = std::time::Instant::now();
+    let mut st = shared.state.lock();
+    let targets: Vec<(FamilyId, u64)> = st.segments.acked_unsynced().collect();
+    loop {
+        let pending = targets
+            .iter()
+            .any(|&(fid, seq)| st.families.get(&fid).is_some_and(|f| f.journal_hwm < seq));
+        if !pending {
+            return Ok(());
+        }
+        if shared.abandon.load(Ordering::Acquire) {
+            return Err(EngineError::Gone);
+        }
+        if let Some(failure) = st.segments.failure() {
+            // Stopping with stripe writes failing: nobody will retry them.
+            let stopped = shared.stop_sealer.load(Ordering::Acquire);
+            if stopped || started.elapsed() >= FLUSH_FAILURE_WAIT_MAX {
+                return Err(if st.segments.out_of_space() {
+                    EngineError::NoSpace
+                } else {
+                    EngineError::Io(IoFailure::disk(
+                        "stripe sync",
+                        std::io::Error::other(failure.to_string()),
+                    ))
+                });
+            }
+        }
+        shared.sync_work.notify_one();
+        st.wait_for(&shared.sealed, crate::seal::IDLE_WAIT);
+    }
+}
+
+/// The family and layer a write to image `id` goes to.
 fn writable_layer(st: &State, id: VolumeId) -> Result<(FamilyId, LayerId), EngineError> {
     let image = st.image(id)?;
     if !image.writable {

@@ -54,6 +54,7 @@ mod seal;
 mod segments;
 mod state;
 mod stats;
+mod syncer;
 
 pub use catalog::{
     image_summaries, snapshot_short_name, FamilySummary, ImageSummary, Renamed, SnapshotInfo,

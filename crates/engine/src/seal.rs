@@ -1,19 +1,20 @@
 //! Sealing: open segments become sealed stripes. The destager hands segments over
-//! ([`start_sealing`]), the sealer thread writes them in id order ([`run_sealer`]), and
-//! whoever needs them durable waits ([`finish_sealing`], [`seal_all`]). A sealing segment
-//! stays readable from memory until its stripe is durable.
+//! ([`start_sealing`]), the sealer thread writes them in id order ([`run_sealer`]) without a
+//! sync, the syncer thread makes them durable behind it ([`crate::syncer`]), and whoever needs
+//! them durable waits ([`finish_sealing`], [`seal_all`]). A sealing segment stays readable
+//! from memory until its stripe is durable.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::checkpoint::SealedSegment;
 use crate::error::IoFailure;
 use crate::segment::{SegmentBuilder, StripeLayout};
 use crate::segments::{SealingSegment, ToWrite};
-use crate::state::{release_journal, Shared, State};
-use crate::stripe::StripeStore;
+use crate::state::{Shared, State};
+use crate::stripe::{StripeStore, StripeWrite, WrittenStripe};
 use crate::units::{FamilyId, SegmentId};
+use crate::write_log::{RecordHeader, RecordKind, SEGMENT_DURABLE, SEGMENT_WRITTEN};
 
 /// How long the engine's threads sleep when there is nothing to do.
 pub(crate) const IDLE_WAIT: Duration = Duration::from_millis(20);
@@ -40,7 +41,13 @@ pub(crate) fn start_sealing(
         data_chunks: redundancy.data_chunks(),
         parity_chunks: redundancy.parity_chunks(),
     };
-    let sealed = builder.seal(hwm, layout);
+    // What this segment's records follow: its family's segment sealed before it.
+    let previous = st
+        .segments
+        .sealed_hwm(family)
+        .unwrap_or_else(|| st.families.get(&family).map_or(0, |f| f.journal_hwm));
+    st.segments.set_sealed_hwm(family, hwm.max(previous));
+    let sealed = builder.seal(hwm, previous, layout);
     st.segments.start_sealing(
         (family, id),
         SealingSegment {
@@ -51,6 +58,8 @@ pub(crate) fn start_sealing(
             since_seq,
             journal_hwm: hwm,
             data_bytes,
+            written: None,
+            rewrite: false,
         },
     );
 }
@@ -92,7 +101,9 @@ pub(crate) fn finish_sealing(shared: &Shared, in_flight_max: usize) -> Result<()
 }
 
 /// The sealer thread: writes sealing segments as stripes, in id order, one at a time (so a
-/// family's segments become durable in order, which replay relies on), retrying failures.
+/// family's segments are written in order), without a sync (the syncer's work), retrying
+/// failures. A segment is *written* once its chunks are: its write-through records may be
+/// acknowledged from then on.
 pub(crate) fn run_sealer(shared: &Shared) {
     loop {
         if shared.abandon.load(Ordering::Acquire) {
@@ -114,14 +125,10 @@ pub(crate) fn run_sealer(shared: &Shared) {
             continue;
         };
         match write_stripe(shared, id, &to_write) {
-            Ok(()) => {
+            Ok(written) => {
+                shared.state.lock().segments.mark_written(id, written);
                 shared.sealed.notify_all();
-                release_journal(shared);
-                // The sealing set let go of it: unless a reader still holds it, its buffer
-                // serves a new open segment.
-                if let Ok(buffer) = Arc::try_unwrap(to_write.bytes) {
-                    shared.state.lock().segments.put_spare_buffer(buffer);
-                }
+                shared.sync_work.notify_one();
             }
             Err(e) => {
                 tracing::error!(family = id.0 .0, segment = id.1 .0, error = %e, "stripe write failed; retrying (writes that must wait for a stripe get ENOSPC/EIO meanwhile)");
@@ -140,63 +147,48 @@ pub(crate) fn run_sealer(shared: &Shared) {
     }
 }
 
-/// Write one segment's stripe and move it from sealing to sealed.
-pub(crate) fn write_stripe(
+/// Write one segment's stripe (unsynced, or replacing after a failed sync) and journal that
+/// it is written.
+fn write_stripe(
     shared: &Shared,
     id: (FamilyId, SegmentId),
     to_write: &ToWrite,
-) -> Result<(), IoFailure> {
-    let (family, segment) = (id.0 .0, id.1 .0);
-    let (bytes, redundancy) = (&to_write.bytes[..], to_write.redundancy);
-    let missed = shared.stripes.put_known(
-        family,
-        segment,
-        redundancy,
-        bytes,
-        &to_write.known_page_crcs,
-    )?;
-    note_durable(shared, id)?;
-    shared
-        .counters
-        .chunk_written_bytes
-        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-    let orphan = {
-        let mut st = shared.state.lock();
-        let s = st.segments.written(id);
-        match st.families.get_mut(&s.family) {
-            Some(f) => {
-                f.journal_hwm = f.journal_hwm.max(s.journal_hwm);
-                let sealed = SealedSegment {
-                    family: s.family,
-                    redundancy: s.redundancy,
-                    data_bytes: s.data_bytes,
-                    stored_bytes: bytes.len() as u64,
-                };
-                st.segments.sealed_now(id, sealed);
-                false
-            }
-            None => true,
-        }
-    };
-    if orphan {
-        shared.stripes.delete(family, segment, redundancy)?;
+) -> Result<WrittenStripe, IoFailure> {
+    let how = if to_write.rewrite {
+        StripeWrite::Replacing
     } else {
-        shared.stripes.note_missed_at_write(missed);
-    }
-    Ok(())
+        StripeWrite::Unsynced
+    };
+    let written = shared.stripes.write(
+        id.0 .0,
+        id.1 .0,
+        to_write.redundancy,
+        &to_write.bytes,
+        &to_write.known_page_crcs,
+        how,
+    )?;
+    note_segment(shared, id, SEGMENT_WRITTEN)?;
+    Ok(written)
 }
 
-/// Journal that the stripe of `id` is durable, before anything relies on it (the journal
-/// releasing its records, a write-through acknowledged, GC deleting what it relocated): at
-/// recovery this marker tells a durable stripe that is unreadable for now (its d.nodes are
-/// down) from one that was torn by a crash. A FLUSH syncs it with everything before it.
-fn note_durable(shared: &Shared, id: (FamilyId, SegmentId)) -> Result<(), IoFailure> {
-    let header = crate::write_log::RecordHeader {
-        kind: crate::write_log::RecordKind::SegmentDurable,
+/// Journal a marker for the stripe of `id` (`SEGMENT_WRITTEN` or `SEGMENT_DURABLE`), before
+/// anything relies on what it says: a write-through acknowledged from a written stripe; the
+/// journal releasing records, GC deleting what it relocated once durable. At recovery the
+/// markers tell a stripe that is unreadable for now (its d.nodes are down) from one that
+/// never became what they say (see `recovery/proof.rs`). A FLUSH syncs a marker with
+/// everything before it.
+pub(crate) fn note_segment(
+    shared: &Shared,
+    id: (FamilyId, SegmentId),
+    mark: u64,
+) -> Result<(), IoFailure> {
+    let header = RecordHeader {
+        kind: RecordKind::SegmentDurable,
         layer: crate::units::LayerId(id.0 .0),
         lba: id.1 .0,
-        count: 0,
+        count: mark,
     };
+    debug_assert!(mark == SEGMENT_WRITTEN || mark == SEGMENT_DURABLE);
     shared
         .journal
         .locked(|appender| appender.append(header, &[]))

@@ -18,13 +18,19 @@
 //! | 40 | 8 | journal high-water mark: every journal record with seq <= this is reflected in this family's segments up to this one |
 //! | 48 | 4 | CRC32C of the summary |
 //! | 52 | 4 | CRC32C of bytes 0..52 |
-//! | 56 | 4040 | zero |
+//! | 56 | 8 | previous high-water mark: the journal high-water mark of the family's segment before this one (what this one's records follow) |
+//! | 64 | 4 | CRC32C of bytes 56..64 |
+//! | 68 | 4028 | zero |
 //! | 4096 | .. | stored blocks, back to back (each has its own CRC32C in the summary) |
 //! | data end | .. | summary: postcard-encoded `Vec<SummaryEntry>` |
 //! | .. | .. | zero padding to a multiple of 4096 |
 //!
 //! A segment whose header or summary checksum fails was torn by a crash before it became
-//! durable; recovery ignores it (its writes are still in the journal). No I/O here.
+//! durable; recovery ignores it (its writes are still in the journal). Bytes 56..68 are zero
+//! in segments written before the previous high-water mark existed (same version: readers
+//! of either ignore what they do not know, and a zero field reads as unknown); with it,
+//! recovery replays a segment only when the segments before it are replayed up to that mark,
+//! so one that a power cut left whole after a lost one is not replayed. No I/O here.
 
 use serde::{Deserialize, Serialize};
 use weft_chunk::AlignedBuf;
@@ -118,6 +124,9 @@ pub struct SegmentHeader {
     pub summary_len_bytes: u32,
     pub journal_hwm: u64,
     pub summary_crc32c: u32,
+    /// The journal high-water mark of the family's segment before this one; `None` in
+    /// segments written before the field existed.
+    pub previous_hwm: Option<u64>,
 }
 
 /// Why a segment could not be parsed.
@@ -248,8 +257,14 @@ impl SegmentBuilder {
         &self.data[start..start + usize::from(len_bytes)]
     }
 
-    /// Finish the segment: the bytes to write as its stripe.
-    pub fn seal(mut self, journal_hwm: u64, layout: StripeLayout) -> SealedBytes {
+    /// Finish the segment: the bytes to write as its stripe. `previous_hwm`: the journal
+    /// high-water mark of the family's segment sealed before it.
+    pub fn seal(
+        mut self,
+        journal_hwm: u64,
+        previous_hwm: u64,
+        layout: StripeLayout,
+    ) -> SealedBytes {
         let data_end = self.data.len();
         let summary = postcard::to_stdvec(&self.entries).expect("summary entries always encode");
         self.data.extend_from_slice(&summary);
@@ -263,6 +278,7 @@ impl SegmentBuilder {
             summary_len_bytes: u32::try_from(summary.len()).expect("summary below 4 GiB"),
             journal_hwm,
             summary_crc32c: crc32c::crc32c(&summary),
+            previous_hwm: Some(previous_hwm),
         };
         encode_header(&header, &mut self.data[..SEGMENT_HEADER_BYTES]);
         SealedBytes {
@@ -286,6 +302,11 @@ fn encode_header(h: &SegmentHeader, out: &mut [u8]) {
     out[48..52].copy_from_slice(&h.summary_crc32c.to_le_bytes());
     let crc = crc32c::crc32c(&out[..HEADER_FIELDS_BYTES]);
     out[52..56].copy_from_slice(&crc.to_le_bytes());
+    if let Some(previous) = h.previous_hwm {
+        out[56..64].copy_from_slice(&previous.to_le_bytes());
+        let crc = crc32c::crc32c(&out[56..64]);
+        out[64..68].copy_from_slice(&crc.to_le_bytes());
+    }
 }
 
 fn le_u32(b: &[u8], at: usize) -> u32 {
@@ -298,7 +319,7 @@ fn le_u64(b: &[u8], at: usize) -> u64 {
 
 /// Parse and verify a segment header (the first bytes of the segment).
 pub fn parse_header(bytes: &[u8]) -> Result<SegmentHeader, SegmentFormatError> {
-    if bytes.len() < 56 {
+    if bytes.len() < 68 {
         return Err(SegmentFormatError::Short);
     }
     if bytes[0..8] != SEGMENT_MAGIC {
@@ -311,7 +332,15 @@ pub fn parse_header(bytes: &[u8]) -> Result<SegmentHeader, SegmentFormatError> {
     if version != SEGMENT_FORMAT_VERSION {
         return Err(SegmentFormatError::Version(version));
     }
+    let previous_hwm = if bytes[56..68].iter().all(|&b| b == 0) {
+        None
+    } else if crc32c::crc32c(&bytes[56..64]) == le_u32(bytes, 64) {
+        Some(le_u64(bytes, 56))
+    } else {
+        return Err(SegmentFormatError::HeaderChecksum);
+    };
     Ok(SegmentHeader {
+        previous_hwm,
         segment: SegmentId(le_u64(bytes, 16)),
         family: FamilyId(le_u64(bytes, 24)),
         layout: StripeLayout {
@@ -365,7 +394,7 @@ mod tests {
             lba: 0,
             count: 1 << 30,
         });
-        let sealed = b.seal(41, StripeLayout::SINGLE);
+        let sealed = b.seal(41, 40, StripeLayout::SINGLE);
         assert!(
             sealed.known_page_crcs.iter().all(Option::is_none),
             "no raw block fills a page"
@@ -374,9 +403,15 @@ mod tests {
         assert_eq!(bytes.len() % SEGMENT_ALIGN_BYTES, 0);
         let h = parse_header(&bytes).unwrap();
         assert_eq!(
-            (h.segment, h.family, h.journal_hwm),
-            (SegmentId(9), FamilyId(3), 41)
+            (h.segment, h.family, h.journal_hwm, h.previous_hwm),
+            (SegmentId(9), FamilyId(3), 41, Some(40))
         );
+        // Written before the previous high-water mark existed: unknown, not an error.
+        let mut old = bytes[..SEGMENT_HEADER_BYTES].to_vec();
+        old[56..68].fill(0);
+        assert_eq!(parse_header(&old).unwrap().previous_hwm, None);
+        old[60] = 1;
+        assert_eq!(parse_header(&old), Err(SegmentFormatError::HeaderChecksum));
         let start = h.data_end_bytes as usize;
         let summary = &bytes[start..start + h.summary_len_bytes as usize];
         let entries = parse_summary(&h, summary).unwrap();
@@ -406,7 +441,7 @@ mod tests {
             let mut b = SegmentBuilder::with_buffer(SegmentId(4), FamilyId(2), 1 << 16, spare);
             let placed = b.append(BlockId(1), &[7u8; 300], true, crc32c::crc32c(&[7u8; 300]));
             b.record(SummaryEntry::Relocate { stored: placed });
-            b.seal(9, StripeLayout::SINGLE).bytes
+            b.seal(9, 8, StripeLayout::SINGLE).bytes
         };
         let fresh = build(None);
         // A used buffer full of other bytes, big enough: reused, nothing of it shows.
@@ -440,7 +475,7 @@ mod tests {
         append(&mut b, 2, &raw(2), false); // page 2
         append(&mut b, 3, &[9u8; 100], true); // page 3, part
         append(&mut b, 4, &raw(4), false); // pages 3-4: straddles, unknown
-        let sealed = b.seal(1, StripeLayout::SINGLE);
+        let sealed = b.seal(1, 0, StripeLayout::SINGLE);
         let pages: Vec<&[u8]> = sealed.bytes.chunks(SEGMENT_ALIGN_BYTES).collect();
         assert_eq!(
             sealed.known_page_crcs,

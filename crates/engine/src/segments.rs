@@ -3,6 +3,14 @@
 //! durable checkpoint reaches, and whether stripe writes currently fail. Per-family segment
 //! ids are handed out by [`SegmentIds`]. Fields are private: a segment moves from sealing to
 //! sealed in one step, and a failure is cleared only by a success or freed space.
+//!
+//! A sealing segment is first *to write*, then *written* (its chunks are in the d.nodes' page
+//! cache: it survives a kill of any process, not a power cut), then durable (synced: it leaves
+//! for the sealed set). Each family's segments are written and made durable in id order, so
+//! its written ones and its durable ones are each a prefix: [`Segments::written_hwm`] says
+//! which journal records are in written stripes, the family's `journal_hwm` which are in
+//! durable ones. A write-through write may be acknowledged from a written stripe; the newest
+//! such per family ([`Segments::acked_unsynced`]) is what a FLUSH waits for.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -12,6 +20,7 @@ use weft_ec::Redundancy;
 
 use crate::checkpoint::SealedSegment;
 use crate::error::IoFailure;
+use crate::stripe::{StripeToSync, WrittenStripe};
 use crate::units::{FamilyId, SegmentId};
 
 /// A segment and family, the key of sealing and sealed segments (segment ids are per family).
@@ -30,6 +39,10 @@ pub(crate) struct SealingSegment {
     pub since_seq: Option<u64>,
     pub journal_hwm: u64,
     pub data_bytes: u64,
+    /// Its chunks are written, not yet durable (see the module doc).
+    pub written: Option<WrittenStripe>,
+    /// A sync of its chunks failed: write them again, each replacing the old one.
+    pub rewrite: bool,
 }
 
 /// What the sealer needs of a sealing segment to write its stripe.
@@ -38,6 +51,7 @@ pub(crate) struct ToWrite {
     pub bytes: Arc<AlignedBuf>,
     pub known_page_crcs: Arc<Vec<Option<u32>>>,
     pub redundancy: Redundancy,
+    pub rewrite: bool,
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +69,15 @@ pub(crate) struct Segments {
     failure: Option<String>,
     /// Buffers of segments whose stripes are durable, for new open segments.
     spare_buffers: Vec<AlignedBuf>,
+    /// Per family: every journal record up to this is reflected in written stripes.
+    written_hwm: HashMap<FamilyId, u64>,
+    /// Per family: the newest write-through record acknowledged from a stripe that was
+    /// written, not durable, at the time.
+    acked_unsynced: HashMap<FamilyId, u64>,
+    /// Per family: the journal high-water mark of its newest segment handed to the sealer
+    /// (at recovery: of its last segment replayed). The next one records it as its previous
+    /// high-water mark, which recovery checks (see `segment`).
+    sealed_hwm: HashMap<FamilyId, u64>,
 }
 
 /// Buffers of written segments kept for new open segments: enough for destage to open the
@@ -86,18 +109,99 @@ impl Segments {
         self.sealing.values().filter_map(|s| s.since_seq)
     }
 
-    /// The next segment to write: the lowest key, so each family's go in id order.
+    /// The next segment to write: the lowest key not written, so each family's go in id
+    /// order.
     pub fn next_to_write(&self) -> Option<(SegmentKey, ToWrite)> {
-        self.sealing.iter().next().map(|(&key, s)| {
-            (
-                key,
-                ToWrite {
-                    bytes: s.bytes.clone(),
-                    known_page_crcs: s.known_page_crcs.clone(),
-                    redundancy: s.redundancy,
-                },
-            )
-        })
+        self.sealing
+            .iter()
+            .find(|(_, s)| s.written.is_none())
+            .map(|(&key, s)| {
+                (
+                    key,
+                    ToWrite {
+                        bytes: s.bytes.clone(),
+                        known_page_crcs: s.known_page_crcs.clone(),
+                        redundancy: s.redundancy,
+                        rewrite: s.rewrite,
+                    },
+                )
+            })
+    }
+
+    /// Its chunks are written: the records it reflects may be acknowledged (write-through),
+    /// and stripe writes work again.
+    pub fn mark_written(&mut self, key: SegmentKey, written: WrittenStripe) {
+        self.out_of_space = false;
+        self.failure = None;
+        let s = self
+            .sealing
+            .get_mut(&key)
+            .expect("only the sealer writes sealing segments");
+        s.written = Some(written);
+        s.rewrite = false;
+        let hwm = self.written_hwm.entry(key.0).or_insert(0);
+        *hwm = (*hwm).max(s.journal_hwm);
+    }
+
+    /// Every journal record of `fid` up to this is in a written (or durable) stripe.
+    pub fn written_hwm(&self, fid: FamilyId) -> u64 {
+        self.written_hwm.get(&fid).copied().unwrap_or(0)
+    }
+
+    /// The written segments to make durable: of each family, those before its first one not
+    /// written, in key order (a family's segments become durable in id order).
+    pub fn to_sync(&self) -> Vec<(SegmentKey, StripeToSync)> {
+        let mut out = Vec::new();
+        let mut stopped: Option<FamilyId> = None;
+        for (&key, s) in &self.sealing {
+            if stopped == Some(key.0) {
+                continue;
+            }
+            match &s.written {
+                Some(w) => out.push((
+                    key,
+                    StripeToSync {
+                        family: key.0 .0,
+                        segment: key.1 .0,
+                        redundancy: s.redundancy,
+                        chunks: w.chunks.clone(),
+                    },
+                )),
+                None => stopped = Some(key.0),
+            }
+        }
+        out
+    }
+
+    /// Its sync failed: it is written again, replacing its chunks (it stays readable from
+    /// memory, and its old chunks stay until replaced).
+    pub fn sync_failed(&mut self, key: SegmentKey, e: &IoFailure) {
+        if let Some(s) = self.sealing.get_mut(&key) {
+            s.written = None;
+            s.rewrite = true;
+        }
+        self.write_failed(e);
+    }
+
+    /// The journal high-water mark of the newest segment of `fid` handed to the sealer.
+    pub fn sealed_hwm(&self, fid: FamilyId) -> Option<u64> {
+        self.sealed_hwm.get(&fid).copied()
+    }
+
+    pub fn set_sealed_hwm(&mut self, fid: FamilyId, hwm: u64) {
+        self.sealed_hwm.insert(fid, hwm);
+    }
+
+    /// A write-through record `seq` of `fid` was acknowledged before its stripe was durable.
+    pub fn note_acked_unsynced(&mut self, fid: FamilyId, seq: u64) {
+        let acked = self.acked_unsynced.entry(fid).or_insert(0);
+        *acked = (*acked).max(seq);
+    }
+
+    /// Per family, the newest write-through record acknowledged before its stripe was
+    /// durable (some may be durable by now: compare with the family's `journal_hwm`).
+    pub fn acked_unsynced(&self) -> impl Iterator<Item = (FamilyId, u64)> + '_ {
+        self.acked_unsynced.iter().map(|(&f, &seq)| (f, seq))
     }
 
     /// Keep a written segment's buffer for a new open segment (dropped when enough are kept).
@@ -112,7 +216,7 @@ impl Segments {
     }
 
     /// Its stripe is durable: it leaves the sealing set, and stripe writes work again.
-    pub fn written(&mut self, key: SegmentKey) -> SealingSegment {
+    pub fn durable(&mut self, key: SegmentKey) -> SealingSegment {
         self.out_of_space = false;
         self.failure = None;
         self.sealing
@@ -192,6 +296,9 @@ impl Segments {
             self.sealed.remove(&(fid, *id));
         }
         self.checkpoint_below.remove(&fid);
+        self.written_hwm.remove(&fid);
+        self.acked_unsynced.remove(&fid);
+        self.sealed_hwm.remove(&fid);
         doomed
     }
 

@@ -139,7 +139,7 @@ pub(crate) struct Shared {
     pub hosts_generation: std::sync::atomic::AtomicU64,
     pub range_gate: Mutex<()>,
     pub journal: Box<dyn WriteLog>,
-    /// Writers waiting for their write-through record to reach a durable segment: while
+    /// Writers waiting for their write-through record to reach a written segment: while
     /// there are any, the destager seals open segments as soon as the buffer is drained.
     pub write_through_waiting: AtomicUsize,
     /// A writer waits for GC to free space (the store is full but holds garbage).
@@ -153,10 +153,14 @@ pub(crate) struct Shared {
     pub space: Condvar,
     /// Wakes the sealer (segments to write).
     pub seal_work: Condvar,
-    /// Wakes whoever waits for stripe writes to finish.
+    /// Wakes the syncer (written stripes to make durable, a FLUSH waiting).
+    pub sync_work: Condvar,
+    /// Wakes whoever waits for stripe writes or syncs to finish.
     pub sealed: Condvar,
     /// Set after the destager stopped: the sealer exits once nothing is left to write.
     pub stop_sealer: AtomicBool,
+    /// Set after the sealer stopped: the syncer exits once nothing written is left.
+    pub stop_syncer: AtomicBool,
     /// A checkpoint file being written in the background; yields the segment id it covers
     /// and the layer operations it reflects.
     pub checkpoint_writer: Mutex<Option<JoinHandle<Result<CheckpointWritten, IoFailure>>>>,

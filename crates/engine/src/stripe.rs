@@ -4,7 +4,9 @@
 //!
 //! - `put` encodes and writes every chunk in parallel; the stripe is durable once
 //!   min(k+1, k+m) of them are (or more, if the pool says so), so one more loss right after the write
-//!   cannot lose it. Chunks that failed are left for repair.
+//!   cannot lose it. Chunks that failed are left for repair. `write` can also leave the chunks
+//!   *written* (readable, surviving a kill of any process, not yet a power cut) and `sync`
+//!   make written stripes durable later, a group at a time (see [`StripeWrite`]).
 //! - `read` maps a byte range of the stripe's data to the data chunk(s) holding it (one
 //!   d.node for a small read). When a chunk cannot serve it, the same page-aligned window is
 //!   read from k other chunks and the missing one rebuilt position-wise (Reed-Solomon and
@@ -184,6 +186,38 @@ impl StripeError {
     }
 }
 
+/// How a stripe write leaves its chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StripeWrite {
+    /// Durable when the write returns.
+    Durable,
+    /// Written ([`ChunkStore::put_unsynced`]): readable and surviving a kill of any process,
+    /// not a power cut, until [`StripeStore::sync`].
+    Unsynced,
+    /// Durable, in place of the chunks of an earlier write of the same stripe whose sync
+    /// failed ([`ChunkStore::put_replacing`]).
+    Replacing,
+}
+
+/// A stripe `write` left as its `StripeWrite` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenStripe {
+    /// The chunks written (at least as many as a durable stripe needs).
+    pub chunks: Vec<u8>,
+    /// Chunks not written, left for the repairer (see [`StripeStore::note_missed_at_write`]).
+    pub missed: u64,
+}
+
+/// A written stripe to make durable ([`StripeStore::sync`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StripeToSync {
+    pub family: u64,
+    pub segment: u64,
+    pub redundancy: Redundancy,
+    /// Its chunks to sync: those written (or every index, when that is not known).
+    pub chunks: Vec<u8>,
+}
+
 /// Once a stripe is durable, chunk writes still running get this long, at least, to finish
 /// before the stripe is acknowledged without them (they go on in the background; the repairer
 /// rewrites any that fail): a slow or hung d.node must not hold up every stripe.
@@ -203,13 +237,19 @@ fn put_chunk(
     data: &[u8],
     known: &[Option<u32>],
     epoch: Epoch,
+    how: StripeWrite,
 ) -> Result<(), ChunkError> {
-    match store.put_known(m, data, known) {
+    let put = |store: &dyn ChunkStore| match how {
+        StripeWrite::Durable => store.put_known(m, data, known),
+        StripeWrite::Unsynced => store.put_unsynced(m, data, known),
+        StripeWrite::Replacing => store.put_replacing(m, data, known),
+    };
+    match put(store) {
         Err(ChunkError::Exists { key }) => match store.info(&key) {
             Ok(info) if info.meta == *m => Ok(()),
             _ => {
                 store.delete(&key, epoch)?;
-                store.put_known(m, data, known)
+                put(store)
             }
         },
         other => other,
@@ -230,9 +270,10 @@ fn put_single_chunk(
     data: &[u8],
     known: &[Option<u32>],
     epoch: Epoch,
+    how: StripeWrite,
 ) -> Result<(), ChunkError> {
     match stores.first().cloned().flatten() {
-        Some(store) => put_chunk(&*store, m, data, known, epoch),
+        Some(store) => put_chunk(&*store, m, data, known, epoch, how),
         None => Err(unassigned(0)),
     }
 }
@@ -243,13 +284,21 @@ fn put_chunks(
     meta: impl Fn(u8) -> ChunkMeta,
     epoch: Epoch,
     needed: usize,
+    how: StripeWrite,
 ) -> Vec<Result<(), ChunkError>> {
     let put_one = move |store: &dyn ChunkStore, m: &ChunkMeta, data: &[u8]| {
-        put_chunk(store, m, data, &[], epoch)
+        put_chunk(store, m, data, &[], epoch, how)
     };
     let total = chunks.len();
     if total == 1 {
-        return vec![put_single_chunk(stores, &meta(0), &chunks[0], &[], epoch)];
+        return vec![put_single_chunk(
+            stores,
+            &meta(0),
+            &chunks[0],
+            &[],
+            epoch,
+            how,
+        )];
     }
     let mut results: Vec<Option<Result<(), ChunkError>>> = (0..total).map(|_| None).collect();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -479,6 +528,28 @@ impl StripeStore {
         bytes: &[u8],
         known_page_crcs: &[Option<u32>],
     ) -> Result<u64, StripeError> {
+        self.write(
+            family,
+            segment,
+            redundancy,
+            bytes,
+            known_page_crcs,
+            StripeWrite::Durable,
+        )
+        .map(|w| w.missed)
+    }
+
+    /// [`StripeStore::put_known`], leaving the chunks as `how` says; fails unless as many
+    /// chunks as a durable stripe needs were written.
+    pub fn write(
+        &self,
+        family: u64,
+        segment: u64,
+        redundancy: Redundancy,
+        bytes: &[u8],
+        known_page_crcs: &[Option<u32>],
+        how: StripeWrite,
+    ) -> Result<WrittenStripe, StripeError> {
         let invalid = |detail: String| StripeError::Invalid {
             family,
             segment,
@@ -496,10 +567,7 @@ impl StripeStore {
             parity_chunks: redundancy.parity_chunks(),
             stripe_len_bytes: bytes.len() as u64,
         };
-        let needed = self
-            .placement
-            .min_durable_chunks(family, redundancy)
-            .clamp(redundancy.min_durable_chunks(), redundancy.total_chunks());
+        let needed = self.needed(family, redundancy);
         let results = if redundancy.total_chunks() == 1
             && geometry.chunk_len_bytes() == bytes.len() as u64
         {
@@ -510,10 +578,11 @@ impl StripeStore {
                 bytes,
                 known_page_crcs,
                 epoch,
+                how,
             )]
         } else {
             let chunks = weft_ec::encode(&geometry, bytes).map_err(|e| invalid(e.to_string()))?;
-            put_chunks(&stores, chunks, meta, epoch, usize::from(needed))
+            put_chunks(&stores, chunks, meta, epoch, usize::from(needed), how)
         };
         let durable = results.iter().filter(|r| r.is_ok()).count() as u8;
         let failures: Vec<String> = results
@@ -535,9 +604,120 @@ impl StripeStore {
             });
         }
         if !failures.is_empty() {
-            tracing::warn!(family, segment, failures = %failures.join("; "), "stripe durable with chunks missing; left for repair");
+            tracing::warn!(family, segment, failures = %failures.join("; "), "stripe written with chunks missing; left for repair");
         }
-        Ok(failures.len() as u64)
+        let chunks = results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(i, _)| u8::try_from(i).expect("at most 24 chunks"))
+            .collect();
+        Ok(WrittenStripe {
+            chunks,
+            missed: failures.len() as u64,
+        })
+    }
+
+    /// How many chunks of a stripe of `family` must be durable for the stripe to be.
+    fn needed(&self, family: u64, redundancy: Redundancy) -> u8 {
+        self.placement
+            .min_durable_chunks(family, redundancy)
+            .clamp(redundancy.min_durable_chunks(), redundancy.total_chunks())
+    }
+
+    /// At recovery: make the chunks of `stripes` that reachable stores hold durable (those it
+    /// replays, which may be written and not synced). A store that cannot be reached keeps
+    /// its chunks as they are: the stripe was readable from the others, and a chunk a power
+    /// cut tears there is gone at its next start, for the repairer to rebuild.
+    pub fn sync_reachable(&self, stripes: &[StripeToSync]) -> Result<(), StripeError> {
+        let mut groups: Vec<(Arc<dyn ChunkStore>, Vec<ChunkKey>)> = Vec::new();
+        for s in stripes {
+            let stores = self.placement.stores(s.family, s.segment, s.redundancy);
+            for &index in &s.chunks {
+                let Some(store) = stores.get(usize::from(index)).cloned().flatten() else {
+                    continue;
+                };
+                let key = ChunkKey::new(s.family, s.segment, index);
+                match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &store)) {
+                    Some((_, keys)) => keys.push(key),
+                    None => groups.push((store, vec![key])),
+                }
+            }
+        }
+        for (store, keys) in groups {
+            match store.sync(&keys) {
+                Ok(()) => {}
+                Err(e @ ChunkError::Unavailable { .. }) => {
+                    tracing::warn!(store = store.name(), error = %e, "could not sync replayed stripes on an unreachable store");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Make written stripes durable: their chunks are synced with one call per store for the
+    /// whole group (one directory sync each, not one per stripe). Per stripe, in order: `Ok`
+    /// once as many of its chunks as a durable stripe needs are synced. A stripe that failed
+    /// must be written again ([`StripeWrite::Replacing`]): after a failed sync nothing is
+    /// known of its pages.
+    pub fn sync(&self, stripes: &[StripeToSync]) -> Vec<Result<(), StripeError>> {
+        let mut groups: Vec<(Arc<dyn ChunkStore>, Vec<ChunkKey>)> = Vec::new();
+        // Per stripe: the group of each of its chunks.
+        let mut owners: Vec<Vec<usize>> = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            let stores = self.placement.stores(s.family, s.segment, s.redundancy);
+            let mut mine = Vec::new();
+            for &index in &s.chunks {
+                let Some(store) = stores.get(usize::from(index)).cloned().flatten() else {
+                    continue;
+                };
+                let key = ChunkKey::new(s.family, s.segment, index);
+                let group = match groups.iter().position(|(g, _)| Arc::ptr_eq(g, &store)) {
+                    Some(g) => g,
+                    None => {
+                        groups.push((store, Vec::new()));
+                        groups.len() - 1
+                    }
+                };
+                groups[group].1.push(key);
+                mine.push(group);
+            }
+            owners.push(mine);
+        }
+        let synced: Vec<Result<(), String>> = groups
+            .iter()
+            .map(|(store, keys)| {
+                store
+                    .sync(keys)
+                    .map_err(|e| format!("{}: {e}", store.name()))
+            })
+            .collect();
+        stripes
+            .iter()
+            .zip(owners)
+            .map(|(s, mine)| {
+                let durable = mine.iter().filter(|&&g| synced[g].is_ok()).count();
+                let durable = u8::try_from(durable).expect("at most 24 chunks");
+                let needed = self.needed(s.family, s.redundancy);
+                let detail: Vec<&str> = mine
+                    .iter()
+                    .filter_map(|&g| synced[g].as_ref().err().map(String::as_str))
+                    .collect();
+                // Without a failure every chunk asked for is durable, however many that is.
+                if durable >= needed || detail.is_empty() {
+                    return Ok(());
+                }
+                Err(StripeError::NotDurable {
+                    family: s.family,
+                    segment: s.segment,
+                    durable,
+                    needed,
+                    no_space: false,
+                    detail: format!("sync failed: {}", detail.join("; ")),
+                })
+            })
+            .collect()
     }
 
     /// `missed` chunks of a stripe the repairer can now find (sealed, or a committed

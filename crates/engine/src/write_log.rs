@@ -22,17 +22,29 @@ pub enum RecordKind {
     /// Merge the layer into the layer whose id is in the `lba` field (snapshot delete).
     MergeLayer,
     /// `count` blocks of data from `lba` written through to a stripe, no payload: the write
-    /// is acknowledged only once a durable segment reflects the record, so replay (which
-    /// starts after the segments' high-water mark) skips it: it was never acknowledged.
+    /// is acknowledged only once a *written* segment reflects the record (its chunks are in
+    /// the d.nodes' page cache: it survives a kill of any process; FLUSH and FUA wait until
+    /// it is durable), so replay (which starts after the replayed segments' high-water mark)
+    /// skips it: a segment that reflects an acknowledged one was replayed, or was lost with
+    /// power before any FLUSH or FUA covered it.
     WriteThrough,
-    /// The stripe of segment `lba` of the family whose id is in the `layer` field became
-    /// durable (no payload). Recovery uses it as proof: a segment it cannot read whose marker
-    /// is in the journal was acknowledged durable and is waited for, never discarded; one
-    /// without a marker while the journal still holds every record after the family's
-    /// high-water mark never was (see `recovery`, and `docs/design/on-disk.md`, "What may
-    /// delete what"). Replay skips it otherwise.
+    /// A marker for the stripe of segment `lba` of the family whose id is in the `layer`
+    /// field (no payload): `count` is [`SEGMENT_WRITTEN`] once its chunks are written (before
+    /// a write-through is acknowledged from it), [`SEGMENT_DURABLE`] once they are synced
+    /// (before the journal releases its records or GC deletes what it moved). Recovery uses
+    /// them as proof: a segment it cannot read with either marker is waited for, never
+    /// discarded (a durable one always; a written one until every d.node answers, since a
+    /// power cut may have torn it); one without a marker while the journal still holds every
+    /// record after the family's high-water mark was never written (see `recovery`, and
+    /// `docs/design/on-disk.md`, "What may delete what"). Replay skips it otherwise. Builds
+    /// before the written marker read every marker as durable: more waiting, never less.
     SegmentDurable,
 }
+
+/// `count` of a [`RecordKind::SegmentDurable`] marker: the stripe is durable.
+pub const SEGMENT_DURABLE: u64 = 0;
+/// `count` of a [`RecordKind::SegmentDurable`] marker: the stripe is written, not yet durable.
+pub const SEGMENT_WRITTEN: u64 = 1;
 
 impl RecordKind {
     pub fn code(self) -> u8 {

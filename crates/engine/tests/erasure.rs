@@ -30,6 +30,8 @@ struct Switchable {
     down: AtomicBool,
     /// Every put takes this long (a slow or hung d.node).
     put_delay_ms: std::sync::atomic::AtomicU64,
+    /// Syncs wait while this is set (and fail once the store is down).
+    hold_syncs: AtomicBool,
 }
 
 impl Switchable {
@@ -43,6 +45,7 @@ impl Switchable {
             disk: RwLock::new(disk),
             down: AtomicBool::new(false),
             put_delay_ms: std::sync::atomic::AtomicU64::new(0),
+            hold_syncs: AtomicBool::new(false),
         }
     }
 
@@ -75,6 +78,33 @@ impl ChunkStore for Switchable {
             std::thread::sleep(Duration::from_millis(delay));
         }
         self.check()?.put(meta, data)
+    }
+    fn put_unsynced(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        known: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
+        let delay = self.put_delay_ms.load(Ordering::Acquire);
+        if delay > 0 {
+            std::thread::sleep(Duration::from_millis(delay));
+        }
+        self.check()?.put_unsynced(meta, data, known)
+    }
+    fn sync(&self, keys: &[ChunkKey]) -> Result<(), ChunkError> {
+        while self.hold_syncs.load(Ordering::Acquire) {
+            self.check()?;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.check()?.sync(keys)
+    }
+    fn put_replacing(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        known: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
+        self.check()?.put_replacing(meta, data, known)
     }
     fn read(&self, key: &ChunkKey, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ChunkError> {
         self.check()?.read(key, offset_bytes, buf)
@@ -467,6 +497,74 @@ fn a_restart_with_three_stores_down_waits_and_loses_nothing() {
 /// the stripe nor prove it torn, and waited for ever with only one store down. The first
 /// recovery now records the stripe in the cluster state, and later ones skip it (and never
 /// replay it, which would apply its records twice).
+/// A write-through write is acknowledged once its stripe is written, before the sync. A
+/// restart that cannot read that stripe (three of six stores down: the c.node was killed, the
+/// d.nodes were not, their page cache holds the chunks) must wait for it, not replay the
+/// journal without it: the write's record has no data. The journal's written marker is the
+/// proof; once the stores are back the write is there, and durable.
+#[test]
+fn a_written_stripe_not_yet_synced_is_waited_for_when_its_stores_are_down_at_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores = six_stores();
+    let meta: Arc<dyn weft_meta::MetaStore> = Arc::new(EmbeddedMetaStore::in_memory());
+    let engine = Arc::new(open_engine(dir.path(), &stores, meta.clone()));
+    engine
+        .create_volume("v", BLOCKS * BLOCK_SIZE_BYTES as u64)
+        .unwrap();
+    let id = engine.open_volume("v").unwrap().id;
+    for s in &stores {
+        s.hold_syncs.store(true, Ordering::Release);
+    }
+    let bytes = data(21);
+    // 1 MiB: written through (the test threshold is 16 KiB); acknowledged unsynced.
+    engine.write(id, 0, &bytes, false).unwrap();
+    // Killed with the syncs still held; three stores go down before they return.
+    let dying = engine.clone();
+    let killer = std::thread::spawn(move || dying.crash());
+    std::thread::sleep(Duration::from_millis(100));
+    for s in &stores[3..] {
+        s.down.store(true, Ordering::Release);
+    }
+    for s in &stores {
+        s.hold_syncs.store(false, Ordering::Release);
+    }
+    killer.join().unwrap();
+    drop(engine);
+
+    let config = EngineConfig {
+        recovery_wait: Some(Duration::from_secs(3)),
+        ..EngineConfig::for_tests(dir.path())
+    };
+    match open_configured(&stores, meta.clone(), config) {
+        Err(weft_engine::EngineError::RecoveryBlocked(wait)) => {
+            assert!(!wait.stripes.is_empty(), "{wait}");
+        }
+        Err(e) => panic!("recovery failed otherwise: {e}"),
+        Ok(engine) => {
+            let read = read_all(&engine);
+            panic!(
+                "recovery did not wait for the written stripe (reads back equal: {:?})",
+                read.ok().map(|b| b == bytes)
+            );
+        }
+    }
+    for s in &stores[3..] {
+        s.down.store(false, Ordering::Release);
+    }
+    let engine = open_engine(dir.path(), &stores, meta.clone());
+    assert_eq!(read_all(&engine).unwrap(), bytes);
+    // Recovery synced what it replayed: nothing is left unsynced.
+    for s in &stores {
+        let disk = s.disk.read().clone();
+        assert!(
+            disk.paths().iter().all(|p| !p.ends_with(".unsynced")),
+            "{}: {:?}",
+            s.name,
+            disk.paths()
+        );
+    }
+}
+
 #[test]
 fn a_stripe_skipped_at_one_recovery_is_skipped_at_the_next_without_its_evidence() {
     let dir = tempfile::tempdir().unwrap();

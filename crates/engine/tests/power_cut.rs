@@ -126,11 +126,16 @@ fn run_seed(seed: u64) -> usize {
                     let data: Vec<u8> = pats.iter().flat_map(|&p| pattern(p)).collect();
                     engine.write(id, offset, &data, fua).unwrap();
                     for (i, p) in pats.into_iter().enumerate() {
-                        history.entry(lba + i as u64).or_default().since.push(p);
-                    }
-                    if fua {
-                        // FUA makes every earlier record durable too (one ordered log).
-                        flush_all(&mut history);
+                        let h = history.entry(lba + i as u64).or_default();
+                        if fua {
+                            // FUA makes this write durable, not every earlier one (a
+                            // write-through acknowledged from a stripe not yet synced is
+                            // a FLUSH's to wait for).
+                            h.flushed = p;
+                            h.since.clear();
+                        } else {
+                            h.since.push(p);
+                        }
                     }
                 }
                 70..=79 => {
@@ -233,14 +238,105 @@ fn flushed_writes_survive_power_cuts_and_bad_reads_are_errors() {
     );
 }
 
-/// A large write is written through: its journal record is only a reference, and it is
-/// acknowledged once the stripe holding it is durable. A writer thread issues such writes
-/// (16-32 KiB, over the test configuration's 16 KiB threshold) while the engine is stopped
-/// dead at a random moment and the power goes: between a write's journal reference and its
-/// stripe, during destage or a forced seal. After restart every block reads its last
-/// acknowledged value or the one write in flight at the cut, never anything else.
+/// A write the writer thread issued.
+#[derive(Debug, Clone, Copy)]
+struct Issued {
+    lba: u64,
+    blocks: u64,
+    /// The pattern of its first block (the next ones follow).
+    first: u64,
+    acked: bool,
+    /// FUA, or a FLUSH returned after it was acknowledged.
+    durable: bool,
+}
+
+/// Issue write-through writes (16-32 KiB, over the test configuration's 16 KiB threshold)
+/// from a thread, some with FUA, with a FLUSH after every few, while the engine is stopped
+/// dead at a random moment: between a write's journal reference and its stripe, during
+/// destage, a forced seal, a stripe written but not yet synced. Returns, in order, every
+/// write issued.
+fn write_through_until_cut(world: &World, seed: u64) -> (Engine, Vec<Issued>) {
+    let engine = Arc::new(world.open());
+    engine
+        .create_volume("v", VOLUME_BLOCKS * BLOCK_SIZE_BYTES as u64)
+        .unwrap();
+    let id = engine.open_volume("v").unwrap().id;
+    let issued = Arc::new(parking_lot::Mutex::new(Vec::<Issued>::new()));
+    let writer = {
+        let (engine, issued) = (engine.clone(), issued.clone());
+        std::thread::spawn(move || {
+            let mut rng = StdRng::seed_from_u64(seed);
+            for n in 1u64.. {
+                let blocks = rng.random_range(4..=8u64);
+                let lba = rng.random_range(0..=VOLUME_BLOCKS - blocks);
+                let first = n * 1000;
+                let fua = rng.random_bool(0.2);
+                let data: Vec<u8> = (0..blocks).flat_map(|i| pattern(first + i)).collect();
+                issued.lock().push(Issued {
+                    lba,
+                    blocks,
+                    first,
+                    acked: false,
+                    durable: false,
+                });
+                let offset = lba * BLOCK_SIZE_BYTES as u64;
+                if engine.write(id, offset, &data, fua).is_err() {
+                    return;
+                }
+                let acked = issued.lock().len();
+                {
+                    let mut issued = issued.lock();
+                    let last = issued.last_mut().expect("pushed above");
+                    last.acked = true;
+                    last.durable = fua;
+                }
+                if n.is_multiple_of(5) {
+                    if engine.flush().is_err() {
+                        return;
+                    }
+                    for w in issued.lock()[..acked].iter_mut() {
+                        w.durable = true;
+                    }
+                }
+            }
+        })
+    };
+    let mut rng = StdRng::seed_from_u64(seed + 1000);
+    std::thread::sleep(std::time::Duration::from_millis(rng.random_range(5..60)));
+    engine.crash();
+    writer.join().unwrap();
+    let issued = issued.lock().clone();
+    let engine = Arc::try_unwrap(engine).expect("the writer is gone");
+    (engine, issued)
+}
+
+/// What block `lba` may read after the cut: from the last write covering it that had to
+/// survive (acknowledged after a kill; durable after a power cut) onward, or its first
+/// contents if none had to.
+fn allowed_after(issued: &[Issued], lba: u64, power_cut: bool) -> Vec<u64> {
+    let covering: Vec<(u64, bool)> = issued
+        .iter()
+        .filter(|w| (w.lba..w.lba + w.blocks).contains(&lba))
+        .map(|w| {
+            let kept = if power_cut { w.durable } else { w.acked };
+            (w.first + (lba - w.lba), kept)
+        })
+        .collect();
+    let last_kept = covering.iter().rposition(|w| w.1);
+    let mut allowed: Vec<u64> = match last_kept {
+        Some(i) => covering[i..].iter().map(|w| w.0).collect(),
+        None => std::iter::once(0)
+            .chain(covering.iter().map(|w| w.0))
+            .collect(),
+    };
+    allowed.dedup();
+    allowed
+}
+
+/// A write-through write is acknowledged once its stripe is written (its chunks in the page
+/// cache): a kill of the process at any point loses none acknowledged.
 #[test]
-fn acknowledged_write_through_survives_a_power_cut_at_any_point() {
+fn acknowledged_write_through_survives_a_kill_at_any_point() {
     let mut cut_in_flight = 0;
     for seed in 1..=10u64 {
         let world = World {
@@ -249,58 +345,16 @@ fn acknowledged_write_through_survives_a_power_cut_at_any_point() {
             meta: Arc::new(EmbeddedMetaStore::in_memory()),
             dir: tempfile::tempdir().unwrap(),
         };
-        let engine = Arc::new(world.open());
-        engine
-            .create_volume("v", VOLUME_BLOCKS * BLOCK_SIZE_BYTES as u64)
-            .unwrap();
-        let id = engine.open_volume("v").unwrap().id;
-        // (lba, blocks, first pattern, acknowledged) of every write issued, in order.
-        let issued = Arc::new(parking_lot::Mutex::new(Vec::<(u64, u64, u64, bool)>::new()));
-        let writer = {
-            let (engine, issued) = (engine.clone(), issued.clone());
-            std::thread::spawn(move || {
-                let mut rng = StdRng::seed_from_u64(seed);
-                for n in 1u64.. {
-                    let blocks = rng.random_range(4..=8u64);
-                    let lba = rng.random_range(0..=VOLUME_BLOCKS - blocks);
-                    let first = n * 1000;
-                    let data: Vec<u8> = (0..blocks).flat_map(|i| pattern(first + i)).collect();
-                    issued.lock().push((lba, blocks, first, false));
-                    let offset = lba * BLOCK_SIZE_BYTES as u64;
-                    if engine.write(id, offset, &data, false).is_err() {
-                        return;
-                    }
-                    issued.lock().last_mut().expect("pushed above").3 = true;
-                }
-            })
-        };
-        let mut rng = StdRng::seed_from_u64(seed + 1000);
-        std::thread::sleep(std::time::Duration::from_millis(rng.random_range(5..60)));
-        engine.crash();
-        writer.join().unwrap();
+        let (engine, issued) = write_through_until_cut(&world, seed);
         drop(engine);
-        world.disk.power_cut(seed);
-        world.log.power_cut(seed);
+        // A kill: the disk keeps what was written, synced or not.
         let engine = world.open();
-        let issued = issued.lock().clone();
-        cut_in_flight += usize::from(issued.last().is_some_and(|w| !w.3));
+        cut_in_flight += usize::from(issued.last().is_some_and(|w| !w.acked));
+        let id = engine.open_volume("v").unwrap().id;
         let mut buf = vec![0u8; VOLUME_BLOCKS as usize * BLOCK_SIZE_BYTES];
         engine.read(id, 0, &mut buf).unwrap();
         for lba in 0..VOLUME_BLOCKS {
-            // The last acknowledged write of the block, and any later (unacknowledged) one.
-            let covering: Vec<(u64, bool)> = issued
-                .iter()
-                .filter(|w| (w.0..w.0 + w.1).contains(&lba))
-                .map(|w| (w.2 + (lba - w.0), w.3))
-                .collect();
-            let last_acked = covering.iter().rposition(|w| w.1);
-            let mut allowed: Vec<u64> = match last_acked {
-                Some(i) => covering[i..].iter().map(|w| w.0).collect(),
-                None => std::iter::once(0)
-                    .chain(covering.iter().map(|w| w.0))
-                    .collect(),
-            };
-            allowed.dedup();
+            let allowed = allowed_after(&issued, lba, false);
             let got = &buf[lba as usize * BLOCK_SIZE_BYTES..][..BLOCK_SIZE_BYTES];
             assert!(
                 allowed.iter().any(|&p| pattern(p) == got),
@@ -313,4 +367,41 @@ fn acknowledged_write_through_survives_a_power_cut_at_any_point() {
         cut_in_flight > 0,
         "no cut ever caught a write in flight: the test does not exercise write-through"
     );
+}
+
+/// The same with the power going after the kill: what FUA or a FLUSH made durable survives;
+/// what was only acknowledged may be lost, and nothing else is ever read.
+#[test]
+fn flushed_write_through_survives_a_power_cut_at_any_point() {
+    let mut rolled_back = 0;
+    for seed in 1..=10u64 {
+        let world = World {
+            disk: SimDisk::new(),
+            log: SimWriteLog::new(),
+            meta: Arc::new(EmbeddedMetaStore::in_memory()),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let (engine, issued) = write_through_until_cut(&world, seed);
+        drop(engine);
+        world.disk.power_cut(seed);
+        world.log.power_cut(seed);
+        let engine = world.open();
+        let id = engine.open_volume("v").unwrap().id;
+        let mut buf = vec![0u8; VOLUME_BLOCKS as usize * BLOCK_SIZE_BYTES];
+        engine.read(id, 0, &mut buf).unwrap();
+        for lba in 0..VOLUME_BLOCKS {
+            let allowed = allowed_after(&issued, lba, true);
+            let got = &buf[lba as usize * BLOCK_SIZE_BYTES..][..BLOCK_SIZE_BYTES];
+            assert!(
+                allowed.iter().any(|&p| pattern(p) == got),
+                "seed {seed}: block {lba} reads none of {allowed:?} ({} writes issued)",
+                issued.len()
+            );
+            let acked = allowed_after(&issued, lba, false);
+            rolled_back += usize::from(!acked.iter().any(|&p| pattern(p) == got));
+        }
+    }
+    // Not asserted above zero: the syncer usually syncs a stripe before the cut comes
+    // (`tests/write_through.rs` holds a sync back to lose one on purpose).
+    eprintln!("{rolled_back} blocks lost an acknowledged, unflushed write-through");
 }

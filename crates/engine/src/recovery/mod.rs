@@ -30,7 +30,7 @@ use crate::metastore::{ClusterState, ClusterStore, IgnoredStripe};
 use crate::recovery_status::{BlockedStripe, RecoveryWait};
 use crate::segment::{self, SummaryEntry, SEGMENT_HEADER_BYTES};
 use crate::state::{Counters, Shared, State};
-use crate::stripe::{FamilyListing, StripeListing, StripeStore};
+use crate::stripe::{FamilyListing, StripeListing, StripeStore, StripeToSync};
 use crate::units::{FamilyId, LayerId, SegmentId, BLOCK_SIZE_BYTES};
 use proof::{JournalEvidence, Verdict};
 
@@ -75,6 +75,12 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
     let evidence = JournalEvidence::new(&write_log.scan()?);
     let (mut st, replayed, ignored) =
         recover_families(&config, &stripes, &meta.state, &alive, &evidence)?;
+    // A replayed stripe may be written but not synced (its c.node stopped before the sync,
+    // its d.node did not): durable before anything relies on it (the journal releasing
+    // what it reflects). A no-op for stripes already durable.
+    stripes
+        .sync_reachable(&replayed)
+        .map_err(IoFailure::Stripe)?;
     if !ignored.is_empty() {
         // Before anything is served, so before the journal can release their records: a
         // later recovery must skip these stripes even when it cannot prove it again.
@@ -181,7 +187,7 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
     }
     tracing::info!(
         images = st.images.len(),
-        segments_replayed = replayed,
+        segments_replayed = replayed.len(),
         journal_records_replayed = replayed_records,
         unacknowledged_write_through = skipped_write_through,
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -201,8 +207,10 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
         work: Condvar::new(),
         space: Condvar::new(),
         seal_work: Condvar::new(),
+        sync_work: Condvar::new(),
         sealed: Condvar::new(),
         stop_sealer: AtomicBool::new(false),
+        stop_syncer: AtomicBool::new(false),
         checkpoint_writer: Mutex::new(None),
         commands: Mutex::new(Vec::new()),
         shutdown: AtomicBool::new(false),
@@ -220,14 +228,14 @@ pub(crate) const RECOVERY_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Recover every family; while any has a stripe it may neither replay nor discard, wait
 /// for the d.nodes and start over (nothing was changed but proven discards). Returns the
-/// state and how many segments were replayed.
+/// state and the segments replayed.
 fn recover_families(
     config: &EngineConfig,
     stripes: &StripeStore,
     state: &ClusterState,
     alive: &HashSet<FamilyId>,
     evidence: &JournalEvidence,
-) -> Result<(State, u64, Vec<IgnoredStripe>), EngineError> {
+) -> Result<(State, Vec<StripeToSync>, Vec<IgnoredStripe>), EngineError> {
     let started = Instant::now();
     let since_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -236,7 +244,7 @@ fn recover_families(
     loop {
         attempts += 1;
         let mut st = State::default();
-        let mut replayed = 0u64;
+        let mut replayed = Vec::new();
         let mut ignored: Vec<IgnoredStripe> = Vec::new();
         let mut blocked: Vec<BlockedStripe> = Vec::new();
         let mut waiting_for: Vec<String> = Vec::new();
@@ -244,7 +252,7 @@ fn recover_families(
         families.sort_unstable();
         for fid in families {
             match recover_family(stripes, state, fid, &mut st, evidence, &mut ignored)? {
-                FamilyOutcome::Recovered(n) => replayed += n,
+                FamilyOutcome::Recovered(n) => replayed.extend(n),
                 FamilyOutcome::Waiting(stripe, unanswered) => {
                     blocked.push(stripe);
                     waiting_for.extend(unanswered);
@@ -288,8 +296,8 @@ fn recover_families(
 
 /// How one family's recovery ended.
 enum FamilyOutcome {
-    /// Recovered, with this many segments replayed.
-    Recovered(u64),
+    /// Recovered, with these segments replayed.
+    Recovered(Vec<StripeToSync>),
     /// A stripe it may neither replay nor discard, and the stores that did not answer.
     Waiting(BlockedStripe, Vec<String>),
 }
@@ -355,7 +363,7 @@ fn recover_family(
         .live_entries()
         .map(|(_, e)| e.location.segment)
         .collect();
-    let mut replayed = 0;
+    let mut replayed = Vec::new();
     let mut next_segment = below;
     let mut discards: Vec<(u64, &StripeListing, &str)> = Vec::new();
     let mut ignoring = false;
@@ -391,12 +399,24 @@ fn recover_family(
             // from the journal into later segments; replaying it now would apply them twice.
             continue;
         }
+        // Whether a discard below proves the stripe torn by a crash (not only unfit).
+        let mut torn = false;
         let verdict = if ignoring {
             proof::after_ignored(fid, segment, s, evidence)
         } else {
             match probe(stripes, fid, segment, s) {
                 Probe::Replayable(header, _) if header.family != fid => {
                     Verdict::Discard("its header names another family")
+                }
+                Probe::Replayable(header, _)
+                    if header
+                        .previous_hwm
+                        .is_some_and(|previous| previous > family.journal_hwm) =>
+                {
+                    // Whole, but the records of a segment before it are in none replayed:
+                    // that one was lost (a power cut before its sync, which came after
+                    // this one's pages reached the disk). It was never synced, nor this one.
+                    Verdict::Ignore("a segment before it is missing (lost before its sync)")
                 }
                 Probe::Replayable(header, entries) => {
                     family.replay(SegmentId(segment), &entries);
@@ -412,23 +432,42 @@ fn recover_family(
                             stored_bytes: s.stripe_len_bytes,
                         },
                     );
-                    replayed += 1;
+                    replayed.push(StripeToSync {
+                        family: fid.0,
+                        segment,
+                        redundancy: s.redundancy,
+                        chunks: (0..s.redundancy.total_chunks()).collect(),
+                    });
                     continue;
                 }
-                Probe::Garbage => Verdict::Discard("torn: its header or summary fails its checks"),
-                Probe::Unreadable { read_failed } => proof::unreadable(
-                    fid,
-                    segment,
-                    s,
-                    &listing,
-                    evidence,
-                    family.journal_hwm,
-                    read_failed,
-                ),
+                Probe::Garbage => {
+                    torn = true;
+                    Verdict::Discard("torn: its header or summary fails its checks")
+                }
+                Probe::Unreadable { read_failed } => {
+                    torn = true;
+                    proof::unreadable(
+                        fid,
+                        segment,
+                        s,
+                        &listing,
+                        evidence,
+                        family.journal_hwm,
+                        read_failed,
+                    )
+                }
             }
         };
         match verdict {
-            Verdict::Discard(why) => discards.push((segment, s, why)),
+            Verdict::Discard(why) => {
+                discards.push((segment, s, why));
+                // A stripe never synced that a crash tore: no later one was synced either,
+                // and a later one whole (its pages written back by the OS before a power
+                // cut) reflects records the torn one needed. See `proof`.
+                if torn && !evidence.marked_durable(fid, segment) {
+                    ignoring = true;
+                }
+            }
             Verdict::Ignore(why) => {
                 tracing::warn!(family = fid.0, segment, why, "not replaying stripe");
                 ignored.push(key);
@@ -490,14 +529,15 @@ fn recover_family(
     }
     st.segment_ids.set(fid, next_segment);
     st.segments.checkpoint_covers(fid, below);
+    st.segments.set_sealed_hwm(fid, family.journal_hwm);
     st.families.insert(fid, family);
     Ok(FamilyOutcome::Recovered(replayed))
 }
 
-/// With so many stores unanswered that a durable stripe could have no chunk on the others,
+/// With so many stores unanswered that a written stripe could have no chunk on the others,
 /// a segment may exist that no listing shows. Proof there is none: the journal holds every
-/// record after the family's high-water mark and no durability marker for a segment at or
-/// above `next_segment`.
+/// record after the family's high-water mark and no marker for a segment at or above
+/// `next_segment`.
 fn hidden_segments(
     fid: FamilyId,
     listing: &FamilyListing,
@@ -511,7 +551,7 @@ fn hidden_segments(
     if listing.unanswered.len() < usize::from(min_durable) {
         return None;
     }
-    if evidence.no_durable_segment_from(fid, next_segment, hwm) {
+    if evidence.no_written_segment_from(fid, next_segment, hwm) {
         return None;
     }
     Some(BlockedStripe {

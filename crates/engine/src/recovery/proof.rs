@@ -7,18 +7,25 @@
 //! | the summary reads and checks out | | replay |
 //! | fewer than k chunks even counting one on every store that did not answer (a d.node holds at most one chunk of a stripe) | fewer than k exist: it was never durable, so the journal kept its records | discard (delete) |
 //! | it reads but its header or summary fails its checks | the bytes are what was written: a stripe never completed | discard |
-//! | unreadable; the journal holds every record after the family's high-water mark and no durable marker for it | had it become durable, its marker (appended after the put, before anything relied on it) would be there | ignore: keep its chunks, replay the journal instead |
+//! | unreadable; the journal holds every record after the family's high-water mark and no marker for it | had it been written, its written marker (appended once its chunks were, before a write-through was acknowledged from it) would be there, and its durable marker had it been synced | ignore: keep its chunks, replay the journal instead |
 //! | unreadable otherwise | none | wait for the d.nodes, then look again |
 //!
-//! Segments after one ignored are ignored too: the sealer writes a family's stripes one at a
-//! time, in id order, so none after a stripe that never became durable did either.
+//! Segments after one ignored, or after one discarded as torn that was never marked durable,
+//! are ignored too, unless marked durable (then recovery waits: the journal and the stripes
+//! disagree). The sealer writes a family's stripes in id order and the syncer makes them
+//! durable in id order, so none after a stripe that was never written was written, and none
+//! after one never synced was synced. A power cut can still leave a later one whole (the OS
+//! wrote its pages back on its own) after an earlier one torn: it reflects records the torn
+//! one also needed, so it is not replayed; its journaled records are still in the journal
+//! (released only up to durable stripes), and its write-through writes were never covered by
+//! a FLUSH or FUA, which wait for the sync.
 
 use std::collections::HashSet;
 
 use crate::recovery_status::BlockedStripe;
 use crate::stripe::{FamilyListing, StripeListing};
 use crate::units::FamilyId;
-use crate::write_log::{JournalRecord, RecordKind};
+use crate::write_log::{JournalRecord, RecordKind, SEGMENT_WRITTEN};
 
 /// What the journal shows about segments' durability.
 #[derive(Debug, Default)]
@@ -27,19 +34,26 @@ pub(super) struct JournalEvidence {
     /// (files are released oldest first, and replay is contiguous). `None`: it holds none,
     /// so it proves nothing (a fresh data dir, or everything released).
     first_seq: Option<u64>,
-    /// (family, segment) of every durability marker it holds.
+    /// (family, segment) of every durable marker it holds.
     durable: HashSet<(u64, u64)>,
+    /// (family, segment) of every marker it holds, written or durable.
+    marked: HashSet<(u64, u64)>,
 }
 
 impl JournalEvidence {
     pub(super) fn new(records: &[JournalRecord]) -> JournalEvidence {
+        let markers = records
+            .iter()
+            .filter(|r| r.header.kind == RecordKind::SegmentDurable);
         JournalEvidence {
             first_seq: records.iter().map(|r| r.seq).min(),
-            durable: records
-                .iter()
-                .filter(|r| r.header.kind == RecordKind::SegmentDurable)
+            // Any other count is a marker of a later build: taken for durable, the stronger.
+            durable: markers
+                .clone()
+                .filter(|r| r.header.count != SEGMENT_WRITTEN)
                 .map(|r| (r.header.layer.0, r.header.lba))
                 .collect(),
+            marked: markers.map(|r| (r.header.layer.0, r.header.lba)).collect(),
         }
     }
 
@@ -48,22 +62,28 @@ impl JournalEvidence {
         self.durable.contains(&(family.0, segment))
     }
 
-    /// Proof that no segment of `family` from `from` on became durable: the journal holds
-    /// every record after `hwm` and no marker for one.
-    pub(super) fn no_durable_segment_from(&self, family: FamilyId, from: u64, hwm: u64) -> bool {
+    /// The journal says this stripe was written (or became durable): write-through writes
+    /// may have been acknowledged from it.
+    pub(super) fn marked_written(&self, family: FamilyId, segment: u64) -> bool {
+        self.marked.contains(&(family.0, segment))
+    }
+
+    /// Proof that no segment of `family` from `from` on was written: the journal holds every
+    /// record after `hwm` and no marker for one.
+    pub(super) fn no_written_segment_from(&self, family: FamilyId, from: u64, hwm: u64) -> bool {
         self.first_seq.is_some_and(|first| first <= hwm + 1)
             && !self
-                .durable
+                .marked
                 .iter()
                 .any(|&(f, segment)| f == family.0 && segment >= from)
     }
 
-    /// Proof that the stripe never became durable: the journal still holds every record
-    /// after `hwm` (what the family's checkpoint and replayed segments reflect), and the
-    /// stripe's marker, which would come after them, is not among them.
-    pub(super) fn never_durable(&self, family: FamilyId, segment: u64, hwm: u64) -> bool {
+    /// Proof that the stripe was never written: the journal still holds every record after
+    /// `hwm` (what the family's checkpoint and replayed segments reflect), and the stripe's
+    /// markers, which would come after them, are not among them.
+    pub(super) fn never_written(&self, family: FamilyId, segment: u64, hwm: u64) -> bool {
         self.first_seq.is_some_and(|first| first <= hwm + 1)
-            && !self.marked_durable(family, segment)
+            && !self.marked_written(family, segment)
     }
 }
 
@@ -108,15 +128,17 @@ pub(super) fn unreadable(
             "torn: fewer than k chunks, counting one on every d.node that did not answer",
         );
     }
-    if journal.never_durable(fid, segment, hwm) {
+    if journal.never_written(fid, segment, hwm) {
         return Verdict::Ignore(
-            "unreadable, never durable (no marker; the journal holds its records): replayed from the journal, its chunks kept",
+            "unreadable, never written (no marker; the journal holds its records): replayed from the journal, its chunks kept",
         );
     }
     let why = if journal.marked_durable(fid, segment) {
         "durable (the journal says so) but unreadable: waiting for its d.nodes"
+    } else if journal.marked_written(fid, segment) {
+        "written (the journal says so; write-through writes were acknowledged from it) but unreadable: waiting for its d.nodes"
     } else {
-        "unreadable, and the journal no longer proves it was never durable: waiting for its d.nodes"
+        "unreadable, and the journal no longer proves it was never written: waiting for its d.nodes"
     };
     Verdict::Wait(BlockedStripe {
         family: fid.0,
@@ -127,8 +149,10 @@ pub(super) fn unreadable(
     })
 }
 
-/// The verdict on a stripe after one that was ignored: ignored too, unless the journal says
-/// it was durable, which the sealer's order rules out (so recovery waits rather than guess).
+/// The verdict on a stripe after one that was ignored or torn: ignored too, unless the
+/// journal says it was durable, which the syncer's order rules out (so recovery waits rather
+/// than guess). A written marker is no objection: a power cut tears stripes written but not
+/// synced in any order.
 pub(super) fn after_ignored(
     fid: FamilyId,
     segment: u64,
