@@ -1,6 +1,7 @@
 //! The engine: owns the journal, the write buffer, the families, the chunk store and the
-//! destager and sealer threads, and serves the I/O calls of front ends and the maintenance
-//! calls of the management API (volumes and snapshots are in [`crate::catalog`]).
+//! destager, sealer, syncer and repair threads, and serves the I/O calls of front ends and the
+//! maintenance calls of the management API (volumes and snapshots are in [`crate::catalog`];
+//! the waits for stripes in [`crate::write_waits`]; its figures in `engine_figures`).
 //!
 //! Locks, in the order they may be taken: `meta` → `range_gate` → journal (inside
 //! [`Journal::append`]) → `state`. Disk reads and writes happen with `state` released; data in
@@ -18,13 +19,15 @@ use weft_chunk::{FileDisk, LocalChunkStore};
 
 use crate::block_map::Mapping;
 pub use crate::config::{Backends, EngineConfig, LocalStoreConfig};
+use crate::engine_figures::{repair_status, stats};
 use crate::error::{EngineError, IoFailure};
 use crate::journal::{RecordHeader, RecordKind, JOURNAL_PAYLOAD_MAX_BYTES};
 use crate::read::{resolve, Resolved};
 use crate::state::{map_io, Command, Shared, State};
-use crate::stats::{EngineStats, GcReport, GcStats, ReductionStats};
+use crate::stats::{EngineStats, GcReport};
 use crate::stripe::SingleStore;
 use crate::units::{FamilyId, LayerId, LogicalBlockSize, VolumeId, BLOCK_SIZE_U64};
+use crate::write_waits::{wait_acked_durable, wait_written_through};
 
 /// A read that finds its segment gone (moved by GC meanwhile) looks the blocks up again.
 const READ_RETRIES_MAX: usize = 4;
@@ -735,96 +738,6 @@ impl Drop for Engine {
     }
 }
 
-/// Wait until a written segment of `family` reflects record `seq` (a write-through write),
-/// or with `durable` a durable one. One acknowledged from a stripe not yet durable is noted
-/// for FLUSH ([`wait_acked_durable`]).
-fn wait_written_through(
-    shared: &Shared,
-    family: FamilyId,
-    seq: u64,
-    durable: bool,
-) -> Result<(), EngineError> {
-    shared.write_through_waiting.fetch_add(1, Ordering::AcqRel);
-    shared.work.notify_one();
-    let result = (|| {
-        let mut st = shared.state.lock();
-        loop {
-            match st.families.get(&family) {
-                Some(f) if f.journal_hwm >= seq => return Ok(()),
-                Some(_) if !durable && st.segments.written_hwm(family) >= seq => {
-                    st.segments.note_acked_unsynced(family, seq);
-                    return Ok(());
-                }
-                Some(_) => {}
-                // The family was deleted meanwhile.
-                None => return Ok(()),
-            }
-            if shared.abandon.load(Ordering::Acquire) {
-                return Err(EngineError::Gone);
-            }
-            // A clean stop drains and seals everything first: wait for it, unless nothing is
-            // left that could still write this record.
-            if shared.stop_sealer.load(Ordering::Acquire)
-                && (st.segments.sealing_count() == 0 || st.segments.failure().is_some())
-            {
-                return Err(EngineError::Gone);
-            }
-            if let Some(failure) = st.segments.failure() {
-                return Err(if st.segments.out_of_space() {
-                    EngineError::NoSpace
-                } else {
-                    EngineError::Io(IoFailure::disk(
-                        "stripe write",
-                        std::io::Error::other(failure.to_string()),
-                    ))
-                });
-            }
-            st.wait_for(&shared.sealed, crate::seal::IDLE_WAIT);
-        }
-    })();
-    shared.write_through_waiting.fetch_sub(1, Ordering::AcqRel);
-    result
-}
-
-/// How long a FLUSH waits for stripes to become durable while stripe writes or syncs fail
-/// (the sealer and syncer retry meanwhile) before it answers with the error.
-const FLUSH_FAILURE_WAIT_MAX: Duration = Duration::from_secs(30);
-
-/// Wait until every write-through write acknowledged so far from a written stripe is in a
-/// durable one: the syncer makes written stripes durable on its own; a FLUSH only waits.
-fn wait_acked_durable(shared: &Shared) -> Result<(), EngineError> {
-    let started = std::time::Instant::now();
-    let mut st = shared.state.lock();
-    let targets: Vec<(FamilyId, u64)> = st.segments.acked_unsynced().collect();
-    loop {
-        let pending = targets
-            .iter()
-            .any(|&(fid, seq)| st.families.get(&fid).is_some_and(|f| f.journal_hwm < seq));
-        if !pending {
-            return Ok(());
-        }
-        if shared.abandon.load(Ordering::Acquire) {
-            return Err(EngineError::Gone);
-        }
-        if let Some(failure) = st.segments.failure() {
-            // Stopping with stripe writes failing: nobody will retry them.
-            let stopped = shared.stop_sealer.load(Ordering::Acquire);
-            if stopped || started.elapsed() >= FLUSH_FAILURE_WAIT_MAX {
-                return Err(if st.segments.out_of_space() {
-                    EngineError::NoSpace
-                } else {
-                    EngineError::Io(IoFailure::disk(
-                        "stripe sync",
-                        std::io::Error::other(failure.to_string()),
-                    ))
-                });
-            }
-        }
-        shared.sync_work.notify_one();
-        st.wait_for(&shared.sealed, crate::seal::IDLE_WAIT);
-    }
-}
-
 /// The family and layer a write to image `id` goes to.
 fn writable_layer(st: &State, id: VolumeId) -> Result<(FamilyId, LayerId), EngineError> {
     let image = st.image(id)?;
@@ -832,86 +745,4 @@ fn writable_layer(st: &State, id: VolumeId) -> Result<(FamilyId, LayerId), Engin
         return Err(EngineError::ReadOnly);
     }
     Ok((image.family, image.layer))
-}
-
-/// Engine-wide statistics.
-fn stats(shared: &Shared) -> EngineStats {
-    // Before the state lock: writers hold the journal's lock while they take the state's
-    // (lock order journal -> state), so asking the journal under the state lock deadlocks.
-    let journal_files = shared.journal.pieces_in_use() as u64;
-    let st = shared.state.lock();
-    let mut r = ReductionStats::default();
-    let mut map_entries = 0u64;
-    let mut table_bytes = 0u64;
-    let mut nonzero_refs = 0;
-    for f in st.families.values() {
-        r.unique_blocks += f.table.live_blocks();
-        table_bytes += f.table.memory_bytes() as u64;
-        r.stored_bytes += f.table.stored_bytes();
-        for map in f.layers.values() {
-            let zeroes = map.zero_entries();
-            r.logical_bytes += map.present_entries() * BLOCK_SIZE_U64;
-            r.zero_bytes += zeroes * BLOCK_SIZE_U64;
-            map_entries += map.allocated_pages() as u64 * crate::block_map::PAGE_ENTRIES as u64;
-            nonzero_refs += map.present_entries() - zeroes;
-        }
-    }
-    r.dedup_saved_bytes = nonzero_refs.saturating_sub(r.unique_blocks) * BLOCK_SIZE_U64;
-    r.compression_saved_bytes = (r.unique_blocks * BLOCK_SIZE_U64).saturating_sub(r.stored_bytes);
-    r.ratio = (r.stored_bytes > 0).then(|| r.logical_bytes as f64 / r.stored_bytes as f64);
-    let c = &shared.counters;
-    let host = c.host_written_bytes.load(Ordering::Relaxed);
-    let chunk = c.chunk_written_bytes.load(Ordering::Relaxed);
-    let sc = &shared.stripes.counters;
-    EngineStats {
-        degraded_reads: sc.degraded_reads.load(Ordering::Relaxed),
-        chunks_missed_at_write: sc.chunks_missed_at_write.load(Ordering::Relaxed),
-        repair: repair_status(shared),
-        write_amplification: (host > 0).then(|| chunk as f64 / host as f64),
-        host_written_bytes: host,
-        chunk_written_bytes: chunk,
-        gc: GcStats {
-            runs: c.gc_runs.load(Ordering::Relaxed),
-            segments_reclaimed: c.gc_segments_reclaimed.load(Ordering::Relaxed),
-            bytes_moved: c.gc_bytes_moved.load(Ordering::Relaxed),
-            bytes_reclaimed: c.gc_bytes_reclaimed.load(Ordering::Relaxed),
-        },
-        buffer_bytes: st.buffer.data_bytes(),
-        buffer_records: st.buffer.len() as u64,
-        capacity_bytes: shared.stripes.space().0,
-        used_bytes: shared.stripes.space().1,
-        sealed_segments: st.segments.sealed_count() as u64,
-        journal_files,
-        corrupt_reads: c.corrupt_reads.load(Ordering::Relaxed)
-            + shared
-                .stripes
-                .counters
-                .corrupt_chunks
-                .load(Ordering::Relaxed),
-        out_of_space: st.segments.out_of_space(),
-        volumes: st.images.iter().filter(|i| i.writable).count() as u64,
-        snapshots: st.images.iter().filter(|i| !i.writable).count() as u64,
-        metadata_memory_bytes: map_entries * 8 + table_bytes,
-        reduction: r,
-        read_cache: Default::default(),
-    }
-}
-
-/// The repairer's status, with whether it has caught up with the placement's last change.
-fn repair_status(shared: &Shared) -> crate::repair::RepairStatus {
-    let mut status = shared.repair.status.lock().clone();
-    let redundant = shared.stripes.placement().redundancy(0).total_chunks() > 1;
-    status.caught_up = !redundant
-        || (status.scans > 0
-            && !status.running
-            && status.chunks_failed == 0
-            && status.unlisted.is_empty()
-            && shared.repair.missed_at_write_seen.load(Ordering::Acquire)
-                == shared
-                    .stripes
-                    .counters
-                    .chunks_missed_at_write
-                    .load(Ordering::Acquire)
-            && status.scanned_generation >= shared.stripes.placement().generation());
-    status
 }

@@ -17,6 +17,7 @@ pub mod catalog;
 pub mod checkpoint;
 pub mod config;
 pub mod engine;
+mod engine_figures;
 pub mod error;
 pub mod family;
 pub mod host_records;
@@ -36,6 +37,7 @@ pub mod stripe;
 pub mod units;
 pub mod write_buffer;
 pub mod write_log;
+mod write_waits;
 
 mod checkpointer;
 mod destage;
