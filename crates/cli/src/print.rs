@@ -128,21 +128,25 @@ fn space_cells(space: &Value) -> [String; 4] {
     ]
 }
 
-/// `weft volume list`.
+/// `weft volume list`; a SHARD column in a cluster of several shards.
 pub fn volume_table(list: &Value) {
-    let rows: Vec<Vec<String>> = list
-        .as_array()
-        .into_iter()
-        .flatten()
+    let entries = list.as_array().map_or(&[][..], Vec::as_slice);
+    let sharded = entries.iter().any(|v| v["shard"].as_u64() > Some(0));
+    let rows: Vec<Vec<String>> = entries
+        .iter()
         .map(|v| {
-            let mut row = vec![text(&v["name"]), size(&v["size_bytes"]), origin_cell(v)];
+            let mut row = vec![text(&v["name"])];
+            if sharded {
+                row.push(v["shard"].as_u64().map_or("-".into(), |s| s.to_string()));
+            }
+            row.extend([size(&v["size_bytes"]), origin_cell(v)]);
             row.extend(space_cells(&v["space"]));
             row.push(host_names(&v["hosts"]));
             row.push(text(&v["nbd_uri"]));
             row
         })
         .collect();
-    let headers = [
+    let mut headers = vec![
         "NAME",
         "SIZE>",
         "ORIGIN",
@@ -153,6 +157,9 @@ pub fn volume_table(list: &Value) {
         "HOSTS",
         "NBD URI",
     ];
+    if sharded {
+        headers.insert(1, "SHARD>");
+    }
     table(&headers, &rows);
 }
 

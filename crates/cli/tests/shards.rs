@@ -1,17 +1,21 @@
 //! Several owners at once: c.nodes of two shards (`weft cnode --shard`) each own their own
 //! volumes on one etcd and one set of d.nodes. Names are unique across the shards; each c.node
-//! lists and serves its shard's volumes; `weft cnode list` shows both owners; and after a
-//! kill -9 of both, each shard recovers every byte it acknowledged: the first to recover sees
-//! the other shard's stripes on the d.nodes and leaves them alone. Real etcd, d.nodes and
-//! c.nodes on loopback.
+//! lists its shard's volumes and serves every shard's over NBD and iSCSI (forwarding the other
+//! shard's to its owner, which ALUA reports as the active/optimized path); `weft cnode list`
+//! shows both owners; and after a kill -9 of both, each shard recovers every byte it
+//! acknowledged, forwarded writes included: the first to recover sees the other shard's
+//! stripes on the d.nodes and leaves them alone. Real etcd, d.nodes and c.nodes on loopback.
 
 mod cluster_support;
 mod common;
+mod iscsi_support;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use cluster_support::*;
 use common::*;
+use iscsi_support::{report_target_port_groups, Session, TARGET_PREFIX};
 
 const MIB: u64 = 1 << 20;
 /// Data written to each shard's volume (write-through and journaled writes both).
@@ -57,14 +61,39 @@ fn two_shards_own_their_volumes_at_once_on_the_same_dnodes() {
     client.disconnect();
     // Into stripes, the journal released: from now on only the d.nodes hold db1's data.
     c.sync();
+    // Every shard's volumes are listed through any c.node, each with its shard.
     let listed = c.cli_json(&["volume", "ls", "--json"]);
-    let names: Vec<&str> = listed
+    let mut names: Vec<(String, u64)> = listed
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|v| v["name"].as_str())
+        .filter_map(|v| Some((v["name"].as_str()?.to_string(), v["shard"].as_u64()?)))
         .collect();
-    assert_eq!(names, ["db1"], "shard 1 lists its own volumes");
+    names.sort();
+    assert_eq!(
+        names,
+        [("db1".to_string(), 1), ("vol0".to_string(), 0)],
+        "{listed}"
+    );
+    let text = c.cli_ok(&["volume", "ls"]);
+    assert!(text.contains("SHARD"), "{text}");
+    // Managed through a c.node of another shard: passed on to the owner of vol0's shard.
+    c.cli_ok(&["snapshot", "create", "vol0@through-s1"]);
+    let info = c.cli_json(&["volume", "info", "vol0", "--json"]);
+    assert_eq!(info["name"], "vol0", "{info}");
+    let snapshots = c.cli_json(&["snapshot", "ls", "--json"]);
+    assert!(
+        snapshots
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "vol0@through-s1" && s["shard"] == 0),
+        "{snapshots}"
+    );
+    c.cli_ok(&["snapshot", "delete", "vol0@through-s1", "--yes"]);
+    c.step(
+        "volume ls lists both shards; vol0's snapshot made and deleted through shard 1's c.node",
+    );
 
     // Both own their shard at once.
     let cnodes = poll_until(
@@ -88,6 +117,74 @@ fn two_shards_own_their_volumes_at_once_on_the_same_dnodes() {
     let text = c.cli_ok(&["cnode", "list"]);
     assert!(text.contains("SHARD"), "{text}");
 
+    // Every c.node serves every shard's volumes. Through s1 (shard 1): vol0 of shard 0.
+    let patch0 = blocks_data(seed, 2, 0, MIB / 4096);
+    write_all(&mut c.nbd_client("vol0"), 0, &patch0);
+    let mut vol0 = vol0;
+    vol0[..MIB as usize].copy_from_slice(&patch0);
+    let through_s1 = read_all(&mut c.nbd_client("vol0"), 0, WRITTEN).expect("vol0 through s1");
+    assert!(
+        through_s1 == vol0,
+        "shard 0's vol0 read through shard 1's c.node"
+    );
+    let s1_portal = iscsi_portal(c.cnode());
+    // Through c1 (shard 0): db1 of shard 1, every byte, then a forwarded write.
+    let s1 = c.make_current(c1).expect("s1");
+    // c1 finds shard 1 at its next reading of the registrations (every 2 s).
+    poll_until(
+        Duration::from_secs(10),
+        "NBD lists both shards' exports",
+        || (nbd_exports(&c.nbd_uri("")) == ["db1", "vol0"]).then_some(()),
+    );
+    let through_c1 = read_all(&mut c.nbd_client("db1"), 0, WRITTEN).expect("db1 through c1");
+    assert!(
+        through_c1 == db1,
+        "shard 1's db1 read through shard 0's c.node"
+    );
+    let patch1 = blocks_data(seed, 3, 0, MIB / 4096);
+    let mut client = c.nbd_client("db1");
+    client.write(4 * MIB, &patch1).unwrap();
+    client.flush().unwrap();
+    client.disconnect();
+    let mut db1 = db1;
+    db1[4 * MIB as usize..5 * MIB as usize].copy_from_slice(&patch1);
+    c.step("each shard's volume reads and writes through the other shard's c.node");
+
+    // ALUA: every c.node is a path to every LU, active/optimized on the LU's shard's owner.
+    let c1_portal = iscsi_portal(c.cnode());
+    let (c1_group, s1_group) = (port_group(c.cnode()), port_group(&s1));
+    for (portal, export, optimized, other) in [
+        (c1_portal, "db1", s1_group, c1_group),
+        (s1_portal, "vol0", c1_group, s1_group),
+        (c1_portal, "vol0", c1_group, s1_group),
+    ] {
+        let groups = poll_until(
+            Duration::from_secs(10),
+            "the LU's groups follow its shard's owner",
+            || {
+                let mut s = Session::login(
+                    portal,
+                    "iqn.2026-11.test:shards",
+                    &format!("{TARGET_PREFIX}{export}"),
+                );
+                let mut groups = report_target_port_groups(&mut s);
+                groups.sort();
+                let mut want = vec![
+                    (optimized, 0u8, vec![optimized * 256 + 1]),
+                    (other, 1u8, vec![other * 256 + 1]),
+                ];
+                want.sort();
+                (groups == want).then_some(groups)
+            },
+        );
+        c.step(&format!(
+            "REPORT TARGET PORT GROUPS of {export} through {portal}: {groups:?}"
+        ));
+    }
+    let c1 = c.make_current(s1).expect("c1");
+    // Into stripes again, the journal released.
+    c.sync();
+
     // kill -9 both; shard 0 recovers first, with shard 1's stripes on every d.node.
     let mut s1 = c.make_current(c1).expect("s1");
     s1.kill9();
@@ -108,4 +205,46 @@ fn two_shards_own_their_volumes_at_once_on_the_same_dnodes() {
     c.step("after kill -9 of both: every acknowledged byte of both shards reads back");
     let mut s1 = c.make_current(c1).expect("s1");
     s1.kill9();
+}
+
+/// A c.node's first iSCSI portal, from its `serve.json`.
+fn iscsi_portal(cnode: &Cnode) -> SocketAddr {
+    let v = poll_until(
+        Duration::from_secs(30),
+        "serve.json with an iSCSI portal",
+        || {
+            let text = std::fs::read_to_string(cnode.data_dir.join("serve.json")).ok()?;
+            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+            (v["pid"].as_u64() == Some(u64::from(cnode.pid())) && v["iscsi"].is_string())
+                .then_some(v)
+        },
+    );
+    v["iscsi"].as_str().unwrap().parse().unwrap()
+}
+
+/// A c.node's ALUA target port group id, from its data dir.
+fn port_group(cnode: &Cnode) -> u16 {
+    std::fs::read_to_string(cnode.data_dir.join("port-group"))
+        .expect("a c.node of a cluster has a port group")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The export names `nbdinfo --list` reads from `uri`, sorted.
+fn nbd_exports(uri: &str) -> Vec<String> {
+    let out = run(
+        std::process::Command::new("nbdinfo").args(["--list", "--json", uri]),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "nbdinfo --list {uri}: {}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("nbdinfo's JSON");
+    let mut names: Vec<String> = v["exports"]
+        .as_array()
+        .expect("exports")
+        .iter()
+        .filter_map(|e| e["export-name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
 }

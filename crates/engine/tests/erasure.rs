@@ -558,7 +558,11 @@ fn a_restart_with_three_stores_down_after_a_checkpoint_opens_and_serves_errors_n
         s.down.store(false, Ordering::Release);
     }
     let engine = open_engine(dir.path(), &stores, meta);
-    assert_eq!(read_all(&engine).unwrap(), want, "every acknowledged write is back");
+    assert_eq!(
+        read_all(&engine).unwrap(),
+        want,
+        "every acknowledged write is back"
+    );
 }
 
 /// Found by the thrasher (seed 12130790322838738127, fault #335): a stripe left with fewer

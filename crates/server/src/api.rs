@@ -45,6 +45,7 @@ pub mod openapi;
 mod rename;
 mod schedules;
 mod sessions;
+mod shard_routes;
 pub mod stats;
 pub mod types;
 
@@ -206,6 +207,11 @@ pub fn router(state: ApiState) -> Router {
             "/api/v1/hosts/{name}/chap",
             axum::routing::put(hosts::set_chap).delete(hosts::remove_chap),
         )
+        // Inside the token check: another shard's volumes go to that shard's owner.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            shard_routes::route,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         // Probes for load balancers and supervisors: no token, no data.
         .route("/healthz", get(healthz))

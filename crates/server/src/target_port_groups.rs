@@ -39,6 +39,9 @@ pub enum Ownership {
     Owner(String),
     /// Moving from one c.node to another: both transitioning, the rest active/non-optimized.
     Handover { from: String, to: String },
+    /// Nobody now (its shard's owner lost its lease, the successor has not taken over):
+    /// every group transitioning.
+    Nobody,
 }
 
 /// The target port groups every LU of this server is reached through, and who owns each.
@@ -117,6 +120,14 @@ impl TargetPortGroups {
         });
     }
 
+    /// Who owns each export named in `owners`, replacing what was set before (exports not
+    /// named follow the cluster owner); no change (no unit attention) when it is the same.
+    pub fn set_owners(&self, owners: HashMap<String, Ownership>) {
+        if self.layout.read().owners != owners {
+            self.change(|layout| layout.owners = owners);
+        }
+    }
+
     /// The IMPLICIT TRANSITION TIME reported: how long a handover may take, in seconds.
     pub fn set_implicit_transition_time(&self, secs: u8) {
         self.change(|layout| layout.implicit_transition_time_secs = secs);
@@ -188,6 +199,7 @@ fn state_of(
             Ownership::Handover { from, to } if from == cnode || to == cnode => {
                 AccessState::Transitioning
             }
+            Ownership::Nobody => AccessState::Transitioning,
             _ => AccessState::ActiveNonOptimized,
         },
     }

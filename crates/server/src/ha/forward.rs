@@ -20,6 +20,7 @@ pub mod local;
 pub mod routed;
 pub mod server;
 pub mod serving;
+pub mod shards;
 pub mod view;
 mod wire;
 

@@ -4,8 +4,11 @@
 //! in the cluster. A thread on every c.node reads the registrations and the ownership record
 //! and tells the LUs ([`TargetPortGroups`]): the owner's group active/optimized, the others
 //! active/non-optimized (they forward), every group transitioning while nobody owns the
-//! cluster. A change reaches each nexus as ASYMMETRIC ACCESS STATE CHANGED.
+//! cluster. Every c.node serves every shard's LUs (`forward::shards`), so every registered
+//! c.node is a group of every LU, and an LU of another shard is active/optimized on that
+//! shard's owner. A change reaches each nexus as ASYMMETRIC ACCESS STATE CHANGED.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +17,12 @@ use anyhow::Context;
 use weft_meta::MetaStore;
 
 use crate::ha::ownership::Ownership;
-use crate::target_port_groups::{ClusterOwner, CnodeGroup, TargetPortGroups};
+use crate::target_port_groups::{self, ClusterOwner, CnodeGroup, TargetPortGroups};
+
+/// The owners of the exports of other shards than the c.node's own (see
+/// `forward::shards::ShardRouter::foreign_owners`).
+pub type ForeignOwners =
+    Arc<dyn Fn() -> HashMap<String, target_port_groups::Ownership> + Send + Sync>;
 
 /// The file in a c.node's data dir holding its target port group id.
 pub const PORT_GROUP_FILE: &str = "port-group";
@@ -68,6 +76,7 @@ pub fn follow(
     kv: Arc<dyn MetaStore>,
     shard: weft_engine::ShardId,
     local: CnodeGroup,
+    foreign: ForeignOwners,
     lease_ttl: Duration,
     stop: tokio_util::sync::CancellationToken,
 ) -> Arc<TargetPortGroups> {
@@ -76,35 +85,36 @@ pub fn follow(
     // A takeover takes the lease's time to live and the successor's recovery.
     let transition = (lease_ttl * 2 + Duration::from_secs(10)).as_secs().min(255) as u8;
     handle.set_implicit_transition_time(transition);
-    update(&*kv, shard, &handle, &local);
+    update(&*kv, shard, &handle, &local, &foreign);
     let h = Arc::clone(&handle);
     let _ = std::thread::Builder::new()
         .name("weft-port-groups".into())
         .spawn(move || {
             while !stop.is_cancelled() {
                 std::thread::sleep(FOLLOW_INTERVAL);
-                update(&*kv, shard, &h, &local);
+                update(&*kv, shard, &h, &local, &foreign);
             }
         });
     handle
 }
 
-/// One reading: the groups of the registered c.nodes that serve the shard, and its owner. An
-/// unreachable etcd changes nothing.
+/// One reading: the groups of the registered c.nodes, the owner of this c.node's shard, and
+/// those of the other shards' exports. An unreachable etcd changes nothing.
 fn update(
     kv: &dyn MetaStore,
     shard: weft_engine::ShardId,
     handle: &TargetPortGroups,
     local: &CnodeGroup,
+    foreign: &ForeignOwners,
 ) {
     let (Ok(registered), Ok(owner)) = (crate::ha::registry::list(kv), Ownership::owner(kv, shard))
     else {
         return;
     };
-    // Only c.nodes of the shard present its LUs: the others' portals are no paths to them.
+    // Every c.node presents every shard's LUs: each one's portals are paths to them.
     let mut groups: Vec<CnodeGroup> = registered
         .into_iter()
-        .filter(|r| r.id != local.cnode && r.shard == shard)
+        .filter(|r| r.id != local.cnode)
         .filter_map(|r| {
             Some(CnodeGroup {
                 group_id: r.port_group?,
@@ -122,4 +132,5 @@ fn update(
         Some(o) => ClusterOwner::Cnode(o.id),
         None => ClusterOwner::Nobody,
     });
+    handle.set_owners(foreign());
 }

@@ -1,6 +1,7 @@
 //! How a c.node of a cluster starts serving before it owns the cluster: it connects to etcd,
 //! reads the cluster (exports, hosts, owner), binds its forward listener, and starts its front
-//! ends on a [`RoutedBackend`]; `serve` then opens the engine (waiting as a standby while
+//! ends on a [`ShardRouter`] (its own shard through a [`RoutedBackend`], the others' through
+//! their owners); `serve` then opens the engine (waiting as a standby while
 //! another c.node owns the cluster) and hands it to [`Started::local`].
 
 use std::net::SocketAddr;
@@ -14,9 +15,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::routed::{LocalSlot, RoutedBackend};
 use super::server::ForwardService;
+use super::shards::ShardRouter;
 use super::view::ClusterView;
 use crate::backend::ExportBackend;
 use crate::front_ends::{Bound, Running};
+use crate::ha::port_groups::ForeignOwners;
 use crate::io_stats::IoStats;
 use crate::reservation_records::{Peers, ReservationRecords};
 use crate::sessions::Sessions;
@@ -76,7 +79,9 @@ pub(crate) async fn start_early(
     let (url, dir) = (etcd_url.to_string(), data_dir.to_path_buf());
     let portals = bound.iscsi_addrs.len();
     let (ttl, stop, shard) = (ha.lease_ttl, shutdown.clone(), ha.shard);
-    let (kv, id, secret, view, group, port_groups) =
+    let local = LocalSlot::new();
+    let slot = Arc::clone(&local);
+    let (kv, id, secret, view, group, port_groups, router) =
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let kv =
                 weft_meta::connect_etcd(&url).with_context(|| format!("connecting to {url}"))?;
@@ -84,10 +89,42 @@ pub(crate) async fn start_early(
                 crate::data_files::load_or_create_id(&dir, crate::ha::takeover::CNODE_ID_FILE)?;
             let secret = super::cluster_secret(&*kv).context("reading the forwarding secret")?;
             let view = ClusterView::start(Arc::clone(&kv), shard);
+            let own = RoutedBackend::new(
+                slot,
+                Arc::clone(&view),
+                id.clone(),
+                secret.clone(),
+                retry_window(ttl),
+                ttl / 2,
+            );
+            let router = ShardRouter::start(
+                shard,
+                own,
+                Arc::clone(&kv),
+                id.clone(),
+                secret.clone(),
+                retry_window(ttl),
+                ttl / 2,
+            );
             let group = crate::ha::port_groups::local_group(&*kv, &dir, &id, portals)?;
-            let port_groups =
-                crate::ha::port_groups::follow(Arc::clone(&kv), shard, group.clone(), ttl, stop);
-            Ok((kv, id, secret, view, group, port_groups))
+            let foreign: ForeignOwners = {
+                let router = Arc::downgrade(&router);
+                Arc::new(move || {
+                    router
+                        .upgrade()
+                        .map(|r| r.foreign_owners())
+                        .unwrap_or_default()
+                })
+            };
+            let port_groups = crate::ha::port_groups::follow(
+                Arc::clone(&kv),
+                shard,
+                group.clone(),
+                foreign,
+                ttl,
+                stop,
+            );
+            Ok((kv, id, secret, view, group, port_groups, router))
         })
         .await??;
     let forward_at = ha
@@ -97,15 +134,7 @@ pub(crate) async fn start_early(
         .await
         .with_context(|| format!("binding the forward listener on {forward_at}"))?;
     let forward_addr = listener.local_addr()?;
-    let local = LocalSlot::new();
-    let backend: Arc<dyn ExportBackend> = Arc::new(RoutedBackend::new(
-        Arc::clone(&local),
-        Arc::clone(&view),
-        id.clone(),
-        secret.clone(),
-        retry_window(ha.lease_ttl),
-        ha.lease_ttl / 2,
-    ));
+    let backend: Arc<dyn ExportBackend> = router;
     tokio::spawn(super::server::run(
         listener,
         ForwardService {

@@ -1,0 +1,260 @@
+//! Every c.node serves every shard's volumes: the export backend of a c.node in a cluster of
+//! several shards. Its own shard's exports go through its [`RoutedBackend`] (its engine once it
+//! owns the shard, its shard's owner until then); every other shard's go to that shard's owner
+//! over the forward protocol, through a [`RoutedBackend`] of their own that never serves
+//! locally.
+//!
+//! ```text
+//!  host --NBD/iSCSI--> c.node of shard 0 -- ShardRouter --+-- shard 0: RoutedBackend (own engine / owner)
+//!                                                         +-- shard 1: RoutedBackend --FORWARD--> shard 1's owner
+//!                                                         +-- shard 2: ...
+//! ```
+//!
+//! Which shards exist is read from the c.node registrations every [`DISCOVER_INTERVAL`]
+//! (shard 0 always: it is the cluster of old); each shard's exports, hosts and owner from its
+//! own catalog document ([`ClusterView`]). Names are unique across shards (the name claims of
+//! `weft_engine::name_claims`), so an export name says its shard; while a rename or delete
+//! races the views, the own shard's listing wins. A shard whose c.nodes are all down and were
+//! never seen by this c.node since it started is not listed until one of them registers.
+//!
+//! Access rules: the hosts of every shard's catalog, own shard first. An export is mapped in
+//! its own shard's catalog only, so the rules per export are exact. An iSCSI initiator named by
+//! hosts of two shards gets the LUN map of the first (its own shard's, then by shard number):
+//! LUN numbers are per catalog and could collide (a cluster-wide host catalog is the next step;
+//! `docs/ARCHITECTURE.md` "Several owners: shards").
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use weft_engine::ShardId;
+use weft_meta::MetaStore;
+
+use super::local::LocalSlot;
+use super::routed::RoutedBackend;
+use super::view::ClusterView;
+use crate::access::AccessTable;
+use crate::backend::{ExportBackend, ExportHandle, ExportInfo, OpenError};
+use crate::target_port_groups::Ownership;
+
+/// How often the registrations are read for shards not seen yet.
+pub const DISCOVER_INTERVAL: Duration = Duration::from_secs(2);
+
+/// What a routed backend for another shard needs besides its view.
+#[derive(Debug, Clone)]
+struct Forwarding {
+    me: String,
+    secret: String,
+    retry_for: Duration,
+    stale_after: Duration,
+}
+
+/// Another shard: its catalog as read, and the backend forwarding to its owner.
+#[derive(Debug)]
+struct OtherShard {
+    view: Arc<ClusterView>,
+    backend: RoutedBackend,
+}
+
+/// See the module doc.
+#[derive(Debug)]
+pub struct ShardRouter {
+    own_shard: ShardId,
+    own: RoutedBackend,
+    kv: Arc<dyn MetaStore>,
+    forwarding: Forwarding,
+    others: Mutex<BTreeMap<ShardId, Arc<OtherShard>>>,
+    /// The merged access table and the generation it was built at.
+    access: Mutex<Arc<AccessTable>>,
+}
+
+impl ShardRouter {
+    /// A router for a c.node of `own_shard` serving its own shard through `own`; other shards
+    /// are found at once and then every [`DISCOVER_INTERVAL`] by a thread that ends with the
+    /// router.
+    pub fn start(
+        own_shard: ShardId,
+        own: RoutedBackend,
+        kv: Arc<dyn MetaStore>,
+        me: String,
+        secret: String,
+        retry_for: Duration,
+        stale_after: Duration,
+    ) -> Arc<ShardRouter> {
+        let router = Arc::new(ShardRouter {
+            own_shard,
+            own,
+            kv,
+            forwarding: Forwarding {
+                me,
+                secret,
+                retry_for,
+                stale_after,
+            },
+            others: Mutex::default(),
+            access: Mutex::default(),
+        });
+        router.discover();
+        let weak: Weak<ShardRouter> = Arc::downgrade(&router);
+        let _ = std::thread::Builder::new()
+            .name("weft-shard-discovery".into())
+            .spawn(move || loop {
+                std::thread::sleep(DISCOVER_INTERVAL);
+                match weak.upgrade() {
+                    Some(router) => router.discover(),
+                    None => return,
+                }
+            });
+        router
+    }
+
+    /// Start following every shard the registrations name that is not followed yet. An
+    /// unreachable etcd changes nothing.
+    fn discover(&self) {
+        let Ok(records) = crate::ha::registry::list(&*self.kv) else {
+            return;
+        };
+        let mut shards: Vec<ShardId> = records.iter().map(|r| r.shard).collect();
+        shards.push(ShardId::default());
+        shards.sort_unstable();
+        shards.dedup();
+        let mut others = self.others.lock();
+        for shard in shards {
+            if shard == self.own_shard || others.contains_key(&shard) {
+                continue;
+            }
+            tracing::info!(
+                shard = shard.0,
+                "serving the volumes of another shard through its owner"
+            );
+            let view = ClusterView::start(Arc::clone(&self.kv), shard);
+            let f = &self.forwarding;
+            let backend = RoutedBackend::new(
+                LocalSlot::new(),
+                Arc::clone(&view),
+                f.me.clone(),
+                f.secret.clone(),
+                f.retry_for,
+                f.stale_after,
+            );
+            others.insert(shard, Arc::new(OtherShard { view, backend }));
+        }
+    }
+
+    fn others(&self) -> Vec<Arc<OtherShard>> {
+        self.others.lock().values().cloned().collect()
+    }
+
+    /// The owner of every export of another shard (transitioning while that shard has none),
+    /// for the LUs' ALUA states. The own shard's exports are not named: they follow the
+    /// c.node's own shard owner.
+    pub fn foreign_owners(&self) -> HashMap<String, Ownership> {
+        let mut owners = HashMap::new();
+        for other in self.others() {
+            let now = other.view.now();
+            let ownership = match &now.owner {
+                Some(owner) => Ownership::Owner(owner.id.clone()),
+                None => Ownership::Nobody,
+            };
+            for export in &now.exports {
+                owners.insert(export.name.clone(), ownership.clone());
+            }
+        }
+        owners
+    }
+
+    /// The shards followed besides this c.node's own, for status.
+    pub fn other_shards(&self) -> Vec<ShardId> {
+        self.others.lock().keys().copied().collect()
+    }
+}
+
+impl ExportBackend for ShardRouter {
+    fn list_exports(&self) -> Vec<ExportInfo> {
+        let mut exports = self.own.list_exports();
+        let mut seen: std::collections::HashSet<String> =
+            exports.iter().map(|e| e.name.clone()).collect();
+        for other in self.others() {
+            for export in other.backend.list_exports() {
+                if seen.insert(export.name.clone()) {
+                    exports.push(export);
+                }
+            }
+        }
+        exports
+    }
+
+    /// An export no followed shard lists is looked for once more after reading the
+    /// registrations again: a shard whose c.node registered since the last discovery.
+    fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError> {
+        match self.own.open(name) {
+            Err(OpenError::UnknownExport { .. }) => {}
+            found => return found,
+        }
+        let find = || {
+            self.others()
+                .into_iter()
+                .find(|o| o.view.now().exports.iter().any(|e| e.name == name))
+        };
+        let other = find().or_else(|| {
+            let before = self.others.lock().len();
+            self.discover();
+            (self.others.lock().len() > before).then(find).flatten()
+        });
+        match other {
+            Some(other) => other.backend.open(name),
+            None => Err(OpenError::UnknownExport {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    fn access(&self) -> Arc<AccessTable> {
+        let generation = self.access_generation();
+        let mut cached = self.access.lock();
+        if cached.generation == generation {
+            return Arc::clone(&cached);
+        }
+        let own = self.own.access();
+        let mut hosts = own.hosts().to_vec();
+        for other in self.others() {
+            hosts.extend_from_slice(other.backend.access().hosts());
+        }
+        warn_on_shared_initiators(&hosts);
+        let table = Arc::new(AccessTable::new(generation, hosts));
+        *cached = Arc::clone(&table);
+        table
+    }
+
+    /// The sum of every shard's generation: each only grows, so the sum moves whenever any
+    /// shard's hosts change or a shard is added.
+    fn access_generation(&self) -> u64 {
+        self.others()
+            .iter()
+            .map(|o| o.backend.access_generation())
+            .fold(self.own.access_generation(), u64::wrapping_add)
+    }
+}
+
+/// Log once per access table an initiator that hosts of two shards name: it gets the LUN map
+/// of the first only.
+fn warn_on_shared_initiators(hosts: &[weft_engine::HostRecord]) {
+    let mut first: HashMap<&str, &str> = HashMap::new();
+    for host in hosts {
+        for iqn in &host.iqns {
+            // A catalog names an initiator once: a second host naming it is another shard's.
+            match first.get(iqn.as_str()) {
+                Some(earlier) => tracing::warn!(
+                    initiator = %iqn,
+                    host = %earlier,
+                    also = %host.name,
+                    "an initiator belongs to hosts of two shards: it sees the LUNs of the first only; map its volumes in one shard"
+                ),
+                None => {
+                    first.insert(iqn, &host.name);
+                }
+            }
+        }
+    }
+}
