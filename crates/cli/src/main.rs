@@ -244,6 +244,10 @@ enum VolumeCommand {
         /// Writes smaller than 4 KiB are read-modify-writes.
         #[arg(long, value_parser = parse_block_size)]
         block_size: Option<u32>,
+        /// The shard to create it in, in a cluster of several (default: the shard of the
+        /// c.node asked); the request goes to that shard's owner.
+        #[arg(long)]
+        shard: Option<u16>,
     },
     /// List volumes.
     #[command(visible_alias = "ls")]
@@ -492,11 +496,13 @@ fn command_to_request(command: Command) -> volume_cmd::Request {
             size,
             pool,
             block_size,
+            shard,
         }) => R::Create {
             name,
             size_bytes: size,
             pool,
             logical_block_size: block_size,
+            shard,
         },
         Command::Volume(VolumeCommand::List) => R::List,
         Command::Volume(VolumeCommand::Info { name }) => R::Info { name },

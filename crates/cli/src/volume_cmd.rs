@@ -19,6 +19,8 @@ pub enum Request {
         pool: Option<String>,
         /// 512 or 4096 (checked by the parser); `None`: the server's default (512).
         logical_block_size: Option<u32>,
+        /// `None`: the shard of the c.node asked.
+        shard: Option<u16>,
     },
     List,
     Info {
@@ -87,6 +89,7 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
             size_bytes,
             pool,
             logical_block_size,
+            shard,
         } => {
             let mut body = json!({ "name": name, "size_bytes": size_bytes });
             if let Some(pool) = pool {
@@ -95,7 +98,11 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
             if let Some(b) = logical_block_size {
                 body["logical_block_size"] = b.into();
             }
-            let v = client.call("POST", "/volumes", Some(body))?;
+            let path = match shard {
+                Some(shard) => format!("/volumes?shard={shard}"),
+                None => "/volumes".to_string(),
+            };
+            let v = client.call("POST", &path, Some(body))?;
             show(json, &v, |v| {
                 println!(
                     "created {} ({}, {}-byte blocks): {}",

@@ -91,6 +91,25 @@ fn two_shards_own_their_volumes_at_once_on_the_same_dnodes() {
         "{snapshots}"
     );
     c.cli_ok(&["snapshot", "delete", "vol0@through-s1", "--yes"]);
+    // Created in shard 0 through shard 1's c.node, and gone again.
+    c.cli_ok(&[
+        "volume",
+        "create",
+        "made-in-0",
+        "--size",
+        "8M",
+        "--shard",
+        "0",
+    ]);
+    let info = c.cli_json(&["volume", "ls", "--json"]);
+    assert!(
+        info.as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "made-in-0" && v["shard"] == 0),
+        "{info}"
+    );
+    c.cli_ok(&["volume", "delete", "made-in-0", "--yes"]);
     c.step(
         "volume ls lists both shards; vol0's snapshot made and deleted through shard 1's c.node",
     );

@@ -444,7 +444,7 @@ fn mappings(
     tag = "volumes",
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "Every volume", body = Vec<Volume>),
+        (status = 200, description = "Every volume (of every shard, each with its `shard`, in a cluster of several)", body = Vec<Volume>),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
     ),
@@ -500,9 +500,11 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<
     path = "/api/v1/volumes",
     tag = "volumes",
     security(("bearer" = [])),
+    params(("shard" = Option<u16>, Query, description = "In a cluster of several shards: the shard to create it in (default: this c.node's); passed on to that shard's owner")),
     request_body = CreateVolume,
     responses(
         (status = 201, description = "Created", body = Volume),
+        (status = 503, description = "The shard asked has no owner c.node now", body = ErrorBody),
         (status = 400, description = "Invalid name, size, pool, block size or body", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 409, description = "The name is taken", body = ErrorBody),

@@ -10,9 +10,12 @@
 //!   shard owner's, each entry with its `shard`. A shard without an owner now is left out
 //!   and named in the `x-weft-shards-unreachable` header.
 //!
+//! - `POST /api/v1/volumes?shard=N`: created in shard N, by its owner; without `shard`, in the
+//!   shard of the c.node that receives the request.
+//!
 //! A passed-on request carries [`ROUTED`], so the owner that receives it answers from its own
-//! shard only and never passes it on again. A new volume is created in the shard of the
-//! c.node that receives the request.
+//! shard only and never passes it on again (a create routed to an owner of another shard than
+//! it asks for, ownership having moved meanwhile, is refused with 409).
 
 use std::sync::Arc;
 
@@ -87,11 +90,26 @@ fn foreign_owner(kv: &dyn MetaStore, own: ShardId, name: &str) -> Result<Option<
 }
 
 fn unavailable(message: String) -> Response {
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        axum::Json(serde_json::json!({ "error": message })),
-    )
-        .into_response()
+    refuse(StatusCode::SERVICE_UNAVAILABLE, message)
+}
+
+fn refuse(status: StatusCode, message: String) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+/// The `shard` query parameter of a create: `None` when absent.
+fn shard_asked(query: Option<&str>) -> Result<Option<ShardId>, String> {
+    let Some(value) = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("shard="))
+    else {
+        return Ok(None);
+    };
+    value
+        .parse::<u16>()
+        .map(|n| Some(ShardId(n)))
+        .map_err(|_| format!("shard={value}: not a shard number (0 to 65535)"))
 }
 
 /// The shards other than `own` that the registrations name (shard 0 always).
@@ -113,12 +131,35 @@ pub async fn route(State(state): State<ApiState>, request: Request, next: Next) 
     let (Some(compute), Some(cluster)) = (state.compute.clone(), state.cluster.clone()) else {
         return next.run(request).await;
     };
+    let own = compute.shard;
+    let path = request.uri().path().to_string();
+    let asked = if request.method() == Method::POST && path == "/api/v1/volumes" {
+        match shard_asked(request.uri().query()) {
+            Ok(asked) => asked,
+            Err(why) => return refuse(StatusCode::BAD_REQUEST, why),
+        }
+    } else {
+        None
+    };
     if request.headers().contains_key(ROUTED) {
+        if let Some(shard) = asked.filter(|s| *s != own) {
+            return refuse(
+                StatusCode::CONFLICT,
+                format!(
+                    "this c.node owns shard {own}, not shard {shard} (ownership moved): ask again"
+                ),
+            );
+        }
         return next.run(request).await;
     }
     let kv = Arc::clone(cluster.kv());
-    let own = compute.shard;
-    let path = request.uri().path().to_string();
+    if let Some(shard) = asked.filter(|s| *s != own) {
+        let k = Arc::clone(&kv);
+        return match tokio::task::spawn_blocking(move || owner_api(&*k, shard)).await {
+            Ok(Some(owner)) => to_owner(owner, mark(request)).await,
+            _ => unavailable(format!("shard {shard} has no owner c.node now")),
+        };
+    }
     if let Some(name) = volume_of_path(&path) {
         let k = Arc::clone(&kv);
         let found = tokio::task::spawn_blocking(move || foreign_owner(&*k, own, &name)).await;
@@ -246,5 +287,13 @@ mod tests {
         assert_eq!(volume_of_path("/api/v1/volumes/"), None);
         assert_eq!(volume_of_path("/api/v1/hosts/db1"), None);
         assert_eq!(volume_of_path("/api/v1/volumes/%zz"), None);
+    }
+
+    #[test]
+    fn the_shard_asked_is_the_query_parameter() {
+        assert_eq!(shard_asked(None), Ok(None));
+        assert_eq!(shard_asked(Some("x=1")), Ok(None));
+        assert_eq!(shard_asked(Some("x=1&shard=3")), Ok(Some(ShardId(3))));
+        assert!(shard_asked(Some("shard=-1")).is_err());
     }
 }
