@@ -267,3 +267,103 @@ fn nbd_exports(uri: &str) -> Vec<String> {
     names.sort();
     names
 }
+
+/// A shard's owner lost with its data dir while a host writes to that shard's volume through
+/// a c.node of another shard: the writes pause until the shard's standby takes over (the
+/// forwarding c.node follows the shard's new owner) and go on; every write acknowledged
+/// through the forwarding c.node, flushed or not, reads back through both.
+#[test]
+fn a_shard_owners_loss_costs_a_client_of_another_shards_cnode_a_pause_not_data() {
+    let _serial = serial();
+    let (mut rng, seed) = test_rng("shard-failover");
+    let (m1, m2) = (
+        format!("127.0.0.1:{}", free_port(&mut rng)),
+        format!("127.0.0.1:{}", free_port(&mut rng)),
+    );
+    let mut opts = ClusterOpts::new(3).volume_size("64M");
+    opts.redundancy = "2+1".into();
+    let shard1 = |partner: &str, listen: &str| -> Vec<String> {
+        [
+            "--shard",
+            "1",
+            "--partner",
+            partner,
+            "--mirror-listen",
+            listen,
+            "--lease-ttl",
+            "3s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    opts.cnode_args.insert("s1".into(), shard1(&m2, &m1));
+    opts.cnode_args.insert("s2".into(), shard1(&m1, &m2));
+    let mut c = Cluster::start("shard-failover", seed, opts);
+    let mut s1 = c.spawn_other_cnode("s1");
+    s1.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("shard 1's owner: {e:?}"));
+    let c1 = c.make_current(s1).expect("c1");
+    c.cli_ok(&["volume", "create", "db1", "--size", "64M"]);
+    let s2 = c.spawn_other_cnode("s2");
+    let s1 = c.make_current(c1).expect("s1");
+    failover_wait_for_mirror(&c, &s1, &s2);
+    c.step("c1 owns shard 0; s1 owns shard 1 with s2 as its standby");
+
+    // Through c1 (shard 0), forwarded to s1: the first half, then s1 is lost with its data
+    // dir, then the second half (it waits for s2 to take shard 1 over).
+    let data = blocks_data(seed, 5, 0, WRITTEN / 4096);
+    let half = data.len() / 2;
+    let mut client = poll_until(Duration::from_secs(10), "c1 serves db1", || {
+        NbdClient::connect(c.cnode.as_ref().unwrap().nbd, "db1").ok()
+    });
+    client.write(0, &data[..64 << 10]).unwrap();
+    client.flush().unwrap();
+    write_all(&mut client, 64 << 10, &data[64 << 10..half]);
+    let mut s1 = s1;
+    s1.kill9();
+    std::fs::remove_dir_all(&s1.data_dir).expect("removing s1's data dir");
+    c.step("s1 killed -9 and its data dir deleted, with unflushed writes acknowledged");
+    let lost_at = std::time::Instant::now();
+    client.write(half as u64, &data[half..half + 4096]).unwrap();
+    let paused = lost_at.elapsed();
+    write_all(&mut client, half as u64 + 4096, &data[half + 4096..]);
+    client.flush().unwrap();
+    c.step(&format!(
+        "the first write after the loss was acknowledged {:.1} s later (lease 3 s)",
+        paused.as_secs_f64()
+    ));
+    let back = read_all(&mut client, 0, WRITTEN).expect("db1 through c1");
+    assert!(back == data, "db1 through c1 lost acknowledged writes");
+    client.disconnect();
+    let mut s2 = s2;
+    s2.wait_ready(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("s2 owning shard 1: {e:?}"));
+    let c1 = c.make_current(s2).expect("c1");
+    let back = read_all(&mut c.nbd_client("db1"), 0, WRITTEN).expect("db1 through s2");
+    assert!(
+        back == data,
+        "db1 through its new owner lost acknowledged writes"
+    );
+    c.step("every acknowledged write reads back through c1 and through s2, shard 1's new owner");
+    let mut s2 = c.make_current(c1).expect("s2");
+    s2.kill9();
+}
+
+/// Until `partner` holds a complete mirror of `owner`'s write buffer.
+fn failover_wait_for_mirror(c: &Cluster, owner: &Cnode, partner: &Cnode) {
+    let id = std::fs::read_to_string(owner.data_dir.join("cnode-id")).unwrap();
+    let dir = partner.data_dir.join("mirror").join(id.trim());
+    poll_until(
+        Duration::from_secs(30),
+        "the partner to hold a complete mirror",
+        || {
+            std::fs::read_dir(&dir)
+                .ok()?
+                .flatten()
+                .any(|g| g.path().join("complete").exists())
+                .then_some(())
+        },
+    );
+    c.step(&format!("{} holds {}'s mirror", partner.name, owner.name));
+}
