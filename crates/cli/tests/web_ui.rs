@@ -3,7 +3,8 @@
 //! live charts and heat map moving while fio writes, the list sorted by IOPS with the busy
 //! volume first, the cluster page (with the capacity of the file systems), and 500 volumes
 //! listed and sorted; and the UI acting as the CLI does, with its confirmations (resize,
-//! rename, rollback, refresh, hosts page create/delete and map/unmap, clients listed).
+//! rename, rollback, refresh, hosts page create/delete and map/unmap, clients listed). A
+//! host's initiators and CHAP edited on the hosts page: `web_ui_hosts.rs`.
 //!
 //! Screenshots of each page go to `$CARGO_TARGET_TMPDIR/web-ui-screenshots/` (the path is
 //! printed), each checked to be a PNG of the viewport's size with something drawn on it. The
