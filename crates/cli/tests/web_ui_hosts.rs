@@ -4,10 +4,13 @@
 //! CHAP ask first (a cancelled question changes nothing); the API's refusals (not an initiator
 //! name, the last initiator of a host with CHAP) are shown on the page; a secret is never
 //! shown again, in the page or the API; a read-only token's viewer sees none of these actions.
-//! Each result is checked in the API, not only on the page.
+//! Each result is checked in the API, not only on the page, and by logging in to the array
+//! target as the host would (libiscsi's `iscsi-ls`): a new initiator sees the host's LUN, a
+//! removed one does not, CHAP set on the page is asked at login and its secret logs in.
 
 mod browser_support;
 mod common;
+mod iscsi_support;
 
 use browser_support::*;
 use common::*;
@@ -74,10 +77,21 @@ fn host_json(srv: &Server) -> Value {
     srv.api_json("GET", "/api/v1/hosts/db1", None)
 }
 
+/// The LUNs `initiator` sees on the array target, logging in with `auth` (`user%secret@`).
+fn luns(srv: &Server, initiator: &str, auth: &str) -> Result<Vec<u64>, String> {
+    let target = host_json(srv)["iscsi_target"]
+        .as_str()
+        .expect("iscsi_target")
+        .to_string();
+    let portal = srv.iscsi.expect("an iSCSI portal");
+    iscsi_support::array_luns::array_luns(portal, &target, initiator, auth)
+}
+
 #[test]
 fn web_ui_edits_a_hosts_initiators_and_chap_as_the_cli_does() {
     const TEST: &str = "web_ui_edits_a_hosts_initiators_and_chap_as_the_cli_does";
     chromium();
+    require_tool("iscsi-ls");
     let srv = Server::start_with("web-ui-hosts", ServeOpts::default().volume_size("64M"));
     if srv.skip_without_api(TEST) {
         return;
@@ -91,6 +105,13 @@ fn web_ui_edits_a_hosts_initiators_and_chap_as_the_cli_does() {
         "--nbd-address",
         "10.1.1.1",
     ]);
+    srv.cli_ok(&["volume", "map", "vol0", "--host", "db1", "--lun", "2"]);
+    assert_eq!(luns(&srv, IQN_A, ""), Ok(vec![2]));
+    assert_ne!(
+        luns(&srv, IQN_B, ""),
+        Ok(vec![2]),
+        "a stranger sees db1's LUN"
+    );
     let shots = screenshot_dir();
     let browser = Browser::launch();
     let mut page = browser.page();
@@ -121,6 +142,7 @@ fn web_ui_edits_a_hosts_initiators_and_chap_as_the_cli_does() {
         PAGE_TIMEOUT,
     );
     assert_eq!(host_json(&srv)["iqns"], json!([IQN_A, IQN_B]));
+    assert_eq!(luns(&srv, IQN_B, ""), Ok(vec![2]), "the new initiator");
     // Not an initiator name: the API's refusal is on the page, nothing changed.
     fill(&mut page, "db1", "input.add-iqn", "db1.example.com");
     press(&mut page, "db1", "button.add-initiator");
@@ -160,6 +182,15 @@ fn web_ui_edits_a_hosts_initiators_and_chap_as_the_cli_does() {
     let host = host_json(&srv);
     assert_eq!(host["chap_user"], "db1", "{host}");
     assert!(host["mutual_chap_user"].is_null(), "{host}");
+    // The next login needs the secret typed on the page.
+    let without = luns(&srv, IQN_A, "");
+    assert!(
+        without
+            .as_ref()
+            .is_err_and(|e| e.contains("Authentication failure")),
+        "a login without CHAP: {without:?}"
+    );
+    assert_eq!(luns(&srv, IQN_A, &format!("db1%{SECRET}@")), Ok(vec![2]));
 
     // Changed to mutual CHAP, the target answering as another name.
     fill(&mut page, "db1", "input.chap-secret", SECRET);
@@ -229,6 +260,11 @@ fn web_ui_edits_a_hosts_initiators_and_chap_as_the_cli_does() {
         PAGE_TIMEOUT,
     );
     assert_eq!(host_json(&srv)["iqns"], json!([IQN_B]));
+    assert_ne!(
+        luns(&srv, IQN_A, &format!("db1%{SECRET}@")),
+        Ok(vec![2]),
+        "the removed initiator still sees the LUN"
+    );
     // The last initiator of a host with CHAP: the API refuses and the page says why.
     press(&mut page, "db1", "button.remove-initiator");
     asked(&mut page);
@@ -259,6 +295,7 @@ fn web_ui_edits_a_hosts_initiators_and_chap_as_the_cli_does() {
     );
     let host = host_json(&srv);
     assert!(host["chap_user"].is_null(), "{host}");
+    assert_eq!(luns(&srv, IQN_B, ""), Ok(vec![2]), "a login without CHAP");
     assert_no_page_errors(&mut page, "after the host edits");
 
     // A read-only token's viewer sees the host as it is, without these actions.
