@@ -2,7 +2,9 @@
 // LUNs mapped to it, and the actions of `weft host create|delete` and `weft volume map|unmap`:
 // map an export (volume read-write, snapshot read-only) under the lowest free LUN or a chosen
 // one, unmap it after asking (the host's sessions lose the LUN at their next command), and
-// delete a host after asking (the API refuses while volumes are mapped to it).
+// delete a host after asking (the API refuses while volumes are mapped to it). A host's
+// initiators and CHAP are edited in place (see host_edits.js). Every question goes through
+// one confirmation line (#hs-confirm), and every action reloads the hosts.
 'use strict';
 
 const HostsPage = (() => {
@@ -14,9 +16,21 @@ const HostsPage = (() => {
     const errorLine = q('#hs-error');
     const confirmBox = q('#hs-confirm');
     let pending = null;
-    window.weft.hosts = { names: () => [], luns: () => [], loads: 0 };
+    window.weft.hosts = { names: () => [], luns: () => [], initiators: () => [], chap: () => null, loads: 0 };
 
     const fail = (e) => { errorLine.textContent = e.message || String(e); };
+    // What host_edits.js's cells act through: a question first (`ask`) or not (`act`); either
+    // way the hosts are loaded again after the action.
+    const edits = {
+      ask,
+      act: async (action) => {
+        try {
+          await action();
+          await load();
+        } catch (e) { fail(e); }
+      },
+      clearError: () => { errorLine.textContent = ''; },
+    };
     q('#hs-confirm-no').addEventListener('click', () => { confirmBox.hidden = true; pending = null; });
     q('#hs-confirm-yes').addEventListener('click', async () => {
       const action = pending;
@@ -52,17 +66,17 @@ const HostsPage = (() => {
       if (!hosts.length) {
         tbody.append(Dom.el('tr', {}, Dom.el('td', { colSpan: 4, class: 'note', text: 'no hosts yet: create one below' })));
       }
+      const find = (name) => hosts.find((h) => h.name === name) || {};
       window.weft.hosts = {
         names: () => hosts.map((h) => h.name),
-        luns: (name) => ((hosts.find((h) => h.name === name) || {}).luns || []).map((l) => [l.lun, l.export]),
+        luns: (name) => (find(name).luns || []).map((l) => [l.lun, l.export]),
+        initiators: (name) => find(name).iqns || [],
+        chap: (name) => [find(name).chap_user || null, find(name).mutual_chap_user || null],
         loads: window.weft.hosts.loads + 1,
       };
     }
 
     function row(h, exports) {
-      const ids = (h.iqns || []).concat((h.nbd_addresses || []).map((a) => 'nbd ' + a),
-        (h.tls_names || []).map((n) => 'tls ' + n));
-      const chap = h.chap_user ? 'user ' + h.chap_user + (h.mutual_chap_user ? ', mutual' : '') : 'none';
       const luns = Dom.el('ul', { class: 'luns' }, ...(h.luns || []).map((l) => Dom.el('li', { 'data-lun': String(l.lun) },
         'LUN ' + l.lun + ' ', Dom.el('a', { href: '#/volume/' + encodeURIComponent(l.export), text: l.export }),
         l.read_only ? ' (read-only) ' : ' ',
@@ -91,37 +105,36 @@ const HostsPage = (() => {
             type: 'button', class: 'danger delete-host', text: 'Delete…',
             onclick: () => askDelete(h),
           })),
-        Dom.el('td', { text: ids.join(', ') || '–' }),
-        Dom.el('td', { text: chap }),
+        HostEdits.initiatorsCell(h, edits),
+        HostEdits.chapCell(h, edits),
         Dom.el('td', {}, luns, map));
     }
 
-    function askUnmap(host, l) {
+    // One question on the confirmation line; `yes` names the action, `action` runs on it.
+    function ask(text, yes, action) {
       errorLine.textContent = '';
-      q('#hs-confirm-text').textContent = 'Unmap ' + l.export + ' (LUN ' + l.lun + ') from host ' + host +
-        '? Its sessions lose the LUN at their next command.';
-      q('#hs-confirm-yes').textContent = 'Unmap';
+      q('#hs-confirm-text').textContent = text;
+      q('#hs-confirm-yes').textContent = yes;
       confirmBox.hidden = false;
-      window.weft.hosts.asking = q('#hs-confirm-text').textContent;
+      window.weft.hosts.asking = text;
       pending = async () => {
-        await Api.send('DELETE', '/hosts/' + encodeURIComponent(host) + '/luns/' + encodeURIComponent(l.export));
+        await action();
         await load();
       };
+    }
+
+    function askUnmap(host, l) {
+      ask('Unmap ' + l.export + ' (LUN ' + l.lun + ') from host ' + host +
+        '? Its sessions lose the LUN at their next command.', 'Unmap',
+      () => Api.send('DELETE', '/hosts/' + encodeURIComponent(host) + '/luns/' + encodeURIComponent(l.export)));
     }
 
     // As `weft host delete`: the definition and its CHAP secrets go, no data.
     function askDelete(h) {
-      errorLine.textContent = '';
       const luns = (h.luns || []).length;
-      q('#hs-confirm-text').textContent = 'Delete host ' + h.name + '? Its definition and CHAP secrets go, no data'
-        + (luns ? '; unmap its ' + luns + (luns === 1 ? ' LUN' : ' LUNs') + ' first.' : '.');
-      q('#hs-confirm-yes').textContent = 'Delete';
-      confirmBox.hidden = false;
-      window.weft.hosts.asking = q('#hs-confirm-text').textContent;
-      pending = async () => {
-        await Api.send('DELETE', '/hosts/' + encodeURIComponent(h.name));
-        await load();
-      };
+      ask('Delete host ' + h.name + '? Its definition and CHAP secrets go, no data'
+        + (luns ? '; unmap its ' + luns + (luns === 1 ? ' LUN' : ' LUNs') + ' first.' : '.'), 'Delete',
+      () => Api.send('DELETE', '/hosts/' + encodeURIComponent(h.name)));
     }
   }
 

@@ -5,6 +5,7 @@
 //! `remove-initiator`, `set-chap`), checked by logging in with libiscsi's `iscsi-ls`.
 
 mod common;
+mod iscsi_support;
 
 use std::net::SocketAddr;
 
@@ -138,31 +139,7 @@ fn array_luns(srv: &Server, initiator: &str, auth: &str) -> Result<Vec<u64>, Str
         .as_str()
         .expect("iscsi_target")
         .to_string();
-    let out = tool(
-        "iscsi-ls",
-        &[
-            "-s",
-            "-i",
-            initiator,
-            &format!("iscsi://{auth}{}", portal(srv)),
-        ],
-    );
-    if !out.success() {
-        return Err(out.all());
-    }
-    let mut luns = Vec::new();
-    let mut in_target = false;
-    for line in out.stdout.lines() {
-        if let Some(t) = line.strip_prefix("Target:") {
-            in_target = t.split_whitespace().next() == Some(target.as_str());
-        } else if in_target {
-            if let Some(rest) = line.trim().strip_prefix("Lun:") {
-                let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                luns.push(n.parse().unwrap());
-            }
-        }
-    }
-    Ok(luns)
+    iscsi_support::array_luns::array_luns(portal(srv), &target, initiator, auth)
 }
 
 #[test]

@@ -921,6 +921,24 @@ fn restart_with_three_dnodes_down_keeps_synced_data() {
     assert_eq!(code, 503, "/readyz while recovering: {body}");
     let (code, _) = api_request(&api, "GET", "/api/v1/volumes", None, None);
     assert_eq!(code, 401, "no token, no answer, even while recovering");
+    // A monitor's read-only token reads the recovering status and may change nothing.
+    let read_only = fs::read_to_string(data_dir.join("api-token-read-only")).unwrap();
+    let out = c.cli(&["--token", read_only.trim(), "cluster", "status", "--json"]);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "cluster status with the read-only token ({e}):\n{}",
+            out.all()
+        )
+    });
+    assert_eq!(v["mode"], "recovering", "{v}");
+    let (code, body) = api_request(
+        &api,
+        "POST",
+        "/api/v1/volumes",
+        Some(serde_json::json!({"name": "x", "size_bytes": 1u64 << 20})),
+        Some(read_only.trim()),
+    );
+    assert_eq!(code, 403, "the read-only token while recovering: {body}");
     let (code, body) = api_request(&metrics, "GET", "", None, None);
     assert_eq!(code, 200);
     assert!(body.contains("weft_recovery_waiting 1"), "{body}");

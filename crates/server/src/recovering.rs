@@ -6,6 +6,11 @@
 //! - `GET /api/v1/cluster` (token): `"mode": "recovering"` with the blocked stripes, the
 //!   d.nodes it waits for and every d.node's state (`weft cluster status`);
 //! - any other API route (token): 503 "recovering";
+//! - the tokens: this c.node's admin token, and once it has joined its cluster every c.node's
+//!   tokens by their digests (its own read-only token among them), with the roles of the API:
+//!   a read-only token reads (a monitor's `weft cluster status` works, a UI viewer is not sent
+//!   back to the login page) and is refused (403) anything else; every answer to an accepted
+//!   token names its role in `x-weft-role`, as the API's do;
 //! - on a c.node that serves while another owns the cluster (a standby, or one waiting),
 //!   every API route but the probes goes to the owner's API ([`crate::api_proxy`]), which
 //!   checks the token, so the CLI, the UI and scripts work through any c.node;
@@ -20,7 +25,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
 
 use axum::extract::Request;
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -29,7 +34,7 @@ use weft_engine::recovery_status::{RecoveryStatus, RecoveryWait};
 
 use crate::api_proxy::{to_owner, OwnerApi};
 use crate::cluster::placement::ClusterPlacement;
-use crate::cluster_tokens::ClusterTokens;
+use crate::cluster_tokens::{ClusterTokens, TokenRole};
 
 /// The placement, once the c.node has joined its cluster (single-process mode has none).
 pub type PlacementSlot = Arc<OnceLock<Arc<ClusterPlacement>>>;
@@ -87,18 +92,67 @@ fn unavailable(message: String) -> Response {
         .into_response()
 }
 
-fn authorized(r: &Recovering, request: &Request) -> bool {
-    request
+/// The role of the request's token here: this c.node's admin token, or any c.node's token by
+/// its digest once this c.node has joined its cluster; `None`: no token, or a wrong one.
+fn role(r: &Recovering, request: &Request) -> Option<TokenRole> {
+    let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| {
-            crate::api::constant_time_eq(t.as_bytes(), r.token.as_bytes())
-                || r.cluster_tokens
-                    .get()
-                    .is_some_and(|c| c.role(t) == Some(crate::cluster_tokens::TokenRole::Admin))
-        })
+        .and_then(|v| v.strip_prefix("Bearer "))?;
+    if crate::api::constant_time_eq(presented.as_bytes(), r.token.as_bytes()) {
+        return Some(TokenRole::Admin);
+    }
+    r.cluster_tokens.get().and_then(|c| c.role(presented))
+}
+
+/// Why a request is refused while recovering.
+enum Refusal {
+    /// No token, or a wrong one: 401.
+    Unknown,
+    /// A read-only token asking to change something: 403.
+    ReadOnly,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::Unknown => unauthorized(),
+            Refusal::ReadOnly => with_role(
+                (
+                    StatusCode::FORBIDDEN,
+                    Json(serde_json::json!({
+                        "error": "this token is read-only (api-token-read-only): it may not change anything"
+                    })),
+                )
+                    .into_response(),
+                TokenRole::ReadOnly,
+            ),
+        }
+    }
+}
+
+/// What a token may ask while recovering: a read-only token only reads.
+fn admit(r: &Recovering, request: &Request) -> Result<TokenRole, Refusal> {
+    let reads = request.method() == Method::GET || request.method() == Method::HEAD;
+    match role(r, request) {
+        None => Err(Refusal::Unknown),
+        Some(TokenRole::ReadOnly) if !reads => Err(Refusal::ReadOnly),
+        Some(role) => Ok(role),
+    }
+}
+
+/// `response` with the `x-weft-role` header the API's answers carry.
+fn with_role(mut response: Response, role: TokenRole) -> Response {
+    let name = match role {
+        TokenRole::Admin => "admin",
+        TokenRole::ReadOnly => "read-only",
+    };
+    response.headers_mut().insert(
+        crate::api::ROLE_HEADER,
+        header::HeaderValue::from_static(name),
+    );
+    response
 }
 
 /// The API while recovering.
@@ -118,9 +172,10 @@ pub fn api_router(r: Recovering) -> Router {
                 if let Some(owner) = cluster.owner() {
                     return to_owner(owner, request).await;
                 }
-                if !authorized(&cluster, &request) {
-                    return unauthorized();
-                }
+                let role = match admit(&cluster, &request) {
+                    Ok(role) => role,
+                    Err(refused) => return refused.into_response(),
+                };
                 let (nodes, pools) = cluster
                     .placement
                     .get()
@@ -132,17 +187,17 @@ pub fn api_router(r: Recovering) -> Router {
                     "nodes": nodes,
                     "pools": pools,
                 });
-                Json(body).into_response()
+                with_role(Json(body).into_response(), role)
             }),
         )
         .fallback(move |request: Request| async move {
             if let Some(owner) = other.owner() {
                 return to_owner(owner, request).await;
             }
-            if !authorized(&other, &request) {
-                return unauthorized();
+            match admit(&other, &request) {
+                Ok(role) => with_role(unavailable(other.why()), role),
+                Err(refused) => refused.into_response(),
             }
-            unavailable(other.why())
         })
 }
 
@@ -196,4 +251,112 @@ pub fn switch(slot: Arc<OnceLock<Router>>, early: Router) -> Router {
             }
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use weft_meta::{EmbeddedMetaStore, MetaStore};
+
+    use super::*;
+    use crate::cluster_tokens::TokenDigests;
+
+    /// A c.node recovering with no owner to pass requests to; `joined`: it has read the
+    /// cluster's token digests (its own admin `admin` and read-only `ro`).
+    fn recovering(joined: bool) -> Recovering {
+        let r = Recovering {
+            status: RecoveryStatus::default(),
+            placement: Arc::default(),
+            standby: Arc::default(),
+            token: "admin".into(),
+            cluster_tokens: Arc::default(),
+        };
+        if joined {
+            let kv: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::in_memory());
+            let tokens = ClusterTokens::start(kv, "c1", TokenDigests::of("admin", "ro")).unwrap();
+            assert!(r.cluster_tokens.set(tokens).is_ok());
+        }
+        r
+    }
+
+    /// The answer's status and `x-weft-role`.
+    async fn ask(
+        r: &Recovering,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+    ) -> (StatusCode, Option<String>) {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(t) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let response = api_router(r.clone())
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let role = response
+            .headers()
+            .get(crate::api::ROLE_HEADER)
+            .map(|v| v.to_str().unwrap().to_string());
+        (response.status(), role)
+    }
+
+    #[tokio::test]
+    async fn a_read_only_token_reads_while_recovering_and_is_refused_changes() {
+        let r = recovering(true);
+        let ro = Some("read-only".to_string());
+        let admin = Some("admin".to_string());
+        assert_eq!(
+            ask(&r, "GET", "/api/v1/cluster", Some("ro")).await,
+            (StatusCode::OK, ro.clone())
+        );
+        assert_eq!(
+            ask(&r, "GET", "/api/v1/volumes", Some("ro")).await,
+            (StatusCode::SERVICE_UNAVAILABLE, ro.clone())
+        );
+        for (method, path) in [
+            ("POST", "/api/v1/volumes"),
+            ("DELETE", "/api/v1/hosts/db1/chap"),
+            ("PUT", "/api/v1/hosts/db1/chap"),
+        ] {
+            assert_eq!(
+                ask(&r, method, path, Some("ro")).await,
+                (StatusCode::FORBIDDEN, ro.clone()),
+                "{method} {path}"
+            );
+        }
+        assert_eq!(
+            ask(&r, "POST", "/api/v1/volumes", Some("admin")).await,
+            (StatusCode::SERVICE_UNAVAILABLE, admin.clone())
+        );
+        assert_eq!(
+            ask(&r, "GET", "/api/v1/cluster", Some("admin")).await,
+            (StatusCode::OK, admin)
+        );
+        for wrong in [None, Some("wrong"), Some("ro "), Some("")] {
+            assert_eq!(
+                ask(&r, "GET", "/api/v1/cluster", wrong).await,
+                (StatusCode::UNAUTHORIZED, None),
+                "{wrong:?}"
+            );
+        }
+        // Probes need no token.
+        assert_eq!(
+            ask(&r, "GET", "/healthz", None).await,
+            (StatusCode::OK, None)
+        );
+    }
+
+    #[tokio::test]
+    async fn before_joining_its_cluster_only_its_admin_token_is_known() {
+        let r = recovering(false);
+        assert_eq!(
+            ask(&r, "GET", "/api/v1/cluster", Some("admin")).await,
+            (StatusCode::OK, Some("admin".to_string()))
+        );
+        assert_eq!(
+            ask(&r, "GET", "/api/v1/cluster", Some("ro")).await,
+            (StatusCode::UNAUTHORIZED, None)
+        );
+    }
 }

@@ -89,6 +89,12 @@ const ASSETS: &[Asset] = &[
         cache_control: CACHE_REVALIDATE,
     },
     Asset {
+        name: "host_edits.js",
+        body: include_bytes!("../../../ui/host_edits.js"),
+        content_type: JS,
+        cache_control: CACHE_REVALIDATE,
+    },
+    Asset {
         name: "hosts.js",
         body: include_bytes!("../../../ui/hosts.js"),
         content_type: JS,

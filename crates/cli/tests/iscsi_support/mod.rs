@@ -1,8 +1,10 @@
 //! A bare iSCSI initiator on a socket (weft-iscsi's initiator-side PDU encoders): logs in
 //! straight to full feature phase and runs single commands on LUN 0, for what no tool here
 //! drives without a kernel initiator (persistent reservations, REPORT TARGET PORT GROUPS).
+//! `cunit`: libiscsi's test suite's output; `array_luns`: what `iscsi-ls` shows a host.
 #![allow(dead_code)]
 
+pub mod array_luns;
 pub mod cunit;
 
 use std::io::{Read, Write};
