@@ -53,6 +53,8 @@ pub struct Recovering {
     pub placement: PlacementSlot,
     pub standby: StandbySlot,
     pub token: Arc<str>,
+    /// This c.node's read-only token (`api-token-read-only`).
+    pub read_only_token: Arc<str>,
     pub cluster_tokens: TokensSlot,
 }
 
@@ -92,7 +94,7 @@ fn unavailable(message: String) -> Response {
         .into_response()
 }
 
-/// The role of the request's token here: this c.node's admin token, or any c.node's token by
+/// The role of the request's token here: this c.node's admin or read-only token, or any c.node's token by
 /// its digest once this c.node has joined its cluster; `None`: no token, or a wrong one.
 fn role(r: &Recovering, request: &Request) -> Option<TokenRole> {
     let presented = request
@@ -102,6 +104,9 @@ fn role(r: &Recovering, request: &Request) -> Option<TokenRole> {
         .and_then(|v| v.strip_prefix("Bearer "))?;
     if crate::api::constant_time_eq(presented.as_bytes(), r.token.as_bytes()) {
         return Some(TokenRole::Admin);
+    }
+    if crate::api::constant_time_eq(presented.as_bytes(), r.read_only_token.as_bytes()) {
+        return Some(TokenRole::ReadOnly);
     }
     r.cluster_tokens.get().and_then(|c| c.role(presented))
 }
@@ -269,6 +274,7 @@ mod tests {
             placement: Arc::default(),
             standby: Arc::default(),
             token: "admin".into(),
+            read_only_token: "ro".into(),
             cluster_tokens: Arc::default(),
         };
         if joined {
@@ -347,8 +353,9 @@ mod tests {
         );
     }
 
+    /// Single-process mode never joins a cluster: its own read-only token must still read.
     #[tokio::test]
-    async fn before_joining_its_cluster_only_its_admin_token_is_known() {
+    async fn before_joining_its_cluster_only_its_own_tokens_are_known() {
         let r = recovering(false);
         assert_eq!(
             ask(&r, "GET", "/api/v1/cluster", Some("admin")).await,
@@ -356,6 +363,14 @@ mod tests {
         );
         assert_eq!(
             ask(&r, "GET", "/api/v1/cluster", Some("ro")).await,
+            (StatusCode::OK, Some("read-only".to_string()))
+        );
+        assert_eq!(
+            ask(&r, "POST", "/api/v1/volumes", Some("ro")).await,
+            (StatusCode::FORBIDDEN, Some("read-only".to_string()))
+        );
+        assert_eq!(
+            ask(&r, "GET", "/api/v1/cluster", Some("another-cnodes-token")).await,
             (StatusCode::UNAUTHORIZED, None)
         );
     }

@@ -128,6 +128,8 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     // The API and /metrics answer from the start: while recovery runs (it may wait for
     // d.nodes) they say what it waits for, then they serve the real routers.
     let token: Arc<str> = token.into();
+    let read_only_token: Arc<str> =
+        load_or_create_token_file(&data_dir, READ_ONLY_TOKEN_FILE)?.into();
     let api_listener = TcpListener::bind(config.api_listen)
         .await
         .with_context(|| format!("binding the API on {}", config.api_listen))?;
@@ -150,6 +152,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         placement: Arc::default(),
         standby: Arc::default(),
         token: Arc::clone(&token),
+        read_only_token: Arc::clone(&read_only_token),
         cluster_tokens: Arc::default(),
     };
     let api_slot: Arc<std::sync::OnceLock<axum::Router>> = Arc::default();
@@ -354,8 +357,6 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     } else {
         None
     };
-    let read_only_token: Arc<str> =
-        load_or_create_token_file(&data_dir, READ_ONLY_TOKEN_FILE)?.into();
     let audit = Arc::new(
         api::audit::AuditLog::open(&data_dir)
             .with_context(|| format!("opening the audit log in {}", data_dir.display()))?,
@@ -512,8 +513,9 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     }
     writeln!(
         out,
-        "ui: http://{api_addr}/ (log in with the token in {})",
-        data_dir.join(TOKEN_FILE).display()
+        "ui: http://{api_addr}/ (log in with the token in {}; viewers: {})",
+        data_dir.join(TOKEN_FILE).display(),
+        data_dir.join(READ_ONLY_TOKEN_FILE).display()
     )?;
     if let Some(addr) = metrics_addr {
         writeln!(out, "metrics: http://{addr}/metrics (Prometheus, no token)")?;
