@@ -215,7 +215,8 @@ struct EngineArgs {
     #[arg(long, default_value = "64M", value_parser = parse_size)]
     journal_file_size: u64,
     /// Writes of at least this size skip the journal's data: they are written once, into a
-    /// durable stripe, before they are acknowledged (0 = journal every write).
+    /// stripe, and acknowledged once it is written (durable with FUA or at the next FLUSH;
+    /// 0 = journal every write).
     #[arg(long, default_value = "256K", value_parser = parse_size)]
     write_through_min_size: u64,
     /// Threads that reduce destaged blocks (zero check, BLAKE3 fingerprint, lz4, checksum),

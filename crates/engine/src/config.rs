@@ -33,7 +33,8 @@ pub struct EngineConfig {
     /// Rebuild at most this many bytes per second (changeable at run time).
     pub repair_rate_bytes_per_s: u64,
     /// Writes of at least this many bytes are written once: straight through destage into a
-    /// durable stripe, the journal holding only a reference (0: every write is journaled).
+    /// stripe, the journal holding only a reference, and acknowledged once the stripe is
+    /// written (durable with FUA, or at the next FLUSH); 0: every write is journaled.
     pub write_through_min_bytes: u64,
     /// How long recovery waits for d.nodes that hold stripes it cannot read and may not
     /// discard (see `recovery`): `None` waits until they return; tests set a bound, after
@@ -89,7 +90,7 @@ impl EngineConfig {
             },
             // A test that makes recovery wait fails instead of hanging.
             recovery_wait: Some(std::time::Duration::from_secs(20)),
-            // Two, whatever the machine: batches of 512+ blocks go through the helper.
+            // Two, whatever the machine: batches of 128+ blocks are reduced in parts on both.
             reduction_threads: 2,
             ..EngineConfig::new(data_dir)
         }

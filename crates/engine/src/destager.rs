@@ -56,7 +56,7 @@ pub(crate) fn run(shared: &Shared) {
             last_activity = Instant::now();
             shared.space.notify_all();
         } else if shared.write_through_waiting.load(Ordering::Acquire) > 0 {
-            // Writers wait for their blocks to be in a durable stripe: seal what is open now
+            // Writers wait for their blocks to be in a written stripe: seal what is open now
             // rather than when the segment fills.
             if let Err(e) = seal_open(shared) {
                 tracing::error!(error = %e, "seal for write-through failed");

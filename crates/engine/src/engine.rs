@@ -355,7 +355,10 @@ impl Engine {
             // Acknowledged once its segment's stripe is written (it survives a kill of any
             // process); with FUA once it is durable. FLUSH waits for the sync.
             match wait_written_through(shared, family, seq, fua) {
-                Ok(()) => return Ok(()),
+                // Not if this process may have lost the ownership of its volumes meanwhile
+                // (the journal's record stands; the epoch fence refuses a successor's
+                // d.nodes the rest).
+                Ok(()) => return shared.journal.may_serve().map_err(map_io),
                 Err(EngineError::Io(_) | EngineError::NoSpace) => {
                     // Stripe writes started failing meanwhile: journal the data after all. It
                     // was not acknowledged yet, so a later seq is as good as the first one.

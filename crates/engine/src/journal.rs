@@ -17,8 +17,9 @@
 //! the payload, seq u64, layer u64, lba u64, count (blocks) u64, kind u8, 3 zero bytes,
 //! payload length u32, payload. Kinds (`write_log::RecordKind`): 1 write (payload = the
 //! blocks), 2 trim, 3 zero, 4 drop layer, 5 merge layer, 6 write-through (no payload: the data
-//! goes to a stripe, and the write is acknowledged only once a durable segment reflects it,
-//! so replay, which starts after that segment's high-water mark, never needs it).
+//! goes to a stripe, and the write is acknowledged only once a written segment reflects it;
+//! replay starts after the high-water mark of the segments recovery replays, and a written
+//! segment it cannot read makes it wait rather than replay past it (`recovery::proof`)).
 //!
 //! A record names the layer it changes, not the volume: a snapshot or refresh changes which
 //! layer a volume writes to, and replay must put every record where it went live. Layer

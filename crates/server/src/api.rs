@@ -340,15 +340,19 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
             .insert(ROLE_HEADER, header::HeaderValue::from_static(name));
     }
     let status = response.status();
-    // Reads that were allowed are not management calls: the UI polls every two seconds.
-    if !reads || status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-        state.audit.record(audit::AuditEntry {
-            time_ms: crate::io_stats::unix_ms(),
-            role,
-            method: method.to_string(),
-            path,
-            status: status.as_u16(),
-        });
+    let entry = audit::AuditEntry {
+        time_ms: crate::io_stats::unix_ms(),
+        role,
+        method: method.to_string(),
+        path,
+        status: status.as_u16(),
+        repeats: 0,
+    };
+    // Allowed reads are coalesced: the UI polls every two seconds.
+    if reads && status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
+        state.audit.record_read(entry);
+    } else {
+        state.audit.record(entry);
     }
     response
 }

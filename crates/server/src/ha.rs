@@ -1,9 +1,11 @@
-//! Compute-layer high availability, first step: an active c.node (the owner) and a standby
-//! partner. The owner acknowledges a write only once the partner holds its journal record
-//! ([`mirror`]: the partner writes it to its own journal, so it is in two machines' memory and
-//! survives a kill -9 of both processes); FLUSH waits until both journals synced it. The
-//! owner holds the cluster's ownership lease in etcd ([`ownership`]) and stops acknowledging
-//! before it can have expired. The standby ([`partner`]) keeps the mirror and takes the lease
+//! Compute-layer high availability, per shard: an active c.node (the shard's owner) and a
+//! standby partner. The owner acknowledges a journaled write only once the partner holds its
+//! journal record ([`mirror`]: the partner writes it to its own journal, so it is in two
+//! machines' memory and survives a kill -9 of both processes); a write-through write once its
+//! stripe is written on the d.nodes; FLUSH waits until both journals synced. The owner holds
+//! its shard's ownership lease in etcd ([`ownership`]) and stops acknowledging (and serving
+//! reads) before it can have expired. Every c.node serves every shard's volumes, forwarding
+//! to their owners ([`forward`]). The standby ([`partner`]) keeps the mirror and takes the lease
 //! when it expires, then starts as the owner on the mirrored journal: the new epoch fences
 //! the old owner on every d.node, recovery replays the mirror, and nothing acknowledged is
 //! lost when the owner's machine disappears. Time goes through [`clock`], so the lease logic

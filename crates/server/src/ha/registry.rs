@@ -19,12 +19,13 @@ pub const CNODES_PREFIX: &str = "weft/cnodes/";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CnodeRole {
-    /// It owns the cluster: it serves every volume.
+    /// It owns its shard: it serves that shard's volumes from its engine (and, as every
+    /// c.node does, the other shards' through their owners).
     Owner,
-    /// Another c.node owns the cluster; this one keeps that owner's write-buffer mirror and
+    /// Another c.node owns its shard; this one keeps that owner's write-buffer mirror and
     /// takes over when the owner's lease expires.
     Standby,
-    /// Another c.node owns the cluster and this one has no mirror listener: it waits for the
+    /// Another c.node owns its shard and this one has no mirror listener: it waits for the
     /// owner's lease to expire.
     Waiting,
 }
