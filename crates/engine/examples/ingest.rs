@@ -215,7 +215,7 @@ fn print_lock_holds(before: &[SiteHolds], after: &[SiteHolds], window_s: f64, to
         })
         .filter(|d| d.count > 0)
         .collect();
-    rows.sort_by(|a, b| b.total.cmp(&a.total));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.total));
     let busy: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum::<f64>() / window_s;
     println!("  locks: state lock held {:.1}% of the window; busiest call sites (max is since the engine opened):", busy * 100.0);
     println!("  locks: | site | holds | held ms | % of window | mean µs | p50 ≤ µs | p99 ≤ µs | max µs |");

@@ -33,7 +33,7 @@ pub const READ_COALESCE: Duration = Duration::from_secs(60);
 const READS_REMEMBERED_MAX: usize = 4096;
 
 /// The role a token gives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
     /// `api-token`: everything.

@@ -1,6 +1,6 @@
-//! Every c.node serves every volume: a c.node that does not own the cluster forwards its
-//! clients' requests to the owner's forward listener, and switches to its own engine when it
-//! takes the cluster over.
+//! Every c.node serves every volume: a c.node forwards its clients' requests for the volumes
+//! of a shard it does not own to that shard's owner's forward listener ([`shards`] routes
+//! by shard), and switches to its own engine when it takes its own shard over.
 //!
 //! ```text
 //!  host --NBD/iSCSI--> c2 (standby)                      c1 (owner)

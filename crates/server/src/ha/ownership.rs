@@ -1,5 +1,6 @@
-//! The cluster's ownership lease: one c.node at a time serves the volumes (the owner). It
-//! holds `weft/cnode-owner` in etcd under a lease it keeps alive; a standby partner takes the
+//! A shard's ownership lease: one c.node at a time serves the shard's volumes from its
+//! engine (the owner). It holds the shard's owner key ([`owner_key`]: `weft/cnode-owner` for
+//! shard 0, `weft/shards/<n>/owner` for the others) in etcd under a lease it keeps alive; a standby partner takes the
 //! key once the lease has expired. The owner acknowledges writes only while its lease is
 //! surely alive: until the start of its last successful keep-alive plus the TTL minus a
 //! margin ([`LeaseTerm`]). etcd counts the TTL from when it received that keep-alive, which
