@@ -2,8 +2,9 @@
 //! snapshot of another shard goes to that shard's owner's API, and the lists of volumes and
 //! snapshots gather every shard's.
 //!
-//! - `/api/v1/volumes/{name}...` and `/api/v1/snapshots/{vol@snap}...`: the volume's name claim
-//!   (`weft/names/<name>`, see `weft_engine::name_claims`) says its shard; another shard's
+//! - `/api/v1/volumes/{name}...` and `/api/v1/snapshots/{vol@snap}...`: a volume this c.node's
+//!   engine holds is answered here; for any other, its name claim (`weft/names/<name>`, see
+//!   `weft_engine::name_claims`) says its shard; another shard's
 //!   request is passed on as it came ([`crate::api_proxy::to_owner`]), and its owner checks the
 //!   token again (every c.node's tokens are accepted everywhere, `crate::cluster_tokens`).
 //! - `GET /api/v1/volumes` and `GET /api/v1/snapshots`: this shard's list, then every other
@@ -161,6 +162,10 @@ pub async fn route(State(state): State<ApiState>, request: Request, next: Next) 
         };
     }
     if let Some(name) = volume_of_path(&path) {
+        // This shard's own volumes (nearly every request) need no reading of etcd.
+        if state.engine.open_volume(&name).is_ok() {
+            return next.run(request).await;
+        }
         let k = Arc::clone(&kv);
         let found = tokio::task::spawn_blocking(move || foreign_owner(&*k, own, &name)).await;
         return match found {
