@@ -564,6 +564,10 @@ def main() -> int:
                     help="give up waiting for `mirrored` after a restart after this")
     ap.add_argument("--workdir", type=Path, default=REPO.parent / "weft-bench-tmp",
                     help="where data dirs live; a run-* dir is made inside and removed at the end")
+    ap.add_argument("--partner-dir", type=Path, default=None,
+                    help="the second c.node's data dir (default: in the work dir); e.g. on /dev/shm "
+                         "to take its journal's fdatasync off the disk the owner's journal uses, as a "
+                         "partner on another machine would")
     ap.add_argument("--cnode-args", default="", help="extra `weft cnode` flags (both c.nodes)")
     ap.add_argument("--dnode-args", default="", help="extra `weft dnode` flags")
     ap.add_argument("--no-build", action="store_true", help="use --weft-bin as it is")
@@ -650,7 +654,8 @@ def run(run_dir: Path, args: argparse.Namespace, parts: set[str], results: dict)
     cl.start()  # etcd, 6 d.nodes, the c.node (no partner) on cl.cdir
     args.cnode_args = user_cnode_args
     results["cmds"] = dict(cl.cmds)
-    c1, c2 = Cnode("c1", cl, cl.cdir), Cnode("c2", cl, cl.dir / "cnode2")
+    c2_dir = args.partner_dir if args.partner_dir else cl.dir / "cnode2"
+    c1, c2 = Cnode("c1", cl, cl.cdir), Cnode("c2", cl, c2_dir)
     c1.lease_ttl = c2.lease_ttl = args.cost_lease_ttl
     # The single c.node is c1 without a partner: take over the Proc Cluster started.
     c1.proc = cl.cnode
