@@ -8,6 +8,7 @@
 
 mod cluster_support;
 mod common;
+mod failover_support;
 mod iscsi_support;
 
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use cluster_support::*;
 use common::*;
+use failover_support::wait_for_mirror;
 use iscsi_support::{report_target_port_groups, Session, TARGET_PREFIX};
 
 const MIB: u64 = 1 << 20;
@@ -307,7 +309,7 @@ fn a_shard_owners_loss_costs_a_client_of_another_shards_cnode_a_pause_not_data()
     c.cli_ok(&["volume", "create", "db1", "--size", "64M"]);
     let s2 = c.spawn_other_cnode("s2");
     let s1 = c.make_current(c1).expect("s1");
-    failover_wait_for_mirror(&c, &s1, &s2);
+    wait_for_mirror(&c, &s1, &s2);
     c.step("c1 owns shard 0; s1 owns shard 1 with s2 as its standby");
 
     // Through c1 (shard 0), forwarded to s1: the first half, then s1 is lost with its data
@@ -348,22 +350,4 @@ fn a_shard_owners_loss_costs_a_client_of_another_shards_cnode_a_pause_not_data()
     c.step("every acknowledged write reads back through c1 and through s2, shard 1's new owner");
     let mut s2 = c.make_current(c1).expect("s2");
     s2.kill9();
-}
-
-/// Until `partner` holds a complete mirror of `owner`'s write buffer.
-fn failover_wait_for_mirror(c: &Cluster, owner: &Cnode, partner: &Cnode) {
-    let id = std::fs::read_to_string(owner.data_dir.join("cnode-id")).unwrap();
-    let dir = partner.data_dir.join("mirror").join(id.trim());
-    poll_until(
-        Duration::from_secs(30),
-        "the partner to hold a complete mirror",
-        || {
-            std::fs::read_dir(&dir)
-                .ok()?
-                .flatten()
-                .any(|g| g.path().join("complete").exists())
-                .then_some(())
-        },
-    );
-    c.step(&format!("{} holds {}'s mirror", partner.name, owner.name));
 }
