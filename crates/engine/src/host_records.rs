@@ -68,4 +68,10 @@ pub struct HostRecord {
     #[serde(default)]
     pub luns: Vec<LunMapping>,
     pub created_unix_s: u64,
+    /// A mapping holder: the host is defined in the cluster's host catalog (shard 0's
+    /// catalog) and this record, in another shard's, only holds the LUNs of that shard's
+    /// exports. It carries no initiators, addresses, TLS names or CHAP: the front ends take
+    /// those from shard 0's record. It exists while it holds a LUN.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub holder: bool,
 }

@@ -25,6 +25,7 @@ use crate::metastore::ClusterState;
 use crate::names::{check_name, resolve_snapshot};
 
 mod edit;
+mod luns;
 mod validate;
 
 pub use edit::ChapSpec;
@@ -120,105 +121,14 @@ impl Engine {
             .collect()
     }
 
+    /// Every host record of this shard's catalog as the API shows it, holders included
+    /// (see [`shard_hosts`]).
+    pub fn shard_hosts(&self) -> Vec<ShardHost> {
+        shard_hosts(&self.shared.meta.lock().state)
+    }
+
     pub fn host_info(&self, name: &str) -> Result<HostInfo, EngineError> {
         host_info(&self.shared.meta.lock().state, name)
-    }
-
-    /// Map an export (volume or snapshot) to a host under `lun` (default: the lowest free
-    /// one). An export may be mapped to several hosts (a cluster's shared disk). A snapshot
-    /// is found as the catalog finds it (`pgdata@monday`, or `monday` when one snapshot has
-    /// that short name) and mapped under its full name.
-    pub fn map_export(
-        &self,
-        host: &str,
-        export: &str,
-        lun: Option<u64>,
-    ) -> Result<LunInfo, EngineError> {
-        let mut meta = self.shared.meta.lock();
-        let record = find_host(&meta.state, host)?;
-        let (export, kind) = resolve_export(&meta.state, export)?;
-        let export = export.as_str();
-        if let Some(m) = record.luns.iter().find(|m| m.export == export) {
-            return Err(EngineError::InUse {
-                what: format!("{export:?}"),
-                detail: format!("it is already mapped to host {host:?} as LUN {}", m.lun),
-            });
-        }
-        let lun = match lun {
-            Some(lun) if lun > LUN_MAX => {
-                return Err(EngineError::InvalidHost {
-                    reason: format!("LUN {lun}: LUN numbers go from 0 to {LUN_MAX}"),
-                })
-            }
-            Some(lun) => {
-                if let Some(m) = record.luns.iter().find(|m| m.lun == lun) {
-                    return Err(EngineError::InUse {
-                        what: format!("LUN {lun} of host {host:?}"),
-                        detail: format!("it maps {:?}; pick another --lun", m.export),
-                    });
-                }
-                lun
-            }
-            None => (0..=LUN_MAX)
-                .find(|n| record.luns.iter().all(|m| m.lun != *n))
-                .ok_or_else(|| EngineError::InvalidHost {
-                    reason: format!("host {host:?} has every LUN from 0 to {LUN_MAX}"),
-                })?,
-        };
-        let mut next = meta.state.clone();
-        for h in &mut next.hosts {
-            if h.name == host {
-                h.luns.push(LunMapping {
-                    lun,
-                    export: export.to_string(),
-                });
-                h.luns.sort_by_key(|m| m.lun);
-            }
-        }
-        meta.commit(next)?;
-        self.hosts_changed();
-        tracing::info!(host, export, lun, "export mapped");
-        Ok(LunInfo {
-            lun,
-            export: export.to_string(),
-            read_only: kind == ExportKind::Snapshot,
-        })
-    }
-
-    /// Take an export away from a host. Its sessions lose the LUN at their next command.
-    pub fn unmap_export(&self, host: &str, export: &str) -> Result<(), EngineError> {
-        let mut meta = self.shared.meta.lock();
-        let record = find_host(&meta.state, host)?;
-        let mapped = |e: &str| record.luns.iter().any(|m| m.export == e);
-        let resolved;
-        let export = if mapped(export) {
-            export
-        } else {
-            match resolve_export(&meta.state, export) {
-                Ok((full, _)) => {
-                    resolved = full;
-                    resolved.as_str()
-                }
-                Err(e @ EngineError::AmbiguousSnapshot { .. }) => return Err(e),
-                Err(_) => export,
-            }
-        };
-        if !mapped(export) {
-            return Err(EngineError::NotMapped {
-                export: export.to_string(),
-                host: host.to_string(),
-            });
-        }
-        let mut next = meta.state.clone();
-        for h in &mut next.hosts {
-            if h.name == host {
-                h.luns.retain(|m| m.export != export);
-            }
-        }
-        meta.commit(next)?;
-        self.hosts_changed();
-        tracing::info!(host, export, "export unmapped");
-        Ok(())
     }
 
     /// Every host with its secrets, for the front ends' access checks.
@@ -300,6 +210,27 @@ fn resolve_export(state: &ClusterState, export: &str) -> Result<(String, ExportK
         }),
         Err(e) => Err(e),
     }
+}
+
+/// A host record of one shard's catalog as the API shows it, and whether it is a holder of
+/// that shard's LUNs for a host the cluster's host catalog (shard 0's) defines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardHost {
+    pub info: HostInfo,
+    pub holder: bool,
+}
+
+/// Every host record of a catalog (one shard's), holders included: the cluster's list of
+/// hosts merges those of every shard.
+pub fn shard_hosts(state: &ClusterState) -> Vec<ShardHost> {
+    state
+        .hosts
+        .iter()
+        .map(|h| ShardHost {
+            info: info_of(state, h),
+            holder: h.holder,
+        })
+        .collect()
 }
 
 fn find_host(state: &ClusterState, name: &str) -> Result<HostRecord, EngineError> {
@@ -417,5 +348,6 @@ fn host_record(state: &ClusterState, spec: &HostSpec) -> Result<HostRecord, Engi
         created_unix_s: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        holder: false,
     })
 }

@@ -93,6 +93,40 @@ impl AccessTable {
     }
 }
 
+/// The hosts of several shards' catalogs as one list, by host name: in a cluster of several
+/// shards a host is defined in shard 0's catalog and the others hold only its LUNs of their
+/// exports (`HostRecord::holder`). `per_shard` goes in shard order (shard 0 first); a host's
+/// identity (initiators, addresses, TLS names, CHAP) is its first record that is not a
+/// holder, its LUNs those of every record. A host only holders name keeps no identity: its
+/// exports stay mapped, to nobody, so no connection sees them.
+pub fn merge_hosts(per_shard: impl IntoIterator<Item = Vec<HostRecord>>) -> Vec<HostRecord> {
+    let mut merged: Vec<HostRecord> = Vec::new();
+    for hosts in per_shard {
+        for host in hosts {
+            match merged.iter_mut().find(|m| m.name == host.name) {
+                None => merged.push(host),
+                Some(m) => {
+                    let luns = std::mem::take(&mut m.luns);
+                    if m.holder && !host.holder {
+                        *m = HostRecord {
+                            luns: Vec::new(),
+                            ..host.clone()
+                        };
+                    }
+                    m.luns = luns;
+                    for lun in host.luns {
+                        if !m.luns.iter().any(|l| l.export == lun.export) {
+                            m.luns.push(lun);
+                        }
+                    }
+                    m.luns.sort_by_key(|l| l.lun);
+                }
+            }
+        }
+    }
+    merged
+}
+
 /// Who an NBD client is.
 #[derive(Debug, Clone)]
 pub struct NbdClient {
@@ -121,6 +155,39 @@ mod tests {
     use super::*;
     use weft_engine::hosts::LunMapping;
 
+    #[test]
+    fn hosts_of_several_shards_merge_by_name_with_shard_0s_identity() {
+        let defined = host("db1", "iqn.2026-01.org.example:db1", "10.0.0.1/32", &["a"]);
+        let mut held = host("db1", "iqn.x:stale", "10.9.9.9/32", &[]);
+        held.holder = true;
+        held.iqns.clear();
+        held.nbd_addresses.clear();
+        held.luns = vec![LunMapping {
+            lun: 1,
+            export: "b".into(),
+        }];
+        let other = host("db2", "iqn.2026-01.org.example:db2", "10.0.0.2/32", &["c"]);
+        // The holder's shard may come first: the identity is still the defining record's.
+        let merged = merge_hosts([vec![held.clone()], vec![defined.clone(), other.clone()]]);
+        assert_eq!(merged.len(), 2);
+        let db1 = merged.iter().find(|h| h.name == "db1").unwrap();
+        assert!(!db1.holder);
+        assert_eq!(db1.iqns, defined.iqns);
+        let exports: Vec<(u64, &str)> = db1
+            .luns
+            .iter()
+            .map(|l| (l.lun, l.export.as_str()))
+            .collect();
+        assert_eq!(exports, [(0, "a"), (1, "b")]);
+        let table = AccessTable::new(1, merged);
+        assert!(table.iscsi_may_use("iqn.2026-01.org.example:db1", "b", false));
+        assert!(!table.iscsi_may_use("iqn.2026-01.org.example:db2", "b", true));
+        // Held LUNs of a host nobody defines are mapped to nobody.
+        let orphan = AccessTable::new(2, merge_hosts([vec![held]]));
+        assert!(orphan.is_mapped("b"));
+        assert!(!orphan.iscsi_may_use("iqn.x:stale", "b", true));
+    }
+
     fn host(name: &str, iqn: &str, net: &str, exports: &[&str]) -> HostRecord {
         HostRecord {
             name: name.into(),
@@ -137,6 +204,7 @@ mod tests {
                 })
                 .collect(),
             created_unix_s: 0,
+            holder: false,
         }
     }
 

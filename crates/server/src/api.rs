@@ -40,6 +40,7 @@ use types::{
 pub mod audit;
 mod cluster;
 mod cnodes;
+mod host_catalog;
 mod hosts;
 pub mod openapi;
 mod rename;
@@ -207,7 +208,12 @@ pub fn router(state: ApiState) -> Router {
             "/api/v1/hosts/{name}/chap",
             axum::routing::put(hosts::set_chap).delete(hosts::remove_chap),
         )
-        // Inside the token check: another shard's volumes go to that shard's owner.
+        // Inside the token check: another shard's volumes go to that shard's owner, host
+        // definitions to the host catalog's (shard 0's), LUN maps to the export's shard's.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            host_catalog::route,
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             shard_routes::route,

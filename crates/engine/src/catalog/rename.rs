@@ -200,6 +200,7 @@ mod tests {
                     },
                 ],
                 created_unix_s: 0,
+                holder: false,
             }],
             ..ClusterState::default()
         };

@@ -49,8 +49,10 @@ pub(crate) fn recover(config: EngineConfig, backends: Backends) -> Result<Shared
     let stripes = Arc::new(StripeStore::new(placement));
     stripes.set_default_epoch(epoch);
 
-    // Before anything is served: the catalog's names claimed, this shard's stale claims gone.
+    // Before anything is served: the catalog's names and LUNs claimed, this shard's stale
+    // claims gone.
     crate::name_claims::settle(meta.kv(), shard, &meta.state)?;
+    crate::lun_claims::settle(meta.kv(), shard, &meta.state)?;
     let counters = Counters::restore(meta.state.counters);
     let layer_family = layer_families(&meta.state);
     let alive: HashSet<FamilyId> = layer_family.values().copied().collect();

@@ -35,6 +35,9 @@ fn host(state: &ApiState, info: weft_engine::HostInfo) -> Host {
     ),
 )]
 pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<Vec<Host>>, ApiError> {
+    if let Some(hosts) = super::host_catalog::merged(&state).await? {
+        return Ok(Json(hosts));
+    }
     let engine = state.engine.clone();
     let hosts = blocking(move || Ok(engine.list_hosts())).await?;
     Ok(Json(hosts.into_iter().map(|h| host(&state, h)).collect()))
@@ -94,6 +97,12 @@ pub(super) async fn info(
     State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Host>, ApiError> {
+    if let Some(hosts) = super::host_catalog::merged(&state).await? {
+        return match hosts.into_iter().find(|h| h.name == name) {
+            Some(h) => Ok(Json(h)),
+            None => Err(weft_engine::EngineError::UnknownHost { name }.into()),
+        };
+    }
     let engine = state.engine.clone();
     let info = blocking(move || engine.host_info(&name)).await?;
     Ok(Json(host(&state, info)))
@@ -149,7 +158,36 @@ pub(super) async fn map(
 ) -> Result<(StatusCode, Json<MappedLun>), ApiError> {
     let engine = state.engine.clone();
     let host = name.clone();
-    let lun = blocking(move || engine.map_export(&host, &body.export, body.lun)).await?;
+    // In a shard other than the host catalog's, a host shard 0 defines is mapped to through a
+    // holder record (`host_catalog`).
+    let kv = match (&state.compute, &state.cluster) {
+        (Some(c), Some(cluster)) if c.shard != weft_engine::ShardId(0) => {
+            Some(std::sync::Arc::clone(cluster.kv()))
+        }
+        _ => None,
+    };
+    let lun = blocking(move || {
+        let defined_here = engine
+            .shard_hosts()
+            .iter()
+            .any(|h| h.info.name == host && !h.holder);
+        match kv {
+            Some(kv) if !defined_here => {
+                match super::host_catalog::defined_in_host_catalog(&*kv, &host) {
+                    Ok(true) => engine.map_export_to_cluster_host(&host, &body.export, body.lun),
+                    Ok(false) => Err(weft_engine::EngineError::UnknownHost { name: host }),
+                    Err(why) => Err(weft_engine::EngineError::Io(
+                        weft_engine::error::IoFailure::CorruptMetadata {
+                            what: "the cluster's host catalog".into(),
+                            detail: why,
+                        },
+                    )),
+                }
+            }
+            _ => engine.map_export(&host, &body.export, body.lun),
+        }
+    })
+    .await?;
     let lun = Lun::new(lun, &state.array_target, state.iscsi_portal.as_deref());
     Ok((StatusCode::CREATED, Json(MappedLun { lun, host: name })))
 }

@@ -49,7 +49,7 @@ fn volume_of_path(path: &str) -> Option<String> {
     Some(name.split('@').next().unwrap_or(&name).to_string())
 }
 
-fn percent_decode(s: &str) -> Option<String> {
+pub(super) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -67,7 +67,7 @@ fn percent_decode(s: &str) -> Option<String> {
 }
 
 /// The API of the owner of `shard`, if it has one now.
-fn owner_api(kv: &dyn MetaStore, shard: ShardId) -> Option<OwnerApi> {
+pub(super) fn owner_api(kv: &dyn MetaStore, shard: ShardId) -> Option<OwnerApi> {
     let owner = Ownership::owner(kv, shard).ok().flatten()?;
     Some(OwnerApi {
         id: owner.id,
@@ -77,7 +77,11 @@ fn owner_api(kv: &dyn MetaStore, shard: ShardId) -> Option<OwnerApi> {
 
 /// Where a request about volume `name` goes: `None` for this c.node (its own shard, or a
 /// name nobody claims, which the local handler answers with 404).
-fn foreign_owner(kv: &dyn MetaStore, own: ShardId, name: &str) -> Result<Option<OwnerApi>, String> {
+pub(super) fn foreign_owner(
+    kv: &dyn MetaStore,
+    own: ShardId,
+    name: &str,
+) -> Result<Option<OwnerApi>, String> {
     let shard = match weft_engine::name_claims::shard_of(kv, name) {
         Ok(Some(shard)) if shard != own => shard,
         Ok(_) => return Ok(None),
@@ -90,11 +94,11 @@ fn foreign_owner(kv: &dyn MetaStore, own: ShardId, name: &str) -> Result<Option<
     })
 }
 
-fn unavailable(message: String) -> Response {
+pub(super) fn unavailable(message: String) -> Response {
     refuse(StatusCode::SERVICE_UNAVAILABLE, message)
 }
 
-fn refuse(status: StatusCode, message: String) -> Response {
+pub(super) fn refuse(status: StatusCode, message: String) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
 }
 
@@ -114,7 +118,7 @@ fn shard_asked(query: Option<&str>) -> Result<Option<ShardId>, String> {
 }
 
 /// The shards other than `own` that the registrations name (shard 0 always).
-fn other_shards(kv: &dyn MetaStore, own: ShardId) -> Vec<ShardId> {
+pub(super) fn other_shards(kv: &dyn MetaStore, own: ShardId) -> Vec<ShardId> {
     let mut shards: Vec<ShardId> = crate::ha::registry::list(kv)
         .unwrap_or_default()
         .into_iter()
@@ -236,7 +240,7 @@ pub async fn route(State(state): State<ApiState>, request: Request, next: Next) 
 }
 
 /// `request` marked as passed on.
-fn mark(mut request: Request) -> Request {
+pub(super) fn mark(mut request: Request) -> Request {
     request.headers_mut().insert(
         HeaderName::from_static(ROUTED),
         HeaderValue::from_static("1"),

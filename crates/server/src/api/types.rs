@@ -514,6 +514,9 @@ pub struct Lun {
     /// `iscsi://portal/target/lun` (absent when iSCSI is off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iscsi_uri: Option<String>,
+    /// The shard whose catalog maps it (a cluster of several shards; absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u16>,
 }
 
 /// The answer to `POST /api/v1/hosts/{name}/luns`: the LUN and its host.
@@ -561,6 +564,7 @@ impl Lun {
         Lun {
             iscsi_uri: iscsi_portal.map(|p| format!("iscsi://{p}/{iscsi_target}/{}", info.lun)),
             info,
+            shard: None,
         }
     }
 }

@@ -17,11 +17,12 @@
 //! races the views, the own shard's listing wins. A shard whose c.nodes are all down and were
 //! never seen by this c.node since it started is not listed until one of them registers.
 //!
-//! Access rules: the hosts of every shard's catalog, own shard first. An export is mapped in
-//! its own shard's catalog only, so the rules per export are exact. An iSCSI initiator named by
-//! hosts of two shards gets the LUN map of the first (its own shard's, then by shard number):
-//! LUN numbers are per catalog and could collide (a cluster-wide host catalog is the next step;
-//! `docs/ARCHITECTURE.md` "Several owners: shards").
+//! Access rules: the hosts of every shard's catalog merged by host name
+//! ([`crate::access::merge_hosts`]): a host is defined in shard 0's catalog (the cluster's host
+//! catalog) and every shard maps its own exports to it, under LUN numbers claimed across
+//! shards (`weft_engine::hosts`, its `luns` module). An export is mapped only in its own
+//! shard's catalog, so the rules per export are exact, and an initiator sees its LUNs of every
+//! shard through every c.node.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
@@ -216,11 +217,12 @@ impl ExportBackend for ShardRouter {
         if cached.generation == generation {
             return Arc::clone(&cached);
         }
-        let own = self.own.access();
-        let mut hosts = own.hosts().to_vec();
-        for other in self.others() {
-            hosts.extend_from_slice(other.backend.access().hosts());
+        let mut per_shard = vec![(self.own_shard, self.own.access().hosts().to_vec())];
+        for (shard, other) in self.others.lock().iter() {
+            per_shard.push((*shard, other.backend.access().hosts().to_vec()));
         }
+        per_shard.sort_by_key(|(shard, _)| *shard);
+        let hosts = crate::access::merge_hosts(per_shard.into_iter().map(|(_, h)| h));
         warn_on_shared_initiators(&hosts);
         let table = Arc::new(AccessTable::new(generation, hosts));
         *cached = Arc::clone(&table);
@@ -237,8 +239,8 @@ impl ExportBackend for ShardRouter {
     }
 }
 
-/// Log once per access table an initiator that hosts of two shards name: it gets the LUN map
-/// of the first only.
+/// Log once per access table an initiator that two hosts name (hosts defined in two shards'
+/// catalogs before the cluster had one host catalog): it gets the LUN map of the first only.
 fn warn_on_shared_initiators(hosts: &[weft_engine::HostRecord]) {
     let mut first: HashMap<&str, &str> = HashMap::new();
     for host in hosts {
@@ -249,7 +251,7 @@ fn warn_on_shared_initiators(hosts: &[weft_engine::HostRecord]) {
                     initiator = %iqn,
                     host = %earlier,
                     also = %host.name,
-                    "an initiator belongs to hosts of two shards: it sees the LUNs of the first only; map its volumes in one shard"
+                    "an initiator belongs to two hosts (defined in two shards' catalogs): it sees the LUNs of the first only; map its volumes to one host"
                 ),
                 None => {
                     first.insert(iqn, &host.name);
