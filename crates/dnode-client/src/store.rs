@@ -17,7 +17,7 @@ use weft_chunk::{
 };
 use weft_proto::{
     DiskStat, EncodedFrame, ErrorCode, ProtoError, Request, Response, CHUNK_MAX_BYTES,
-    LIST_LIMIT_MAX,
+    LIST_LIMIT_MAX, SYNC_KEYS_MAX,
 };
 
 use crate::link::Link;
@@ -165,6 +165,30 @@ impl RemoteChunkStore {
     }
 }
 
+impl RemoteChunkStore {
+    /// A `PutChunk`; `durable`: on disk when answered, else written until a `SyncChunks`.
+    fn put_as(&self, meta: &ChunkMeta, data: &[u8], durable: bool) -> Result<(), ChunkError> {
+        if data.len() > CHUNK_MAX_BYTES {
+            return Err(ChunkError::OutOfRange {
+                key: meta.key,
+                offset_bytes: 0,
+                length_bytes: data.len() as u64,
+                len_bytes: CHUNK_MAX_BYTES as u64,
+            });
+        }
+        let cx = RequestContext::for_key(&meta.key).with_epoch(meta.epoch);
+        let response = self.link.call(self.link.options().request_timeout, &|id| {
+            let (header, fields) = wire::put_frame(meta, data, durable, id)?;
+            Ok(EncodedFrame {
+                header,
+                bulk: data,
+                meta: fields,
+            })
+        })?;
+        self.answer(response, &cx, |r| matches!(r, Response::Ok).then_some(()))
+    }
+}
+
 impl ChunkStore for RemoteChunkStore {
     /// `node@addr` (or the address alone when the node id is not known).
     fn name(&self) -> String {
@@ -176,24 +200,44 @@ impl ChunkStore for RemoteChunkStore {
     }
 
     fn put(&self, meta: &ChunkMeta, data: &[u8]) -> Result<(), ChunkError> {
-        if data.len() > CHUNK_MAX_BYTES {
-            return Err(ChunkError::OutOfRange {
-                key: meta.key,
-                offset_bytes: 0,
-                length_bytes: data.len() as u64,
-                len_bytes: CHUNK_MAX_BYTES as u64,
-            });
+        self.put_as(meta, data, true)
+    }
+
+    /// Written into the d.node's page cache, durable at a later [`ChunkStore::sync`].
+    fn put_unsynced(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        _known_page_crcs: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
+        self.put_as(meta, data, false)
+    }
+
+    /// One `SyncChunks` per [`SYNC_KEYS_MAX`] keys. A key the d.node does not hold (a power
+    /// cut lost what an unsynced put wrote) fails the sync, and the caller puts it again.
+    fn sync(&self, keys: &[ChunkKey]) -> Result<(), ChunkError> {
+        for group in keys.chunks(SYNC_KEYS_MAX) {
+            let cx = RequestContext::for_key(&group[0]);
+            let request = Request::SyncChunks {
+                keys: group.iter().map(wire::key_to_wire).collect(),
+            };
+            let response = self.link.call(self.link.options().request_timeout, &|id| {
+                encode(&request, id)
+            })?;
+            self.answer(response, &cx, |r| matches!(r, Response::Ok).then_some(()))?;
         }
-        let cx = RequestContext::for_key(&meta.key).with_epoch(meta.epoch);
-        let response = self.link.call(self.link.options().request_timeout, &|id| {
-            let (header, fields) = wire::put_frame(meta, data, id)?;
-            Ok(EncodedFrame {
-                header,
-                bulk: data,
-                meta: fields,
-            })
-        })?;
-        self.answer(response, &cx, |r| matches!(r, Response::Ok).then_some(()))
+        Ok(())
+    }
+
+    /// A durable put: the d.node replaces whatever it holds under the key (a complete chunk
+    /// under the name at every instant is the d.node store's business).
+    fn put_replacing(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        _known_page_crcs: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
+        self.put_as(meta, data, true)
     }
 
     fn read(&self, key: &ChunkKey, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ChunkError> {

@@ -52,10 +52,12 @@ pub fn info_from_wire(info: &weft_proto::ChunkInfo) -> ChunkInfo {
     }
 }
 
-/// The `PutChunk` request for `meta` and `data`.
-pub fn put_request(meta: &ChunkMeta, data: Vec<u8>) -> Request {
+/// The `PutChunk` request for `meta` and `data` (`durable`: on disk when answered, else written
+/// until a `SyncChunks`).
+pub fn put_request(meta: &ChunkMeta, data: Vec<u8>, durable: bool) -> Request {
     Request::PutChunk {
         key: key_to_wire(&meta.key),
+        durable,
         epoch: meta.epoch,
         codec_id: meta.codec_id,
         data_chunks: meta.data_chunks,
@@ -73,6 +75,7 @@ pub fn put_request(meta: &ChunkMeta, data: Vec<u8>) -> Request {
 pub fn put_frame(
     meta: &ChunkMeta,
     data: &[u8],
+    durable: bool,
     request_id: u64,
 ) -> Result<([u8; weft_proto::FRAME_HEADER_LEN_BYTES], Vec<u8>), ProtoError> {
     if data.len() > weft_proto::CHUNK_MAX_BYTES {
@@ -84,7 +87,7 @@ pub fn put_frame(
             request_id,
         });
     }
-    let empty = put_request(meta, Vec::new());
+    let empty = put_request(meta, Vec::new(), durable);
     let fields = empty.encode_vectored(request_id)?.meta;
     let header = FrameHeader::for_payload(MessageKind::PutChunk, request_id, &[data, &fields])?;
     Ok((header.encode(), fields))
@@ -200,6 +203,7 @@ mod tests {
         fn put_frames_match_the_proto_encoding(
             family: u64, segment: u64, index: u8, epoch: u64, codec_id: u8,
             data_chunks: u8, parity_chunks: u8, stripe_len_bytes: u64, request_id: u64,
+            durable: bool,
             data in proptest::collection::vec(any::<u8>(), 0..20_000),
         ) {
             let meta = ChunkMeta {
@@ -207,8 +211,8 @@ mod tests {
                 epoch, codec_id, data_chunks, parity_chunks, stripe_len_bytes,
             };
             let mut expected = Vec::new();
-            put_request(&meta, data.clone()).encode(request_id, &mut expected).expect("encode");
-            let (header, fields) = put_frame(&meta, &data, request_id).expect("frame");
+            put_request(&meta, data.clone(), durable).encode(request_id, &mut expected).expect("encode");
+            let (header, fields) = put_frame(&meta, &data, durable, request_id).expect("frame");
             prop_assert_eq!([&header[..], &data, &fields].concat(), expected);
         }
     }
@@ -229,10 +233,10 @@ mod tests {
         for len in [0usize, 1, 4096, 100_000] {
             let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
             let mut expected = Vec::new();
-            put_request(&meta(), data.clone())
+            put_request(&meta(), data.clone(), true)
                 .encode(99, &mut expected)
                 .expect("encode");
-            let (header, fields) = put_frame(&meta(), &data, 99).expect("frame");
+            let (header, fields) = put_frame(&meta(), &data, true, 99).expect("frame");
             let got: Vec<u8> = [&header[..], &data, &fields].concat();
             assert_eq!(got, expected, "len {len}");
         }
@@ -242,7 +246,7 @@ mod tests {
     fn oversize_puts_are_refused_before_encoding() {
         let data = vec![0u8; weft_proto::CHUNK_MAX_BYTES + 1];
         assert!(matches!(
-            put_frame(&meta(), &data, 1),
+            put_frame(&meta(), &data, true, 1),
             Err(ProtoError::LimitExceeded { .. })
         ));
     }

@@ -4,7 +4,8 @@
 //! Where the protocol differs from [`weft_chunk::ChunkStore`]'s local semantics, this module
 //! adapts: a put replaces a chunk already stored under its key (an identical one is kept as
 //! is, so a retried put costs a read, not a rewrite); deleting an absent chunk is `Ok`; a fence
-//! to an epoch older than the family's fence is `Fenced`. Every failure maps to an `Error`
+//! to an epoch older than the family's fence is `Fenced`; a sync of a chunk not held is
+//! `Missing` (locally it is ignored). Every failure maps to an `Error`
 //! response in one place ([`error_response`]).
 
 use std::sync::Arc;
@@ -41,6 +42,7 @@ impl Handler {
             }
             Request::PutChunk {
                 key,
+                durable,
                 epoch,
                 codec_id,
                 data_chunks,
@@ -56,8 +58,9 @@ impl Handler {
                     parity_chunks,
                     stripe_len_bytes,
                 };
-                put_replacing(store, &meta, &data).map(|()| Response::Ok)
+                put_replacing(store, &meta, &data, durable).map(|()| Response::Ok)
             }
+            Request::SyncChunks { keys } => sync_held(store, &keys).map(|()| Response::Ok),
             Request::ReadChunk {
                 key,
                 offset_bytes,
@@ -138,9 +141,19 @@ pub(crate) fn error_response(e: &ChunkError) -> Response {
 }
 
 /// Store a chunk, replacing a different one under the same key (see the module doc).
-fn put_replacing(store: &dyn ChunkStore, meta: &ChunkMeta, data: &[u8]) -> Result<(), ChunkError> {
+fn put_replacing(
+    store: &dyn ChunkStore,
+    meta: &ChunkMeta,
+    data: &[u8],
+    durable: bool,
+) -> Result<(), ChunkError> {
     for _ in 0..PUT_REPLACE_ATTEMPTS_MAX {
-        match store.put(meta, data) {
+        let put = if durable {
+            store.put(meta, data)
+        } else {
+            store.put_unsynced(meta, data, &[])
+        };
+        match put {
             Err(ChunkError::Exists { key }) => {
                 if holds_exactly(store, meta, data)? {
                     return Ok(());
@@ -157,6 +170,17 @@ fn put_replacing(store: &dyn ChunkStore, meta: &ChunkMeta, data: &[u8]) -> Resul
         node: store.name(),
         detail: format!("chunk {} is being replaced concurrently", meta.key),
     })
+}
+
+/// `SyncChunks`: every key must be held (a chunk an unsynced put wrote and a power cut lost
+/// is `Missing`, so the client puts it again instead of taking it for durable), then one group
+/// sync makes them durable; keys already durable cost nothing.
+fn sync_held(store: &dyn ChunkStore, keys: &[weft_proto::ChunkKey]) -> Result<(), ChunkError> {
+    let keys: Vec<weft_chunk::ChunkKey> = keys.iter().map(wire::key_from_wire).collect();
+    for key in &keys {
+        store.info(key)?;
+    }
+    store.sync(&keys)
 }
 
 /// Whether the stored chunk under `meta.key` is this one, bytes and all.
@@ -253,6 +277,7 @@ mod tests {
                 stripe_len_bytes: 100,
             },
             vec![byte; 100],
+            true,
         )
     }
 
@@ -359,5 +384,58 @@ mod tests {
             len_bytes: 20,
         };
         assert_eq!(code(h.execute(bad_range)), ErrorCode::BadRequest);
+    }
+
+    #[test]
+    fn unsynced_puts_are_readable_and_a_sync_of_a_chunk_not_held_is_missing() {
+        let h = handler();
+        let unsynced = |segment, byte| match put(2, segment, 0, byte) {
+            Request::PutChunk {
+                key,
+                epoch,
+                codec_id,
+                data_chunks,
+                parity_chunks,
+                stripe_len_bytes,
+                data,
+                ..
+            } => Request::PutChunk {
+                key,
+                durable: false,
+                epoch,
+                codec_id,
+                data_chunks,
+                parity_chunks,
+                stripe_len_bytes,
+                data,
+            },
+            other => other,
+        };
+        let key = |segment| weft_proto::ChunkKey {
+            family: 2,
+            segment,
+            index: 0,
+        };
+        assert_eq!(h.execute(unsynced(1, 5)), Response::Ok);
+        assert_eq!(h.execute(unsynced(1, 5)), Response::Ok, "a retry");
+        assert_eq!(h.execute(unsynced(2, 6)), Response::Ok);
+        let read = Request::ReadChunk {
+            key: key(1),
+            offset_bytes: 0,
+            len_bytes: 100,
+        };
+        assert_eq!(
+            h.execute(read),
+            Response::Data {
+                bytes: vec![5u8; 100]
+            },
+            "written, not yet synced: readable"
+        );
+        let sync = |segments: &[u64]| Request::SyncChunks {
+            keys: segments.iter().map(|s| key(*s)).collect(),
+        };
+        assert_eq!(h.execute(sync(&[1, 2])), Response::Ok);
+        assert_eq!(h.execute(sync(&[1, 2])), Response::Ok, "already durable");
+        assert_eq!(code(h.execute(sync(&[1, 3]))), ErrorCode::Missing);
     }
 }

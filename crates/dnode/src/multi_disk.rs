@@ -156,11 +156,15 @@ impl MultiDiskStore {
 
     /// The disk holding `key`, looking at its home disk first.
     fn locate(&self, key: &ChunkKey) -> Option<&DiskSlot> {
+        self.locate_index(key).map(|i| &self.disks[i])
+    }
+
+    fn locate_index(&self, key: &ChunkKey) -> Option<usize> {
         let home = self.home(key);
         let n = self.disks.len();
         (0..n)
-            .map(|step| &self.disks[(home + step) % n])
-            .find(|d| d.store.info(key).is_ok())
+            .map(|step| (home + step) % n)
+            .find(|&i| self.disks[i].store.info(key).is_ok())
     }
 
     /// Plan a read the caller performs itself (`ring_reads`): see
@@ -177,6 +181,36 @@ impl MultiDiskStore {
         }
     }
 
+    /// A put on the disk the key's hash picks, or the next ones when it is full or failing.
+    fn put_on_a_disk(
+        &self,
+        meta: &ChunkMeta,
+        put: impl Fn(&LocalChunkStore) -> Result<(), ChunkError>,
+    ) -> Result<(), ChunkError> {
+        let key = meta.key;
+        let _serialised = self.put_lock(&key).lock();
+        if self.locate(&key).is_some() {
+            return Err(ChunkError::Exists { key });
+        }
+        let home = self.home(&key);
+        let n = self.disks.len();
+        let mut last = None;
+        for step in 0..n {
+            let disk = &self.disks[(home + step) % n];
+            match put(&disk.store) {
+                // Full or failing: the next disk may take it.
+                Err(e @ (ChunkError::NoSpace { .. } | ChunkError::Io { .. })) => {
+                    if matches!(e, ChunkError::Io { .. }) {
+                        tracing::warn!(path = %disk.path, chunk = %key, error = %e, "put failed on disk; trying the next");
+                    }
+                    last = Some(e);
+                }
+                other => return other,
+            }
+        }
+        Err(last.expect("at least one disk"))
+    }
+
     fn put_lock(&self, key: &ChunkKey) -> &Mutex<()> {
         let h = mix(key.family ^ mix(key.segment ^ u64::from(key.index)));
         &self.put_locks[(h % PUT_LOCK_STRIPES as u64) as usize]
@@ -190,28 +224,35 @@ impl ChunkStore for MultiDiskStore {
     }
 
     fn put(&self, meta: &ChunkMeta, data: &[u8]) -> Result<(), ChunkError> {
-        let key = meta.key;
-        let _serialised = self.put_lock(&key).lock();
-        if self.locate(&key).is_some() {
-            return Err(ChunkError::Exists { key });
-        }
-        let home = self.home(&key);
-        let n = self.disks.len();
-        let mut last = None;
-        for step in 0..n {
-            let disk = &self.disks[(home + step) % n];
-            match disk.store.put(meta, data) {
-                // Full or failing: the next disk may take it.
-                Err(e @ (ChunkError::NoSpace { .. } | ChunkError::Io { .. })) => {
-                    if matches!(e, ChunkError::Io { .. }) {
-                        tracing::warn!(path = %disk.path, chunk = %key, error = %e, "put failed on disk; trying the next");
-                    }
-                    last = Some(e);
-                }
-                other => return other,
+        self.put_on_a_disk(meta, |store| store.put(meta, data))
+    }
+
+    fn put_unsynced(
+        &self,
+        meta: &ChunkMeta,
+        data: &[u8],
+        known_page_crcs: &[Option<u32>],
+    ) -> Result<(), ChunkError> {
+        self.put_on_a_disk(meta, |store| {
+            store.put_unsynced(meta, data, known_page_crcs)
+        })
+    }
+
+    /// Each disk syncs its own chunks of `keys` (one group per disk); keys not held are
+    /// ignored, as on one disk.
+    fn sync(&self, keys: &[ChunkKey]) -> Result<(), ChunkError> {
+        let mut by_disk: Vec<Vec<ChunkKey>> = vec![Vec::new(); self.disks.len()];
+        for key in keys {
+            if let Some(i) = self.locate_index(key) {
+                by_disk[i].push(*key);
             }
         }
-        Err(last.expect("at least one disk"))
+        for (d, mine) in self.disks.iter().zip(by_disk) {
+            if !mine.is_empty() {
+                d.store.sync(&mine)?;
+            }
+        }
+        Ok(())
     }
 
     fn read(&self, key: &ChunkKey, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ChunkError> {

@@ -23,7 +23,7 @@ use crate::samples;
 use crate::wire::{
     BULK_TRAILER_LEN_BYTES, CHUNK_MAX_BYTES, DISKS_MAX, ERROR_MESSAGE_MAX_BYTES, FAMILIES_MAX,
     FRAME_HEADER_LEN_BYTES, FRAME_MAGIC, LIST_LIMIT_MAX, NAME_MAX_BYTES, PATH_MAX_BYTES,
-    PAYLOAD_MAX_BYTES, SCRUB_CORRUPT_MAX,
+    PAYLOAD_MAX_BYTES, SCRUB_CORRUPT_MAX, SYNC_KEYS_MAX,
 };
 
 pub use crate::wire::PROTOCOL_VERSION;
@@ -31,7 +31,7 @@ pub use crate::wire::PROTOCOL_VERSION;
 /// `(version, fingerprint)` of every protocol version, oldest first. Append only: a recorded
 /// entry is what peers of that version speak, never edit it. The last entry is
 /// [`PROTOCOL_VERSION`] and [`protocol_fingerprint`] must equal its fingerprint.
-pub const FINGERPRINTS: &[(u16, u64)] = &[(1, 0x25d5_9044_fa02_00e2)];
+pub const FINGERPRINTS: &[(u16, u64)] = &[(1, 0x25d5_9044_fa02_00e2), (2, 0xa0d5_89c7_2776_1997)];
 
 /// A stable hash (64-bit FNV-1a) of everything that makes up the protocol: the frame magic and
 /// header length, every limit, the (kind number, name) table, and the full frame bytes of every
@@ -50,6 +50,7 @@ pub fn protocol_fingerprint() -> u64 {
         DISKS_MAX,
         SCRUB_CORRUPT_MAX,
         BULK_TRAILER_LEN_BYTES,
+        SYNC_KEYS_MAX,
     ] {
         h.item(&u64::try_from(limit).unwrap_or(u64::MAX).to_le_bytes());
     }

@@ -3,7 +3,7 @@
 //!
 //! Requests use `0x0001..=0x7fff`, responses set the top bit. A response kind shares the low
 //! bits of the request it usually answers (`Data` 0x8003 answers `ReadChunk` 0x0003); `Ok`
-//! answers `PutChunk`, `DeleteChunk` and `Fence`, and `Error` (0x80ff) answers anything.
+//! answers `PutChunk`, `DeleteChunk`, `Fence` and `SyncChunks`, and `Error` (0x80ff) answers anything.
 //! The numbers are fixed: [`MESSAGE_KINDS`] is the table `docs/design/protocol.md` mirrors and
 //! the protocol fingerprint hashes.
 
@@ -28,6 +28,7 @@ pub enum MessageKind {
     Stat = 0x0008,
     Scrub = 0x0009,
     Ping = 0x000a,
+    SyncChunks = 0x000b,
     HelloOk = 0x8001,
     Ok = 0x8002,
     Data = 0x8003,
@@ -44,7 +45,7 @@ const RESPONSE_BIT: u16 = 0x8000;
 
 /// (kind number, name) of every message, in number order. Adding, removing, renumbering or
 /// renaming an entry changes the protocol fingerprint and needs a version bump.
-pub const MESSAGE_KINDS: [(u16, &str); 19] = [
+pub const MESSAGE_KINDS: [(u16, &str); 20] = [
     (0x0001, "Hello"),
     (0x0002, "PutChunk"),
     (0x0003, "ReadChunk"),
@@ -55,6 +56,7 @@ pub const MESSAGE_KINDS: [(u16, &str); 19] = [
     (0x0008, "Stat"),
     (0x0009, "Scrub"),
     (0x000a, "Ping"),
+    (0x000b, "SyncChunks"),
     (0x8001, "HelloOk"),
     (0x8002, "Ok"),
     (0x8003, "Data"),
@@ -77,6 +79,7 @@ impl MessageKind {
         use MessageKind::{
             ChunkList, Data, DeleteChunk, Error, Families, Fence, Hello, HelloOk, ListChunks,
             ListFamilies, NodeStat, Ok, Ping, Pong, PutChunk, ReadChunk, Scrub, ScrubReport, Stat,
+            SyncChunks,
         };
         Some(match code {
             0x0001 => Hello,
@@ -89,6 +92,7 @@ impl MessageKind {
             0x0008 => Stat,
             0x0009 => Scrub,
             0x000a => Ping,
+            0x000b => SyncChunks,
             0x8001 => HelloOk,
             0x8002 => Ok,
             0x8003 => Data,
@@ -115,6 +119,7 @@ impl MessageKind {
             MessageKind::Stat => "Stat",
             MessageKind::Scrub => "Scrub",
             MessageKind::Ping => "Ping",
+            MessageKind::SyncChunks => "SyncChunks",
             MessageKind::HelloOk => "HelloOk",
             MessageKind::Ok => "Ok",
             MessageKind::Data => "Data",

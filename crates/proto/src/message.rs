@@ -28,7 +28,7 @@ use crate::frame::Frame;
 use crate::kind::{Direction, MessageKind};
 use crate::wire::{
     CHUNK_MAX_BYTES, DISKS_MAX, ERROR_MESSAGE_MAX_BYTES, FAMILIES_MAX, FRAME_HEADER_LEN_BYTES,
-    LIST_LIMIT_MAX, NAME_MAX_BYTES, PATH_MAX_BYTES, SCRUB_CORRUPT_MAX,
+    LIST_LIMIT_MAX, NAME_MAX_BYTES, PATH_MAX_BYTES, SCRUB_CORRUPT_MAX, SYNC_KEYS_MAX,
 };
 
 /// Names one stored chunk: chunk `index` (0-based, data chunks first, then parity) of the stripe
@@ -104,9 +104,12 @@ pub enum Request {
         /// Free text for logs; at most [`NAME_MAX_BYTES`].
         client_name: String,
     },
-    /// Store a chunk durably, replacing any chunk under `key`. -> `Ok`.
+    /// Store a chunk, replacing any chunk under `key`. -> `Ok`. `durable`: on disk when
+    /// answered; else *written* (in the d.node's page cache: surviving a kill of any process,
+    /// not a power cut) until a `SyncChunks` naming it.
     PutChunk {
         key: ChunkKey,
+        durable: bool,
         /// Refused with `Fenced` if older than the family's fence.
         epoch: u64,
         codec_id: u8,
@@ -142,6 +145,10 @@ pub enum Request {
     Scrub { family: Option<u64> },
     /// -> `Pong`.
     Ping,
+    /// Make the chunks of `keys` (at most [`SYNC_KEYS_MAX`]) that non-durable `PutChunk`s
+    /// wrote durable: one group commit for many. -> `Ok` once every one is durable; `Missing`
+    /// if the d.node does not hold one (a power cut lost it: the client puts it again).
+    SyncChunks { keys: Vec<ChunkKey> },
 }
 
 /// d.node -> c.node, sent with the request id of the request it answers. Any request may be
@@ -219,6 +226,7 @@ impl Request {
             Request::Stat => MessageKind::Stat,
             Request::Scrub { .. } => MessageKind::Scrub,
             Request::Ping => MessageKind::Ping,
+            Request::SyncChunks { .. } => MessageKind::SyncChunks,
         }
     }
 
@@ -241,6 +249,7 @@ impl Request {
             } => cx.put(&(protocol_version, cluster_id, client_name), &mut meta, &[])?,
             Request::PutChunk {
                 key,
+                durable,
                 epoch,
                 codec_id,
                 data_chunks,
@@ -250,6 +259,7 @@ impl Request {
             } => cx.put_bulk(
                 &(
                     key,
+                    durable,
                     epoch,
                     codec_id,
                     data_chunks,
@@ -273,6 +283,7 @@ impl Request {
             Request::ListFamilies | Request::Stat | Request::Ping => &[],
             Request::Fence { family, epoch } => cx.put(&(family, epoch), &mut meta, &[])?,
             Request::Scrub { family } => cx.put(family, &mut meta, &[])?,
+            Request::SyncChunks { keys } => cx.put(keys, &mut meta, &[])?,
         };
         cx.finish(bulk, meta)
     }
@@ -297,11 +308,12 @@ impl Request {
             }
             MessageKind::PutChunk => {
                 let (bulk_len, meta) = cx.split_bulk(&payload)?;
-                let (key, epoch, codec_id, data_chunks, parity_chunks, stripe_len_bytes) =
+                let (key, durable, epoch, codec_id, data_chunks, parity_chunks, stripe_len_bytes) =
                     cx.take(meta)?;
                 payload.truncate(bulk_len);
                 Request::PutChunk {
                     key,
+                    durable,
                     epoch,
                     codec_id,
                     data_chunks,
@@ -340,6 +352,9 @@ impl Request {
                 family: cx.take(&payload)?,
             },
             MessageKind::Ping => cx.take::<()>(&payload).map(|()| Request::Ping)?,
+            MessageKind::SyncChunks => Request::SyncChunks {
+                keys: cx.take(&payload)?,
+            },
             MessageKind::HelloOk
             | MessageKind::Ok
             | MessageKind::Data
@@ -371,6 +386,7 @@ impl Request {
             Request::ListChunks { limit, .. } => {
                 cx.at_most("limit", u32_len(*limit), u32_len(LIST_LIMIT_MAX))
             }
+            Request::SyncChunks { keys } => cx.at_most("keys", keys.len(), SYNC_KEYS_MAX),
             Request::DeleteChunk { .. }
             | Request::ListFamilies
             | Request::Fence { .. }
@@ -494,7 +510,8 @@ impl Response {
             | MessageKind::Fence
             | MessageKind::Stat
             | MessageKind::Scrub
-            | MessageKind::Ping => return Err(cx.wrong_direction(Direction::Response)),
+            | MessageKind::Ping
+            | MessageKind::SyncChunks => return Err(cx.wrong_direction(Direction::Response)),
         };
         response.check_limits(&cx)?;
         Ok(response)

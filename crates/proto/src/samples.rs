@@ -41,6 +41,7 @@ pub fn requests() -> Vec<Request> {
         },
         Request::PutChunk {
             key: key(300, 2),
+            durable: true,
             epoch: 5,
             codec_id: 1,
             data_chunks: 4,
@@ -76,6 +77,9 @@ pub fn requests() -> Vec<Request> {
         Request::Scrub { family: None },
         Request::Scrub { family: Some(7) },
         Request::Ping,
+        Request::SyncChunks {
+            keys: vec![key(300, 0), key(300, 5)],
+        },
     ]
 }
 

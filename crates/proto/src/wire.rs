@@ -6,7 +6,7 @@
 //! needs a [`crate::PROTOCOL_VERSION`] bump like any message change.
 
 /// The protocol version this crate speaks, in every frame header and in `Hello`/`HelloOk`.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// First 4 bytes of every frame: ASCII `WFTP` (the u32 is read little-endian, so the bytes on the
 /// wire are literally `W F T P`).
@@ -55,6 +55,10 @@ pub const DISKS_MAX: usize = 256;
 /// finds more reports the first ones; `checked` still counts everything it read.
 pub const SCRUB_CORRUPT_MAX: usize = 65_536;
 
+/// Most chunk keys in one `SyncChunks` (at most 21 bytes each encoded: ~84 KiB). A c.node syncs
+/// the chunks of a few stripes at a time; a bigger group is sent as several requests.
+pub const SYNC_KEYS_MAX: usize = 4096;
+
 /// Bytes of the trailer that ends a payload carrying bulk data (`PutChunk`, `Data`): the length
 /// of the postcard-encoded fixed part that precedes it, u32 little-endian.
 pub const BULK_TRAILER_LEN_BYTES: usize = 4;
@@ -70,4 +74,5 @@ const _: () = assert!(CHUNK_MAX_BYTES <= u32::MAX as usize);
 // The largest list responses must fit in a payload too.
 const _: () = assert!(FAMILIES_MAX * 10 + 8 <= PAYLOAD_MAX_BYTES);
 const _: () = assert!(SCRUB_CORRUPT_MAX * 21 + 20 <= PAYLOAD_MAX_BYTES);
+const _: () = assert!(SYNC_KEYS_MAX * 21 + 8 <= PAYLOAD_MAX_BYTES);
 const _: () = assert!(DISKS_MAX * (PATH_MAX_BYTES + 40) + NAME_MAX_BYTES + 8 <= PAYLOAD_MAX_BYTES);

@@ -141,14 +141,14 @@ fn unknown_kind_and_foreign_version_are_refused_with_the_request_id() {
             request_id: 11
         })
     );
-    let mut v2 = frame_bytes(MessageKind::Ping, 12, &[]);
-    v2[4..6].copy_from_slice(&2u16.to_le_bytes());
-    let crc = crc32c::crc32c(&v2[..24]);
-    v2[24..28].copy_from_slice(&crc.to_le_bytes());
+    let mut foreign = frame_bytes(MessageKind::Ping, 12, &[]);
+    foreign[4..6].copy_from_slice(&(PROTOCOL_VERSION + 1).to_le_bytes());
+    let crc = crc32c::crc32c(&foreign[..24]);
+    foreign[24..28].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(
-        decode_frame(&v2),
+        decode_frame(&foreign),
         Err(ProtoError::VersionMismatch {
-            version: 2,
+            version: PROTOCOL_VERSION + 1,
             supported: PROTOCOL_VERSION,
             request_id: 12
         })

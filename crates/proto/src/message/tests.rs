@@ -51,6 +51,7 @@ fn every_sample_message_round_trips() {
 fn bulk_data_is_handed_out_without_copying() {
     let request = Request::PutChunk {
         key: ChunkKey::default(),
+        durable: false,
         epoch: 1,
         codec_id: 0,
         data_chunks: 1,
@@ -134,6 +135,7 @@ fn over_limit_messages_are_not_encoded_and_out_is_untouched() {
 fn oversize_put_is_refused_on_encode() {
     let put = Request::PutChunk {
         key: ChunkKey::default(),
+        durable: true,
         epoch: 1,
         codec_id: 0,
         data_chunks: 1,
@@ -274,6 +276,7 @@ fn any_request() -> impl Strategy<Value = Request> {
                 |(key, epoch, [codec_id, data_chunks, parity_chunks], stripe_len_bytes, data)| {
                     Request::PutChunk {
                         key,
+                        durable: epoch % 2 == 0,
                         epoch,
                         codec_id,
                         data_chunks,
@@ -309,6 +312,7 @@ fn any_request() -> impl Strategy<Value = Request> {
         Just(Request::Stat),
         prop::option::of(any::<u64>()).prop_map(|family| Request::Scrub { family }),
         Just(Request::Ping),
+        prop::collection::vec(any_key(), 0..8).prop_map(|keys| Request::SyncChunks { keys }),
     ]
 }
 
