@@ -47,6 +47,7 @@ mod schedules;
 mod sessions;
 mod shard_routes;
 pub mod stats;
+mod tiers;
 pub mod types;
 
 /// What handlers share.
@@ -187,12 +188,9 @@ pub fn router(state: ApiState) -> Router {
             get(cluster::pools).post(cluster::create_pool),
         )
         .route("/api/v1/pools/{name}", get(cluster::pool_info))
-        .route("/api/v1/tiers", get(crate::tiering::api::list))
-        .route("/api/v1/tiers/advice", get(crate::tiering::api::advice))
-        .route(
-            "/api/v1/tiers/{name}",
-            axum::routing::put(crate::tiering::api::set),
-        )
+        .route("/api/v1/tiers", get(tiers::list))
+        .route("/api/v1/tiers/advice", get(tiers::advice))
+        .route("/api/v1/tiers/{name}", axum::routing::put(tiers::set))
         .route("/api/v1/hosts", get(hosts::list).post(hosts::create))
         .route(
             "/api/v1/hosts/{name}",

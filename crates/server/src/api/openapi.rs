@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats};
+use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats, tiers};
 
 /// The document (see [`document`]).
 #[derive(OpenApi)]
@@ -70,9 +70,9 @@ use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats};
         cluster::pools,
         cluster::create_pool,
         cluster::pool_info,
-        crate::tiering::api::list,
-        crate::tiering::api::set,
-        crate::tiering::api::advice,
+        tiers::list,
+        tiers::set,
+        tiers::advice,
         hosts::list,
         hosts::create,
         hosts::info,

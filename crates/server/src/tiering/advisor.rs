@@ -54,9 +54,7 @@ pub fn choose(
             cost_after: 0.0,
         };
     }
-    let cost_now = tiers
-        .get(now)
-        .map_or(0.0, |p| monthly_cost(p, iops, gib));
+    let cost_now = tiers.get(now).map_or(0.0, |p| monthly_cost(p, iops, gib));
     let stay = Choice {
         tier: now.to_string(),
         cost_now,

@@ -330,9 +330,27 @@ mod tests {
         let (started, r) = h.read(T0 + 10);
         assert_eq!(started, T0);
         assert_eq!(r.len(), 4);
-        assert_eq!(r[1].ops[0], Slot { reads: 10, writes: 0 });
-        assert_eq!(r[1].bytes, Slot { reads: 40_960, writes: 0 });
-        assert_eq!(r[0].ops[2], Slot { reads: 0, writes: 1 });
+        assert_eq!(
+            r[1].ops[0],
+            Slot {
+                reads: 10,
+                writes: 0
+            }
+        );
+        assert_eq!(
+            r[1].bytes,
+            Slot {
+                reads: 40_960,
+                writes: 0
+            }
+        );
+        assert_eq!(
+            r[0].ops[2],
+            Slot {
+                reads: 0,
+                writes: 1
+            }
+        );
         assert_eq!(r[0].bytes.writes, 8192);
         assert_eq!(r[3].ops[1].writes, 1);
         assert_eq!(r[2].ops[1], Slot::default());
@@ -374,7 +392,10 @@ mod tests {
         let now = T0 + 2 * 86_400 + 3600 * 5 + 12 * 60;
         assert_eq!(Window::Hour.covered_s(now, T0), 57 * 60);
         assert_eq!(Window::Day.covered_s(now, T0), 23 * 3600 + 12 * 60);
-        assert_eq!(Window::Week.covered_s(now, T0), 2 * 86_400 + 5 * 3600 + 12 * 60);
+        assert_eq!(
+            Window::Week.covered_s(now, T0),
+            2 * 86_400 + 5 * 3600 + 12 * 60
+        );
         assert_eq!(Window::Hour.covered_s(T0, T0), 1, "never zero");
     }
 

@@ -82,7 +82,9 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<SavedVolume>, String> {
     let count = r.u32()?;
     let mut out = Vec::new();
     for _ in 0..count {
-        let len = usize::from(u16::from_le_bytes(r.take(2)?.try_into().unwrap_or_default()));
+        let len = usize::from(u16::from_le_bytes(
+            r.take(2)?.try_into().unwrap_or_default(),
+        ));
         let name = String::from_utf8(r.take(len)?.to_vec()).map_err(|e| e.to_string())?;
         let (extent_bytes, started_s, folded_s) = (r.u64()?, r.u64()?, r.u64()?);
         let extents = r.u32()? as usize;
@@ -133,7 +135,10 @@ pub fn save(dir: &Path, volumes: &[SavedVolume]) -> anyhow::Result<()> {
 pub fn load(dir: &Path) -> Vec<SavedVolume> {
     match std::fs::read(dir.join(HEAT_FILE)) {
         Ok(bytes) => decode(&bytes).unwrap_or_else(|e| {
-            tracing::warn!("ignoring the heat file {}: {e}", dir.join(HEAT_FILE).display());
+            tracing::warn!(
+                "ignoring the heat file {}: {e}",
+                dir.join(HEAT_FILE).display()
+            );
             Vec::new()
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -161,11 +166,15 @@ impl<'a> Reader<'a> {
     }
 
     fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap_or_default()))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().unwrap_or_default(),
+        ))
     }
 
     fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap_or_default()))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().unwrap_or_default(),
+        ))
     }
 }
 

@@ -1,6 +1,6 @@
 //! Tiering, first half: heat per volume and extent ([`heat`]), kept across restarts
 //! ([`heat_file`]), tiers and their prices ([`prices`]), and the advisor's cost model
-//! ([`advisor`]) served at `GET /api/v1/tiers/advice` ([`api`]).
+//! ([`advisor`]) served at `GET /api/v1/tiers/advice` (`crate::api`'s `tiers` module).
 //!
 //! [`Tiering`] owns the heat of every volume this c.node serves and the tier book. The engine
 //! backend (`engine_backend.rs`, where every protocol's I/O reaches the engine on the c.node
@@ -13,7 +13,6 @@
 //! designed in docs/ARCHITECTURE.md ("Tiering: heat and the advisor") and not built yet.
 
 pub mod advisor;
-pub mod api;
 pub mod heat;
 pub mod heat_file;
 pub mod metrics;
@@ -136,7 +135,9 @@ impl Tiering {
 
     /// Forgets volumes that no longer exist.
     pub fn retain(&self, existing: &HashSet<String>) {
-        self.volumes.write().retain(|name, _| existing.contains(name));
+        self.volumes
+            .write()
+            .retain(|name, _| existing.contains(name));
     }
 
     /// Extents counted, over every volume.

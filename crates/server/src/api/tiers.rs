@@ -13,13 +13,13 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use weft_engine::Engine;
 
-use super::advisor::{
+use super::types::ErrorBody;
+use super::{ApiError, ApiState};
+use crate::tiering::advisor::{
     self, Advice, ExtentAdvice, VolumeAdvice, WindowCounts, WindowIntensities, WindowRates, GIB,
 };
-use super::heat::{VolumeHeat, Window, BYTES_PER_EXTENT};
-use super::{now_s, TierPrices, Tiering};
-use crate::api::types::ErrorBody;
-use crate::api::{ApiError, ApiState};
+use crate::tiering::heat::{VolumeHeat, Window, BYTES_PER_EXTENT};
+use crate::tiering::{now_s, TierPrices, Tiering};
 
 /// A tier and its prices.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
@@ -171,7 +171,7 @@ pub async fn advice(
         ));
     }
     let (engine, tiering) = (state.engine.clone(), Arc::clone(&state.tiering));
-    crate::api::blocking(move || {
+    super::blocking(move || {
         let names: Vec<String> = match q.volume {
             Some(v) => {
                 engine.volume_info(&v)?;
@@ -240,9 +240,8 @@ fn volume_advice(
         let ops = |w: Window| reading.map_or_else(Default::default, |r| r.ops[w.index()]);
         let reads = WindowCounts::from_fn(|w| ops(w).reads);
         let writes = WindowCounts::from_fn(|w| ops(w).writes);
-        let iops = WindowRates::from_fn(|w| {
-            (reads.get(w) + writes.get(w)) as f64 / covered.get(w) as f64
-        });
+        let iops =
+            WindowRates::from_fn(|w| (reads.get(w) + writes.get(w)) as f64 / covered.get(w) as f64);
         let gib = data_bytes as f64 / GIB;
         let choice = advisor::choose(tiers, &tier_now, iops.get(window), gib, margin);
         extents.push(ExtentAdvice {
@@ -264,7 +263,9 @@ fn volume_advice(
     }
     let mut data_bytes_by_tier = BTreeMap::new();
     for e in &extents {
-        *data_bytes_by_tier.entry(e.advised_tier.clone()).or_default() += e.data_bytes;
+        *data_bytes_by_tier
+            .entry(e.advised_tier.clone())
+            .or_default() += e.data_bytes;
     }
     Ok(VolumeAdvice {
         volume: name.to_string(),
