@@ -119,6 +119,9 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let token = load_or_create_token(&data_dir)?;
+    // Before the engine: a bad tier or price stops the start at once.
+    let tiering = crate::tiering::Tiering::open(data_dir.clone(), config.tiering.clone())
+        .context("opening the tier prices and the heat")?;
     let array_target = crate::iscsi_listener::array_target_name(&match &config.backend {
         Backend::Cluster(c) => c.cluster_id.clone(),
         Backend::Local(_) => load_or_create_array_id(&data_dir)?,
@@ -329,8 +332,6 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         &engine,
     )
     .await?;
-    let tiering = crate::tiering::Tiering::open(data_dir.clone(), config.tiering.clone())
-        .context("opening the tier prices and the heat")?;
     let engine_backend = EngineBackend::new(engine.clone());
     let engine_backend: Arc<dyn ExportBackend> = Arc::new(if config.io_stats {
         engine_backend.with_heat(Arc::clone(&tiering))
