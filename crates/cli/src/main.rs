@@ -17,6 +17,7 @@ mod print;
 mod schedule_cmd;
 mod size;
 mod status_cmd;
+mod tier_cmd;
 mod top;
 mod volume_cmd;
 
@@ -80,6 +81,9 @@ enum Command {
     /// Manage pools (redundancy: none, copies or erasure coding).
     #[command(subcommand)]
     Pool(cluster_cmd::PoolCommand),
+    /// Tiers and their prices, and the advisor: which extents earn flash (IOPS/GB).
+    #[command(subcommand)]
+    Tier(tier_cmd::TierCommand),
     /// Cluster status and rebuild.
     #[command(subcommand)]
     Cluster(cluster_cmd::ClusterCommand),
@@ -227,6 +231,8 @@ struct EngineArgs {
     /// clock (3600: a scheduled hour passes in a second; snapshot names carry its time).
     #[arg(long, default_value_t = 1, hide = true)]
     test_clock_scale: u64,
+    #[command(flatten)]
+    tiering: tier_cmd::TierServeArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -462,6 +468,7 @@ fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
             ..
         }) => cluster_cmd::cnode_admin(&client, action, json),
         Command::Pool(c) => cluster_cmd::pool(&client, c, json),
+        Command::Tier(c) => tier_cmd::tier(&client, c, json),
         Command::Host(c) => host_cmd::host(&client, c, json),
         Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a, json),
         Command::Snapshot(SnapshotCommand::Schedule(a)) => schedule_cmd::set(&client, a, json),
@@ -582,6 +589,7 @@ fn command_to_request(command: Command) -> volume_cmd::Request {
         | Command::Volume(VolumeCommand::Map(_) | VolumeCommand::Unmap(_))
         | Command::Snapshot(SnapshotCommand::Schedule(_) | SnapshotCommand::Schedules)
         | Command::Pool(_)
+        | Command::Tier(_)
         | Command::Cluster(_)
         | Command::Status
         | Command::Completions(_)
@@ -661,6 +669,7 @@ fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
         schedule_clock_scale: args.engine.test_clock_scale,
+        tiering: args.engine.tiering.config(),
     };
     run_server(config)
 }
@@ -712,6 +721,7 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
         default_volume: args.engine.default_volume,
         default_volume_size_bytes: args.engine.default_volume_size,
         schedule_clock_scale: args.engine.test_clock_scale,
+        tiering: args.engine.tiering.config(),
     };
     run_server(config)
 }

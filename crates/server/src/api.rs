@@ -48,6 +48,7 @@ mod schedules;
 mod sessions;
 mod shard_routes;
 pub mod stats;
+mod tiers;
 pub mod types;
 
 /// What handlers share.
@@ -81,6 +82,8 @@ pub struct ApiState {
     pub cluster_tokens: Option<Arc<crate::cluster_tokens::ClusterTokens>>,
     /// The snapshot scheduler's clock (the wall clock but in tests).
     pub schedule_clock: crate::snapshot_scheduler::Clock,
+    /// Heat per volume and extent, the tiers and their prices.
+    pub tiering: Arc<crate::tiering::Tiering>,
 }
 
 /// An API error: status and message.
@@ -186,6 +189,9 @@ pub fn router(state: ApiState) -> Router {
             get(cluster::pools).post(cluster::create_pool),
         )
         .route("/api/v1/pools/{name}", get(cluster::pool_info))
+        .route("/api/v1/tiers", get(tiers::list))
+        .route("/api/v1/tiers/advice", get(tiers::advice))
+        .route("/api/v1/tiers/{name}", axum::routing::put(tiers::set))
         .route("/api/v1/hosts", get(hosts::list).post(hosts::create))
         .route(
             "/api/v1/hosts/{name}",

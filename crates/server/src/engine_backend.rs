@@ -2,6 +2,9 @@
 //! ones. The engine takes whole 4 KiB blocks; each opened export is wrapped in
 //! [`SubBlockExport`] so hosts may use the volume's logical block size (512 on a 512e volume),
 //! with one lock table for the whole backend (every connection of every front end).
+//! With heat on ([`EngineBackend::with_heat`]), every read and write of a volume is counted in
+//! its extent's heat ([`crate::tiering`]): here every protocol's I/O reaches the engine on
+//! the c.node that owns the volume, forwarded I/O included.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -25,6 +28,8 @@ pub struct EngineBackend {
     access: Arc<Mutex<Arc<AccessTable>>>,
     /// Serializes read-modify-writes of a 4 KiB block against other writes to it.
     locks: Arc<BlockLocks>,
+    /// Heat per volume and extent (`None`: not counted).
+    tiering: Option<Arc<crate::tiering::Tiering>>,
 }
 
 impl EngineBackend {
@@ -33,7 +38,14 @@ impl EngineBackend {
             engine,
             access: Arc::new(Mutex::new(Arc::new(AccessTable::default()))),
             locks: Arc::new(BlockLocks::new()),
+            tiering: None,
         }
+    }
+
+    /// Counts every volume's reads and writes in `tiering`'s heat.
+    pub fn with_heat(mut self, tiering: Arc<crate::tiering::Tiering>) -> EngineBackend {
+        self.tiering = Some(tiering);
+        self
     }
 }
 
@@ -55,9 +67,17 @@ impl ExportBackend for EngineBackend {
             })?;
         // The image key: the same for every open of one image, new after a refresh.
         let lock_key = handle.id.0;
+        let heat = match &self.tiering {
+            Some(t) if !handle.read_only => {
+                let size = self.engine.volume_size(handle.id).unwrap_or(0);
+                Some(t.volume(&handle.name, size))
+            }
+            _ => None,
+        };
         let export = Arc::new(VolumeExport {
             engine: self.engine.clone(),
             handle,
+            heat,
         });
         Ok(Arc::new(SubBlockExport::new(
             export,
@@ -107,6 +127,16 @@ pub(crate) fn export_info(i: weft_engine::ImageSummary) -> ExportInfo {
 struct VolumeExport {
     engine: Arc<Engine>,
     handle: VolumeHandle,
+    /// The volume's heat (snapshots are not counted).
+    heat: Option<Arc<crate::tiering::VolumeHeat>>,
+}
+
+impl VolumeExport {
+    fn count(&self, write: bool, offset_bytes: u64, bytes: usize) {
+        if let Some(h) = &self.heat {
+            h.record(write, offset_bytes, bytes as u64);
+        }
+    }
 }
 
 /// The one place engine errors become front-end errors.
@@ -150,18 +180,21 @@ impl ExportHandle for VolumeExport {
     }
 
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), ExportIoError> {
+        self.count(false, offset_bytes, buf.len());
         self.engine
             .read(self.handle.id, offset_bytes, buf)
             .map_err(to_export_error)
     }
 
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), ExportIoError> {
+        self.count(true, offset_bytes, data.len());
         self.engine
             .write(self.handle.id, offset_bytes, data, fua)
             .map_err(to_export_error)
     }
 
     fn write_owned(&self, offset_bytes: u64, data: Bytes, fua: bool) -> Result<(), ExportIoError> {
+        self.count(true, offset_bytes, data.len());
         self.engine
             .write_owned(self.handle.id, offset_bytes, data, fua)
             .map_err(to_export_error)

@@ -23,5 +23,6 @@ pub mod sessions;
 pub mod snapshot_scheduler;
 pub mod sub_block;
 pub mod target_port_groups;
+pub mod tiering;
 pub mod web_ui;
 mod workers;

@@ -28,6 +28,8 @@ pub struct MetricsSource {
     pub compute: Option<Arc<crate::ha::ComputeInfo>>,
     /// The used bytes over the last day (shared with the API), for days to full.
     pub capacity: Arc<crate::capacity::CapacityHistory>,
+    /// Heat and tiers, for the figures per tier.
+    pub tiering: Arc<crate::tiering::Tiering>,
 }
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -192,6 +194,7 @@ impl Collector for Scrape {
         encode_volumes(&mut encoder, &source.engine)?;
         let stats = source.engine.stats();
         encode_engine(&mut encoder, &stats)?;
+        crate::tiering::metrics::encode(&mut encoder, &source.tiering, stats.used_bytes)?;
         encode_dnodes(
             &mut encoder,
             &source.engine,

@@ -97,6 +97,8 @@ pub struct ServeConfig {
     /// The snapshot scheduler's clock runs this many times as fast as the wall clock (1; more
     /// only in tests, see `snapshot_scheduler`).
     pub schedule_clock_scale: u64,
+    /// The store's tier and prices, and how heat is counted ([`crate::tiering`]).
+    pub tiering: crate::tiering::TieringConfig,
 }
 
 /// Run until a signal; returns after a clean shutdown (destaged and checkpointed).
@@ -117,6 +119,9 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let token = load_or_create_token(&data_dir)?;
+    // Before the engine: a bad tier or price stops the start at once.
+    let tiering = crate::tiering::Tiering::open(data_dir.clone(), config.tiering.clone())
+        .context("opening the tier prices and the heat")?;
     let array_target = crate::iscsi_listener::array_target_name(&match &config.backend {
         Backend::Cluster(c) => c.cluster_id.clone(),
         Backend::Local(_) => load_or_create_array_id(&data_dir)?,
@@ -327,7 +332,23 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         &engine,
     )
     .await?;
-    let engine_backend: Arc<dyn ExportBackend> = Arc::new(EngineBackend::new(engine.clone()));
+    let engine_backend = EngineBackend::new(engine.clone());
+    let engine_backend: Arc<dyn ExportBackend> = Arc::new(if config.io_stats {
+        engine_backend.with_heat(Arc::clone(&tiering))
+    } else {
+        engine_backend
+    });
+    let heat_thread = {
+        let engine = engine.clone();
+        tiering.start(move || {
+            engine
+                .list_images()
+                .into_iter()
+                .filter(|i| !i.read_only)
+                .map(|i| i.name)
+                .collect()
+        })?
+    };
     let (front_ends, nbd_addr, iscsi_addrs) = match early {
         Some(early) => {
             // From now on this c.node serves from its own engine.
@@ -412,6 +433,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         sessions,
         reservations,
         cluster_tokens: recovering.cluster_tokens.get().cloned(),
+        tiering: Arc::clone(&tiering),
     };
     let _ = metrics_slot.set(crate::metrics::router(crate::metrics::MetricsSource {
         engine: engine.clone(),
@@ -419,6 +441,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         cluster: cluster.clone(),
         compute: compute.clone(),
         capacity: capacity_history,
+        tiering: Arc::clone(&tiering),
     }));
     let _ = api_slot.set(api::router(state));
 
@@ -561,6 +584,11 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     io.stop();
     if let Some(sampler) = sampler {
         let _ = sampler.join();
+    }
+    tiering.stop();
+    let _ = heat_thread.join();
+    if let Err(e) = tiering.persist(crate::tiering::now_s()) {
+        tracing::warn!("writing the heat file at shutdown: {e:#}");
     }
     let _ = std::fs::remove_file(data_dir.join(SERVE_FILE));
     tokio::task::spawn_blocking(move || engine.shutdown()).await?;

@@ -146,6 +146,7 @@ async fn every_documented_operation_reaches_a_handler() {
         reservations: weft_server::reservation_records::ReservationRecords::in_memory(),
         cluster_tokens: None,
         schedule_clock: Default::default(),
+        tiering: Default::default(),
     });
     for (method, path) in documented() {
         // Path parameters name nothing that exists: handlers answer 404 with a JSON error.
@@ -195,6 +196,7 @@ async fn the_document_is_served_without_a_token() {
         reservations: weft_server::reservation_records::ReservationRecords::in_memory(),
         cluster_tokens: None,
         schedule_clock: Default::default(),
+        tiering: Default::default(),
     });
     let request = Request::get("/api/v1/openapi.json")
         .body(Body::empty())

@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats};
+use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats, tiers};
 
 /// The document (see [`document`]).
 #[derive(OpenApi)]
@@ -70,6 +70,9 @@ use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats};
         cluster::pools,
         cluster::create_pool,
         cluster::pool_info,
+        tiers::list,
+        tiers::set,
+        tiers::advice,
         hosts::list,
         hosts::create,
         hosts::info,
@@ -90,6 +93,7 @@ use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats};
         (name = "hosts", description = "Database hosts and the LUNs mapped to them"),
         (name = "stats", description = "Engine figures and live per-volume I/O statistics"),
         (name = "maintenance", description = "Sync, GC and checkpoint on demand"),
+        (name = "tiering", description = "Tiers and their prices, heat per extent and the advisor's cost model"),
         (name = "cluster", description = "d.nodes, pools, repair and scrub (`weft cnode`)"),
         (name = "probes", description = "Liveness, readiness and this document: no token"),
     ),
