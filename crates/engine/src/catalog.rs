@@ -37,6 +37,8 @@ use crate::units::{
     binary_size, FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_U64,
 };
 
+mod group_report;
+mod groups;
 mod rename;
 mod report;
 
@@ -45,6 +47,7 @@ use crate::names::{
 };
 pub use crate::names::{snapshot_short_name, SNAPSHOT_SEPARATOR};
 
+pub use group_report::{GroupInfo, GroupMemberInfo, GroupSnapshotInfo, GroupSpace};
 pub use rename::Renamed;
 use report::{children_of, clones_of, snapshot_info, volume_info, Child};
 pub use report::{image_summaries, FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
@@ -132,6 +135,7 @@ impl Engine {
         let mut meta = self.shared.meta.lock();
         let record = find_volume(&meta.state, name)?;
         crate::hosts::check_unmapped(&meta.state, name)?;
+        groups::check_not_member(&meta.state, &record)?;
         let own: Vec<&SnapshotRecord> = meta
             .state
             .snapshots
@@ -344,32 +348,8 @@ impl Engine {
         check_snapshot_free(&meta.state, name)?;
         self.check_depth(&v.name, v.family, v.layer, 1)?;
         let mut next = meta.state.clone();
-        let snapshot = SnapshotRecord {
-            id: alloc_image_id(&mut next),
-            name: name.to_string(),
-            family: v.family,
-            volume: v.id,
-            layer: v.layer,
-            parent: v.base,
-            size_bytes: v.size_bytes,
-            created_unix_s: now_unix_s(),
-            hidden: false,
-            logical_block_size: v.logical_block_size,
-        };
-        let top = alloc_layer(&mut next);
-        for r in &mut next.volumes {
-            if r.id == v.id {
-                r.layer = top;
-                r.base = Some(snapshot.layer);
-            }
-        }
-        next.snapshots.push(snapshot.clone());
-        let switch = Switch {
-            add_images: vec![Image::of_snapshot(&snapshot)],
-            retarget: vec![(v.name.clone(), top)],
-            parents: vec![(v.family, top, Some(snapshot.layer))],
-            ..Switch::default()
-        };
+        let mut switch = Switch::default();
+        snapshot_into(&mut next, &mut switch, &v, name);
         let barrier = self.apply(&mut meta, next, switch)?;
         tracing::info!(
             volume,
@@ -426,6 +406,7 @@ impl Engine {
         let s = find_snapshot(&meta.state, name)?;
         let name = s.name.as_str();
         crate::hosts::check_unmapped(&meta.state, name)?;
+        groups::check_not_group_snapshot_member(&meta.state, &s)?;
         let clones = clones_of(&meta.state, &s);
         if !clones.is_empty() && !keep_hidden {
             return Err(EngineError::InUse {
@@ -521,29 +502,8 @@ impl Engine {
         }
         self.check_depth(volume, s.family, s.layer, 1)?;
         let mut next = meta.state.clone();
-        let top = alloc_layer(&mut next);
-        let mut record = v.clone();
-        record.layer = top;
-        record.base = Some(s.layer);
-        record.origin = Some(s.name.clone());
-        record.size_bytes = s.size_bytes;
-        // The same within a family today; the volume reads as the snapshot in every respect.
-        record.logical_block_size = s.logical_block_size;
-        for r in &mut next.volumes {
-            if r.id == v.id {
-                *r = record.clone();
-            }
-        }
-        let mut switch = Switch {
-            remove_images: vec![v.name.clone()],
-            add_images: vec![Image::of_volume(&record)],
-            parents: vec![(v.family, top, Some(s.layer))],
-            ops: vec![PendingLayerOp {
-                family: v.family,
-                op: LayerOp::Drop { layer: v.layer },
-            }],
-            ..Switch::default()
-        };
+        let mut switch = Switch::default();
+        repoint_into(&mut next, &mut switch, &v, &s);
         collect_hidden(&mut next, v.family, &mut switch);
         self.apply(&mut meta, next, switch)?;
         tracing::info!(volume, snapshot, rollback = own, "volume repointed");
@@ -692,6 +652,71 @@ impl Engine {
         }
         Ok(held_us)
     }
+}
+
+/// Record a snapshot `name` of volume `v` in `next` and the switch that cuts it: the volume's
+/// top freezes as the snapshot's layer and a new empty top goes on it. Applied with other
+/// volumes' in one `apply`, all of them switch under one hold of the journal lock: one point.
+fn snapshot_into(
+    next: &mut ClusterState,
+    switch: &mut Switch,
+    v: &VolumeRecord,
+    name: &str,
+) -> SnapshotRecord {
+    let snapshot = SnapshotRecord {
+        id: alloc_image_id(next),
+        name: name.to_string(),
+        family: v.family,
+        volume: v.id,
+        layer: v.layer,
+        parent: v.base,
+        size_bytes: v.size_bytes,
+        created_unix_s: now_unix_s(),
+        hidden: false,
+        logical_block_size: v.logical_block_size,
+    };
+    let top = alloc_layer(next);
+    for r in &mut next.volumes {
+        if r.id == v.id {
+            r.layer = top;
+            r.base = Some(snapshot.layer);
+        }
+    }
+    next.snapshots.push(snapshot.clone());
+    switch.add_images.push(Image::of_snapshot(&snapshot));
+    switch.retarget.push((v.name.clone(), top));
+    switch.parents.push((v.family, top, Some(snapshot.layer)));
+    snapshot
+}
+
+/// Record in `next` that volume `v` now reads as snapshot `s` (refresh, rollback), and the
+/// switch: a new top on `s`, the old top dropped, clients cut off.
+fn repoint_into(
+    next: &mut ClusterState,
+    switch: &mut Switch,
+    v: &VolumeRecord,
+    s: &SnapshotRecord,
+) {
+    let top = alloc_layer(next);
+    let mut record = v.clone();
+    record.layer = top;
+    record.base = Some(s.layer);
+    record.origin = Some(s.name.clone());
+    record.size_bytes = s.size_bytes;
+    // The same within a family today; the volume reads as the snapshot in every respect.
+    record.logical_block_size = s.logical_block_size;
+    for r in &mut next.volumes {
+        if r.id == v.id {
+            *r = record.clone();
+        }
+    }
+    switch.remove_images.push(v.name.clone());
+    switch.add_images.push(Image::of_volume(&record));
+    switch.parents.push((v.family, top, Some(s.layer)));
+    switch.ops.push(PendingLayerOp {
+        family: v.family,
+        op: LayerOp::Drop { layer: v.layer },
+    });
 }
 
 /// Forget a family whose last volume and snapshot are gone; returns its sealed segments,
