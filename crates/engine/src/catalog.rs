@@ -37,6 +37,7 @@ use crate::units::{
     binary_size, FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_U64,
 };
 
+mod group_names;
 mod group_report;
 mod groups;
 mod rename;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::group_names::full_snapshot_name;
 use super::report::{snapshot_info, volume_info};
 use crate::group_records::{GroupRecord, GroupSnapshotRecord};
 use crate::lock_timing::TimedMutex;
@@ -113,7 +114,7 @@ pub(super) fn group_snapshot_info(
     gs: &GroupSnapshotRecord,
     families: &mut HashMap<FamilyId, super::FamilySummary>,
 ) -> GroupSnapshotInfo {
-    let full = g.full_snapshot_name(&gs.name);
+    let full = full_snapshot_name(g, &gs.name);
     let mut space = GroupSpace::default();
     let mut members = Vec::new();
     for (_, sid) in &gs.members {

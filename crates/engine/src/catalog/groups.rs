@@ -20,6 +20,9 @@
 
 use std::collections::HashMap;
 
+use super::group_names::{
+    clone_member_name, full_snapshot_name, group_of, group_snapshot_of, split_group_snapshot,
+};
 use super::group_report::{group_info, group_snapshot_info, GroupInfo, GroupSnapshotInfo};
 use super::report::clones_of;
 use super::{
@@ -28,10 +31,7 @@ use super::{
 };
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::group_records::{
-    clone_member_name, group_of, group_snapshot_of, split_group_snapshot, GroupMember, GroupRecord,
-    GroupSnapshotRecord,
-};
+use crate::group_records::{GroupMember, GroupRecord, GroupSnapshotRecord};
 use crate::images::Image;
 use crate::metastore::{ClusterState, ClusterStore, SnapshotRecord, VolumeRecord};
 use crate::names::{check_free, check_name, check_snapshot_free, new_snapshot_name};
@@ -179,7 +179,7 @@ impl Engine {
             let names: Vec<String> = g
                 .snapshots
                 .iter()
-                .map(|s| g.full_snapshot_name(&s.name))
+                .map(|s| full_snapshot_name(&g, &s.name))
                 .collect();
             return Err(EngineError::GroupConflict {
                 group: name.to_string(),
@@ -458,7 +458,7 @@ impl Engine {
         let mut meta = self.shared.meta.lock();
         let g = find_group(&meta.state, group)?;
         let full = if own && !snapshot.contains(crate::names::SNAPSHOT_SEPARATOR) {
-            g.full_snapshot_name(snapshot)
+            full_snapshot_name(&g, snapshot)
         } else {
             snapshot.to_string()
         };
