@@ -25,9 +25,9 @@ use super::group_names::{
 };
 use super::group_report::{group_info, group_snapshot_info, GroupInfo, GroupSnapshotInfo};
 use super::report::clones_of;
+use super::switches::{repoint_into, snapshot_into};
 use super::{
-    alloc_image_id, alloc_layer, collect_hidden, find_volume, finish_family, now_unix_s,
-    repoint_into, snapshot_into, Switch,
+    alloc_image_id, alloc_layer, collect_hidden, find_volume, finish_family, now_unix_s, Switch,
 };
 use crate::engine::Engine;
 use crate::error::EngineError;
