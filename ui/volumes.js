@@ -137,8 +137,32 @@ const VolumesPage = (() => {
         } catch (e) {
           if (e instanceof Api.Unauthorized || sig.aborted) return;
         }
+        try {
+          showGroups(await Api.get('/groups', sig));
+        } catch (e) {
+          // A server without consistency groups (404): the section stays hidden.
+          if (e instanceof Api.Unauthorized || sig.aborted) return;
+        }
         await Api.sleep(SPACE_POLL_MS, sig);
       }
+    }
+
+    // Consistency groups (GET /groups): one row each, with its members, the space over them,
+    // its origin and its group snapshots (each GROUP@SNAP with its member snapshots).
+    function showGroups(groups) {
+      const section = root.querySelector('#vl-groups');
+      const body = root.querySelector('#vl-groups-table tbody');
+      section.hidden = groups.length === 0;
+      body.replaceChildren(...groups.map((g) => Dom.el('tr', { 'data-group': g.name },
+        Dom.el('td', { text: g.name }),
+        Dom.el('td', { text: g.members.map((m) => m.volume).join(', ') }),
+        Dom.el('td', { class: 'num', text: Fmt.bytes(g.space.mapped_bytes) }),
+        Dom.el('td', { text: g.origin || '–' }),
+        Dom.el('td', {
+          text: g.snapshots.length ? g.snapshots.map((s) => s.name).join(', ') : '–',
+          title: g.snapshots.map((s) => s.name + ': ' + s.members.join(', ')).join('\n'),
+        }))));
+      window.weft.volumes.groups = groups.map((g) => g.name);
     }
 
     function fillCatalog(r) {

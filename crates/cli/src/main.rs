@@ -10,6 +10,7 @@ mod config_file;
 mod confirm;
 mod exit_code;
 mod generate;
+mod group_cmd;
 mod host_cmd;
 mod logging;
 mod pipe_exit;
@@ -99,6 +100,10 @@ enum Command {
     /// Create clones: writable thin volumes that start as a snapshot.
     #[command(subcommand)]
     Clone(CloneCommand),
+    /// Manage consistency groups: volumes snapshotted, cloned, refreshed and rolled back at
+    /// one crash-consistent point (a database's data and WAL volumes).
+    #[command(subcommand)]
+    Group(group_cmd::GroupCommand),
     /// One screen: server, addresses, volumes, space, data reduction, backlog, cluster.
     Status,
     /// Datastore statistics: data reduction, space, disk bytes written per host byte, GC
@@ -394,9 +399,12 @@ enum CloneCommand {
     Create {
         /// The snapshot the clone starts as.
         snapshot: String,
-        /// The new volume's name.
+        /// The new volume's name (of a group snapshot GROUP@SNAPSHOT: the clone group's).
         #[arg(value_name = "NEWVOLUME")]
         name: String,
+        /// Of a group snapshot: MEMBER=NAME names a member's clone (default NEWGROUP-MEMBER).
+        #[arg(long, value_delimiter = ',')]
+        map: Vec<String>,
     },
 }
 
@@ -479,6 +487,39 @@ fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
             client::print_json(&client.call("GET", "/stats/volumes", None)?)
         }
         Command::Top(args) => top::top(&client, args),
+        Command::Group(c) => group_cmd::group(&client, c, json),
+        // The snapshot and clone commands act on a consistency group when they name one.
+        Command::Snapshot(SnapshotCommand::Create { volume, name })
+            if group_cmd::names_group(&client, &volume) =>
+        {
+            let (group, short) = volume_cmd::snapshot_names(volume, name)?;
+            group_cmd::create_snapshot(&client, &group, &short, json)
+        }
+        Command::Snapshot(SnapshotCommand::Info { name })
+            if name.contains('@') && group_cmd::names_group(&client, &name) =>
+        {
+            group_cmd::snapshot_info(&client, &name, json)
+        }
+        Command::Snapshot(SnapshotCommand::Delete {
+            name,
+            keep_hidden,
+            yes,
+        }) if name.contains('@') && group_cmd::names_group(&client, &name) => {
+            group_cmd::delete_snapshot(&client, &name, keep_hidden, yes, json)
+        }
+        Command::Clone(CloneCommand::Create {
+            snapshot,
+            name,
+            map,
+        }) if snapshot.contains('@') && group_cmd::names_group(&client, &snapshot) => {
+            group_cmd::clone(&client, &snapshot, &name, &map, json)
+        }
+        Command::Clone(CloneCommand::Create { map, .. }) if !map.is_empty() => {
+            Err(exit_code::Failure::Usage(
+                "--map is for clones of a group snapshot (GROUP@SNAPSHOT)".into(),
+            )
+            .into())
+        }
         command => volume_cmd::run(&client, command_to_request(command), json),
     }
 }
@@ -575,7 +616,7 @@ fn command_to_request(command: Command) -> volume_cmd::Request {
             keep_hidden,
             yes,
         },
-        Command::Clone(CloneCommand::Create { snapshot, name }) => {
+        Command::Clone(CloneCommand::Create { snapshot, name, .. }) => {
             R::CloneCreate { snapshot, name }
         }
         Command::Stats => R::Stats,
@@ -586,6 +627,7 @@ fn command_to_request(command: Command) -> volume_cmd::Request {
         | Command::Cnode(_)
         | Command::Dnode(_)
         | Command::Host(_)
+        | Command::Group(_)
         | Command::Volume(VolumeCommand::Map(_) | VolumeCommand::Unmap(_))
         | Command::Snapshot(SnapshotCommand::Schedule(_) | SnapshotCommand::Schedules)
         | Command::Pool(_)

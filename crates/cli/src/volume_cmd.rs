@@ -317,7 +317,7 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
 
 /// `pgdata monday` or `pgdata@monday` (one argument, as zfs and rbd take it): the volume and
 /// the snapshot's name. Both forms at once, or neither, is a usage error.
-fn snapshot_names(volume: String, name: Option<String>) -> anyhow::Result<(String, String)> {
+pub fn snapshot_names(volume: String, name: Option<String>) -> anyhow::Result<(String, String)> {
     let usage = |m: String| anyhow::Error::new(Failure::Usage(m));
     match (volume.split_once('@'), name) {
         (None, Some(name)) => Ok((volume, name)),

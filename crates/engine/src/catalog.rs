@@ -37,17 +37,23 @@ use crate::units::{
     binary_size, FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_U64,
 };
 
+mod group_names;
+mod group_report;
+mod groups;
 mod rename;
 mod report;
+mod switches;
 
 use crate::names::{
     check_free, check_name, check_snapshot_free, find_snapshot, new_snapshot_name, resolve_snapshot,
 };
 pub use crate::names::{snapshot_short_name, SNAPSHOT_SEPARATOR};
 
+pub use group_report::{GroupInfo, GroupMemberInfo, GroupSnapshotInfo, GroupSpace};
 pub use rename::Renamed;
 use report::{children_of, clones_of, snapshot_info, volume_info, Child};
 pub use report::{image_summaries, FamilySummary, ImageSummary, SnapshotInfo, VolumeInfo};
+use switches::{repoint_into, snapshot_into};
 
 /// Largest volume: 2^52 bytes (4 PiB) keeps every LBA and byte offset far from overflow.
 const VOLUME_SIZE_MAX_BYTES: u64 = 1 << 52;
@@ -132,6 +138,7 @@ impl Engine {
         let mut meta = self.shared.meta.lock();
         let record = find_volume(&meta.state, name)?;
         crate::hosts::check_unmapped(&meta.state, name)?;
+        groups::check_not_member(&meta.state, &record)?;
         let own: Vec<&SnapshotRecord> = meta
             .state
             .snapshots
@@ -344,32 +351,8 @@ impl Engine {
         check_snapshot_free(&meta.state, name)?;
         self.check_depth(&v.name, v.family, v.layer, 1)?;
         let mut next = meta.state.clone();
-        let snapshot = SnapshotRecord {
-            id: alloc_image_id(&mut next),
-            name: name.to_string(),
-            family: v.family,
-            volume: v.id,
-            layer: v.layer,
-            parent: v.base,
-            size_bytes: v.size_bytes,
-            created_unix_s: now_unix_s(),
-            hidden: false,
-            logical_block_size: v.logical_block_size,
-        };
-        let top = alloc_layer(&mut next);
-        for r in &mut next.volumes {
-            if r.id == v.id {
-                r.layer = top;
-                r.base = Some(snapshot.layer);
-            }
-        }
-        next.snapshots.push(snapshot.clone());
-        let switch = Switch {
-            add_images: vec![Image::of_snapshot(&snapshot)],
-            retarget: vec![(v.name.clone(), top)],
-            parents: vec![(v.family, top, Some(snapshot.layer))],
-            ..Switch::default()
-        };
+        let mut switch = Switch::default();
+        snapshot_into(&mut next, &mut switch, &v, name);
         let barrier = self.apply(&mut meta, next, switch)?;
         tracing::info!(
             volume,
@@ -426,6 +409,7 @@ impl Engine {
         let s = find_snapshot(&meta.state, name)?;
         let name = s.name.as_str();
         crate::hosts::check_unmapped(&meta.state, name)?;
+        groups::check_not_group_snapshot_member(&meta.state, &s)?;
         let clones = clones_of(&meta.state, &s);
         if !clones.is_empty() && !keep_hidden {
             return Err(EngineError::InUse {
@@ -521,29 +505,8 @@ impl Engine {
         }
         self.check_depth(volume, s.family, s.layer, 1)?;
         let mut next = meta.state.clone();
-        let top = alloc_layer(&mut next);
-        let mut record = v.clone();
-        record.layer = top;
-        record.base = Some(s.layer);
-        record.origin = Some(s.name.clone());
-        record.size_bytes = s.size_bytes;
-        // The same within a family today; the volume reads as the snapshot in every respect.
-        record.logical_block_size = s.logical_block_size;
-        for r in &mut next.volumes {
-            if r.id == v.id {
-                *r = record.clone();
-            }
-        }
-        let mut switch = Switch {
-            remove_images: vec![v.name.clone()],
-            add_images: vec![Image::of_volume(&record)],
-            parents: vec![(v.family, top, Some(s.layer))],
-            ops: vec![PendingLayerOp {
-                family: v.family,
-                op: LayerOp::Drop { layer: v.layer },
-            }],
-            ..Switch::default()
-        };
+        let mut switch = Switch::default();
+        repoint_into(&mut next, &mut switch, &v, &s);
         collect_hidden(&mut next, v.family, &mut switch);
         self.apply(&mut meta, next, switch)?;
         tracing::info!(volume, snapshot, rollback = own, "volume repointed");

@@ -29,6 +29,12 @@ pub enum EngineError {
     WrongFamily { snapshot: String, volume: String },
     #[error("snapshot {snapshot:?} was not taken of volume {volume:?}: roll a volume back to one of its own snapshots, or refresh it to another snapshot of its family")]
     NotOwnSnapshot { snapshot: String, volume: String },
+    #[error("no consistency group named {name:?}")]
+    UnknownGroup { name: String },
+    #[error("invalid consistency group request: {reason}")]
+    InvalidGroup { reason: String },
+    #[error("consistency group {group:?}: {reason}")]
+    GroupConflict { group: String, reason: String },
     #[error("no host named {name:?}")]
     UnknownHost { name: String },
     #[error("a host named {name:?} already exists")]

@@ -20,6 +20,7 @@ pub mod engine;
 mod engine_figures;
 pub mod error;
 pub mod family;
+pub mod group_records;
 pub mod host_records;
 pub mod hosts;
 pub mod journal;
@@ -61,8 +62,9 @@ mod stats;
 mod syncer;
 
 pub use catalog::{
-    image_summaries, snapshot_short_name, FamilySummary, ImageSummary, Renamed, SnapshotInfo,
-    VolumeInfo, SNAPSHOT_SEPARATOR,
+    image_summaries, snapshot_short_name, FamilySummary, GroupInfo, GroupMemberInfo,
+    GroupSnapshotInfo, GroupSpace, ImageSummary, Renamed, SnapshotInfo, VolumeInfo,
+    SNAPSHOT_SEPARATOR,
 };
 pub use engine::{Backends, Engine, EngineConfig, LocalStoreConfig};
 pub use error::{EngineError, IoFailure};

@@ -112,6 +112,10 @@ pub struct ClusterState {
     /// some, so a state without them stays readable by builds from before them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshot_schedules: Vec<crate::schedule_records::ScheduleRecord>,
+    /// Consistency groups (see `group_records`). Written only when there are some, so a
+    /// state without them stays readable by builds from before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<crate::group_records::GroupRecord>,
 }
 
 /// A stripe recovery proved never durable; see [`ClusterState::ignored_stripes`].

@@ -105,8 +105,9 @@ pub(crate) fn check_snapshot_free(state: &ClusterState, name: &str) -> Result<()
     Ok(())
 }
 
-/// A new volume's name must not be a volume's, nor a visible legacy snapshot's (made before
-/// `VOLUME@SNAPSHOT` names): both are NBD export names.
+/// A new volume's (or consistency group's) name must not be a volume's, nor a visible legacy
+/// snapshot's (made before `VOLUME@SNAPSHOT` names): both are NBD export names; nor a
+/// group's (`GROUP@SNAPSHOT` must name one thing).
 pub(crate) fn check_free(state: &ClusterState, name: &str) -> Result<(), EngineError> {
     if state.volumes.iter().any(|v| v.name == name) {
         return Err(EngineError::VolumeExists {
@@ -117,6 +118,12 @@ pub(crate) fn check_free(state: &ClusterState, name: &str) -> Result<(), EngineE
         return Err(EngineError::NameTaken {
             name: name.to_string(),
             by: "snapshot",
+        });
+    }
+    if state.groups.iter().any(|g| g.name == name) {
+        return Err(EngineError::NameTaken {
+            name: name.to_string(),
+            by: "consistency group",
         });
     }
     Ok(())

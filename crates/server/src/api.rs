@@ -13,6 +13,7 @@
 //! `POST /snapshots/{name}/clones`. A snapshot's `name` is its full name `VOLUME@SNAPSHOT`
 //! (`/snapshots/pgdata@monday`, or `pgdata%40monday`), beside its `short_name`; a name without
 //! `@` finds the one snapshot with that short name (409 listing them when several have it).
+//! Consistency groups: see [`groups`].
 //! Volumes and snapshots carry their `nbd_uri` (a snapshot is exported read-only under its
 //! full name) and, with iSCSI on, their own target's `iscsi_uri` (`@` is `:` there). Hosts and
 //! LUN mappings: see [`hosts`]. Errors are `{"error": message}` with the engine's text.
@@ -40,6 +41,7 @@ use types::{
 pub mod audit;
 mod cluster;
 mod cnodes;
+mod groups;
 mod host_catalog;
 mod hosts;
 pub mod openapi;
@@ -103,6 +105,7 @@ impl From<EngineError> for ApiError {
             EngineError::UnknownVolume { .. }
             | EngineError::UnknownSnapshot { .. }
             | EngineError::UnknownHost { .. }
+            | EngineError::UnknownGroup { .. }
             | EngineError::NoSchedule { .. }
             | EngineError::NotMapped { .. }
             | EngineError::Gone => StatusCode::NOT_FOUND,
@@ -116,10 +119,12 @@ impl From<EngineError> for ApiError {
             | EngineError::HasSnapshots { .. }
             | EngineError::WrongFamily { .. }
             | EngineError::NotOwnSnapshot { .. }
+            | EngineError::GroupConflict { .. }
             | EngineError::ChainTooDeep { .. } => StatusCode::CONFLICT,
             EngineError::InvalidName { .. }
             | EngineError::InvalidSnapshotName { .. }
             | EngineError::InvalidHost { .. }
+            | EngineError::InvalidGroup { .. }
             | EngineError::InvalidSchedule { .. }
             | EngineError::InvalidSize { .. }
             | EngineError::InvalidPool { .. }
@@ -162,6 +167,27 @@ pub fn router(state: ApiState) -> Router {
             "/api/v1/snapshots/{name}/sessions",
             get(sessions::of_snapshot),
         )
+        .route("/api/v1/groups", get(groups::list).post(groups::create))
+        .route(
+            "/api/v1/groups/{name}",
+            get(groups::info).delete(groups::delete),
+        )
+        .route("/api/v1/groups/{name}/members", post(groups::add_members))
+        .route(
+            "/api/v1/groups/{name}/members/{volume}",
+            axum::routing::delete(groups::remove_member),
+        )
+        .route(
+            "/api/v1/groups/{name}/snapshots",
+            post(groups::create_snapshot),
+        )
+        .route("/api/v1/groups/{name}/refresh", post(groups::refresh))
+        .route("/api/v1/groups/{name}/rollback", post(groups::rollback))
+        .route(
+            "/api/v1/group-snapshots/{name}",
+            get(groups::snapshot_info).delete(groups::delete_snapshot),
+        )
+        .route("/api/v1/group-snapshots/{name}/clones", post(groups::clone))
         .route("/api/v1/version", get(version))
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/capacity", get(capacity))

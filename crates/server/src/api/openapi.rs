@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats, tiers};
+use super::{audit, cluster, cnodes, groups, hosts, rename, schedules, sessions, stats, tiers};
 
 /// The document (see [`document`]).
 #[derive(OpenApi)]
@@ -48,6 +48,18 @@ use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats, t
         super::delete_snapshot,
         super::create_clone,
         sessions::of_snapshot,
+        groups::list,
+        groups::create,
+        groups::info,
+        groups::delete,
+        groups::add_members,
+        groups::remove_member,
+        groups::create_snapshot,
+        groups::snapshot_info,
+        groups::delete_snapshot,
+        groups::clone,
+        groups::refresh,
+        groups::rollback,
         super::stats,
         super::capacity,
         audit::list,
@@ -90,6 +102,7 @@ use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats, t
     tags(
         (name = "volumes", description = "Thin volumes, exported over NBD and iSCSI under their name"),
         (name = "snapshots", description = "Read-only snapshots and the thin clones made from them"),
+        (name = "groups", description = "Consistency groups: volumes snapshotted, cloned, refreshed and rolled back at one point"),
         (name = "hosts", description = "Database hosts and the LUNs mapped to them"),
         (name = "stats", description = "Engine figures and live per-volume I/O statistics"),
         (name = "maintenance", description = "Sync, GC and checkpoint on demand"),
