@@ -37,6 +37,7 @@ use crate::units::{
     binary_size, FamilyId, LayerId, LogicalBlockSize, SegmentId, VolumeId, BLOCK_SIZE_U64,
 };
 
+mod qos;
 mod rename;
 mod report;
 
@@ -114,6 +115,7 @@ impl Engine {
             origin: None,
             created_unix_s: now_unix_s(),
             logical_block_size,
+            qos: None,
         };
         next.next_family_id = record.family.0 + 1;
         next.volumes.push(record.clone());
@@ -476,6 +478,7 @@ impl Engine {
             origin: Some(s.name.clone()),
             created_unix_s: now_unix_s(),
             logical_block_size: s.logical_block_size,
+            qos: None,
         };
         next.volumes.push(record.clone());
         let switch = Switch {

@@ -28,6 +28,7 @@ pub mod lock_timing;
 pub mod metastore;
 pub mod name_claims;
 pub mod names;
+pub mod qos_settings;
 pub mod reduce;
 pub mod schedule_records;
 pub mod schedules;

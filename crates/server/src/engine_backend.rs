@@ -1,7 +1,9 @@
 //! The engine as an export backend: volumes become read-write exports, snapshots read-only
 //! ones. The engine takes whole 4 KiB blocks; each opened export is wrapped in
 //! [`SubBlockExport`] so hosts may use the volume's logical block size (512 on a 512e volume),
-//! with one lock table for the whole backend (every connection of every front end).
+//! with one lock table for the whole backend (every connection of every front end), and,
+//! when the backend has a QoS registry, in the volume's throttle ([`QosExport`]): every I/O
+//! this c.node's engine serves passes here, whichever front end or c.node it came through.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use parking_lot::Mutex;
 use crate::backend::{
     AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
 };
+use crate::qos::{QosExport, QosRegistry};
 use crate::sub_block::{BlockLocks, SubBlockExport};
 
 /// Serves every volume of an engine.
@@ -25,6 +28,8 @@ pub struct EngineBackend {
     access: Arc<Mutex<Arc<AccessTable>>>,
     /// Serializes read-modify-writes of a 4 KiB block against other writes to it.
     locks: Arc<BlockLocks>,
+    /// The volumes' throttles (`None`: no QoS, for tests of other layers).
+    qos: Option<Arc<QosRegistry>>,
 }
 
 impl EngineBackend {
@@ -33,6 +38,15 @@ impl EngineBackend {
             engine,
             access: Arc::new(Mutex::new(Arc::new(AccessTable::default()))),
             locks: Arc::new(BlockLocks::new()),
+            qos: None,
+        }
+    }
+
+    /// Serves every volume behind its throttle in `qos`.
+    pub fn with_qos(engine: Arc<Engine>, qos: Arc<QosRegistry>) -> EngineBackend {
+        EngineBackend {
+            qos: Some(qos),
+            ..EngineBackend::new(engine)
         }
     }
 }
@@ -59,11 +73,17 @@ impl ExportBackend for EngineBackend {
             engine: self.engine.clone(),
             handle,
         });
-        Ok(Arc::new(SubBlockExport::new(
+        let export = Arc::new(SubBlockExport::new(
             export,
             Arc::clone(&self.locks),
             lock_key,
-        )))
+        ));
+        // Above the sub-block layer: an I/O is charged as the client sent it, not as the
+        // read-modify-write it may become.
+        Ok(match &self.qos {
+            Some(qos) => Arc::new(QosExport::new(export, qos.volume(name))),
+            None => export,
+        })
     }
 
     fn access(&self) -> Arc<AccessTable> {

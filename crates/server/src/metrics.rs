@@ -28,7 +28,11 @@ pub struct MetricsSource {
     pub compute: Option<Arc<crate::ha::ComputeInfo>>,
     /// The used bytes over the last day (shared with the API), for days to full.
     pub capacity: Arc<crate::capacity::CapacityHistory>,
+    /// The volumes' throttles: throttled I/O per volume.
+    pub qos: Arc<crate::qos::QosRegistry>,
 }
+
+mod qos;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -189,6 +193,7 @@ impl Collector for Scrape {
         )?
         .gauge(&vec![("version", env!("CARGO_PKG_VERSION"))], 1.0)?;
         encode_io(&mut encoder, &source.io)?;
+        qos::encode_qos(&mut encoder, &source.qos)?;
         encode_volumes(&mut encoder, &source.engine)?;
         let stats = source.engine.stats();
         encode_engine(&mut encoder, &stats)?;

@@ -327,7 +327,11 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         &engine,
     )
     .await?;
-    let engine_backend: Arc<dyn ExportBackend> = Arc::new(EngineBackend::new(engine.clone()));
+    let qos = crate::qos::QosRegistry::new();
+    let qos_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let qos_thread = qos.start(engine.clone(), Arc::clone(&qos_stop))?;
+    let engine_backend: Arc<dyn ExportBackend> =
+        Arc::new(EngineBackend::with_qos(engine.clone(), Arc::clone(&qos)));
     let (front_ends, nbd_addr, iscsi_addrs) = match early {
         Some(early) => {
             // From now on this c.node serves from its own engine.
@@ -409,6 +413,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         iscsi_portal: iscsi_addr.map(|a| a.to_string().into()),
         array_target: array_target.clone().into(),
         io: Arc::clone(&io),
+        qos: Arc::clone(&qos),
         sessions,
         reservations,
         cluster_tokens: recovering.cluster_tokens.get().cloned(),
@@ -419,6 +424,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         cluster: cluster.clone(),
         compute: compute.clone(),
         capacity: capacity_history,
+        qos: Arc::clone(&qos),
     }));
     let _ = api_slot.set(api::router(state));
 
@@ -559,6 +565,8 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         let _ = task.await;
     }
     io.stop();
+    qos_stop.store(true, std::sync::atomic::Ordering::Release);
+    let _ = qos_thread.join();
     if let Some(sampler) = sampler {
         let _ = sampler.join();
     }

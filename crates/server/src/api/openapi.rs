@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats};
+use super::{audit, cluster, cnodes, hosts, qos, rename, schedules, sessions, stats};
 
 /// The document (see [`document`]).
 #[derive(OpenApi)]
@@ -35,6 +35,10 @@ use super::{audit, cluster, cnodes, hosts, rename, schedules, sessions, stats};
         super::delete_volume,
         super::resize_volume,
         rename::rename_volume,
+        qos::get,
+        qos::put,
+        qos::clear,
+        qos::list,
         schedules::list,
         schedules::set,
         schedules::remove,
