@@ -7,10 +7,11 @@ serve`, in one run:
   burst      a fresh volume limited to 5,000 IOPS with a 20,000 I/O burst, idle, then QD32:
              IOPS per 0.5 s (the burst first, then the sustained rate);
   latency    a 4k randwrite QD1 volume while a neighbour runs 4k randwrite QD64: the QD1
-             volume's p99 without QoS, then with `--latency-target 2ms` (same server, same
-             volumes, back to back), and the neighbour's IOPS in each;
-  overhead   4k randread QD32 on a volume with a limit that never binds (10,000,000 IOPS)
-             against one without QoS, A/B interleaved over rounds (order alternating).
+             volume's p99 without QoS, then with `--latency-target` (2 ms, `--target-us`; same
+             server, same volumes, back to back), and the neighbour's IOPS in each;
+  overhead   4k randread QD32 on one volume with a limit that never binds (10,000,000 IOPS)
+             and without QoS, set and cleared live, A/B interleaved over rounds (order
+             alternating).
 
 Prints a markdown table and writes JSON to bench/results/.
 
@@ -117,7 +118,7 @@ def measure_latency(w: Weft, a, work: Path) -> dict:
     out = {}
     for phase in ("without", "with"):
         if phase == "with":
-            w.cli("volume", "qos", "db", "--latency-target", "2ms")
+            w.cli("volume", "qos", "db", "--latency-target", f"{a.target_us}us")
         noisy = fio(w.uri("noisy"), work / f"noisy-{phase}.json", "randwrite", 64,
                     a.runtime + 2, a.size, ramp=1)
         db = run_fio(w.uri("db"), work / f"db-{phase}.json", "randwrite", 1, a.runtime, a.size)
@@ -134,15 +135,20 @@ def measure_latency(w: Weft, a, work: Path) -> dict:
 
 
 def measure_overhead(w: Weft, a, work: Path) -> dict:
-    w.cli("volume", "create", "plain", "--size", a.size)
-    w.cli("volume", "create", "free", "--size", a.size, "--iops-max", "10000000")
-    w.fill("plain", a.size)
-    w.fill("free", a.size)
+    # One volume, its limit set and cleared live between runs: the same data and placement
+    # on both sides (two volumes differ by where their data sits: one filled later reads
+    # from the write buffer).
+    w.cli("volume", "create", "ab", "--size", a.size)
+    w.fill("ab", a.size)
     runs: dict[str, list[float]] = {"plain": [], "free": []}
     for i in range(a.rounds):
         order = ["plain", "free"] if i % 2 == 0 else ["free", "plain"]
         for v in order:
-            r = run_fio(w.uri(v), work / f"ovh-{v}-{i}.json", "randread", 32, a.runtime, a.size)
+            if v == "free":
+                w.cli("volume", "qos", "ab", "--iops-max", "10000000")
+            else:
+                w.cli("volume", "qos", "ab", "--clear")
+            r = run_fio(w.uri("ab"), work / f"ovh-{v}-{i}.json", "randread", 32, a.runtime, a.size)
             runs[v].append(r["iops"])
             log(f"overhead round {i} {v}: {r['iops']:.0f} IOPS")
     plain, free = statistics.median(runs["plain"]), statistics.median(runs["free"])
@@ -157,6 +163,7 @@ def main() -> int:
     p.add_argument("--runtime", type=int, default=10, help="seconds per fio job (plus ramp)")
     p.add_argument("--rounds", type=int, default=3, help="A/B rounds of the overhead runs")
     p.add_argument("--size", default="256M", help="size of each volume")
+    p.add_argument("--target-us", type=int, default=2000, help="the QD1 volume's p99 target")
     a = p.parse_args()
     if not a.weft_bin.exists():
         sys.exit(f"{a.weft_bin} missing: cargo build --release -p weft")
@@ -178,7 +185,7 @@ def main() -> int:
         f"{b['first_interval_iops']} / {b['sustained_iops']:.0f} IOPS |",
         f"| QD1 p99 beside a QD64 randwrite neighbour, no QoS | {lat['without']['db_p99_us']:.0f} µs "
         f"(neighbour {lat['without']['noisy_iops']:.0f} IOPS) |",
-        f"| same, QD1 volume with `--latency-target 2ms` | {lat['with']['db_p99_us']:.0f} µs "
+        f"| same, QD1 volume with `--latency-target {a.target_us}us` | {lat['with']['db_p99_us']:.0f} µs "
         f"(neighbour {lat['with']['noisy_iops']:.0f} IOPS, {lat['with']['noisy_throttled_ios']} "
         f"I/Os throttled) |",
         f"| 4k randread QD32, no QoS vs a limit that never binds (median of {a.rounds}) | "

@@ -174,7 +174,7 @@ pub fn describe(settings: &Value) -> String {
 }
 
 fn latency(us: u64) -> String {
-    if us >= 1000 && us % 1000 == 0 {
+    if us >= 1000 && us.is_multiple_of(1000) {
         format!("{}ms", us / 1000)
     } else if us >= 1000 {
         format!("{:.1}ms", us as f64 / 1000.0)

@@ -181,6 +181,11 @@ impl VolumeQos {
         *self.settings.lock() = settings.clone();
     }
 
+    /// Whether any limit or cap applies now (else I/O passes without a lock).
+    pub fn is_limited(&self) -> bool {
+        self.limited.load(Ordering::Acquire)
+    }
+
     pub fn settings(&self) -> QosSettings {
         self.settings.lock().clone()
     }
