@@ -15,6 +15,7 @@ mod host_cmd;
 mod logging;
 mod pipe_exit;
 mod print;
+mod qos_cmd;
 mod schedule_cmd;
 mod size;
 mod status_cmd;
@@ -260,7 +261,12 @@ enum VolumeCommand {
         /// c.node asked); the request goes to that shard's owner.
         #[arg(long)]
         shard: Option<u16>,
+        #[command(flatten)]
+        qos: qos_cmd::QosFlags,
     },
+    /// Show or change a volume's quality of service, live: IOPS and MB/s limits with a
+    /// burst, a minimum share, a p99 latency target, or a class (gold, silver, bronze).
+    Qos(qos_cmd::QosArgs),
     /// List volumes.
     #[command(visible_alias = "ls")]
     List,
@@ -479,6 +485,7 @@ fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
         Command::Tier(c) => tier_cmd::tier(&client, c, json),
         Command::Host(c) => host_cmd::host(&client, c, json),
         Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a, json),
+        Command::Volume(VolumeCommand::Qos(a)) => qos_cmd::run(&client, a, json),
         Command::Snapshot(SnapshotCommand::Schedule(a)) => schedule_cmd::set(&client, a, json),
         Command::Snapshot(SnapshotCommand::Schedules) => schedule_cmd::list(&client, json),
         Command::Volume(VolumeCommand::Unmap(a)) => host_cmd::unmap(&client, a, json),
@@ -546,12 +553,14 @@ fn command_to_request(command: Command) -> volume_cmd::Request {
             pool,
             block_size,
             shard,
+            qos,
         }) => R::Create {
             name,
             size_bytes: size,
             pool,
             logical_block_size: block_size,
             shard,
+            qos: qos.settings(),
         },
         Command::Volume(VolumeCommand::List) => R::List,
         Command::Volume(VolumeCommand::Info { name }) => R::Info { name },
@@ -628,7 +637,9 @@ fn command_to_request(command: Command) -> volume_cmd::Request {
         | Command::Dnode(_)
         | Command::Host(_)
         | Command::Group(_)
-        | Command::Volume(VolumeCommand::Map(_) | VolumeCommand::Unmap(_))
+        | Command::Volume(
+            VolumeCommand::Map(_) | VolumeCommand::Unmap(_) | VolumeCommand::Qos(_),
+        )
         | Command::Snapshot(SnapshotCommand::Schedule(_) | SnapshotCommand::Schedules)
         | Command::Pool(_)
         | Command::Tier(_)

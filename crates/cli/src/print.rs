@@ -312,6 +312,7 @@ pub fn volume_details(v: &Value) {
     field("chain", count(&v["chain_layers"], "layer"));
     space(v);
     field("created", date(&v["created_unix_s"]));
+    field("qos", crate::qos_cmd::describe(&v["qos"]));
     family(v);
     field("nbd uri", text(&v["nbd_uri"]));
     field("iscsi uri", iscsi_uri(v));

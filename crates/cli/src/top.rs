@@ -2,8 +2,9 @@
 //! the live statistics (`GET /api/v1/stats/volumes`). On a terminal the screen is redrawn in
 //! place and cut to its height; elsewhere each refresh is a block of lines, as iostat does.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use weft_server::api::stats::{VolumeRate, VolumesStats};
@@ -22,6 +23,8 @@ Columns:
   QD              reads and writes in flight in weft, on average over the second
   await           QD / IOPS: the mean time a request spends in weft, as iostat's await
   %util           of the second, the time the volume had a request in flight
+  thr/s           I/Os per second the volume's QoS made wait (limits, or the latency
+                  controller's cap for another volume's target; `weft volume qos`)
   IOPS/GB         IOPS per GB (10^9 bytes) of provisioned size (IO intensity, for tiering)
   SIZE            provisioned size, in binary units (10.0G is 10 GiB)";
 
@@ -58,15 +61,18 @@ pub enum SortBy {
 pub fn top(client: &ApiClient, args: TopArgs) -> anyhow::Result<()> {
     let terminal = std::io::stdout().is_terminal();
     let mut done = 0u64;
+    let mut throttle = ThrottleRates::default();
     loop {
         let stats: VolumesStats =
             serde_json::from_value(client.call("GET", "/stats/volumes", None)?)?;
+        // A server without QoS (older) has no `/qos`: the column shows `-`.
+        let throttled = throttle.update(client.call("GET", "/qos", None).ok().as_ref());
         let (height, width) = if terminal {
             terminal_size()
         } else {
             (usize::MAX, usize::MAX)
         };
-        let screen = cut_to_width(&render(&stats, &args, height), width);
+        let screen = cut_to_width(&render(&stats, &throttled, &args, height), width);
         let mut out = std::io::stdout().lock();
         if terminal {
             // Home, clear to the end: redraw in place.
@@ -86,7 +92,12 @@ pub fn top(client: &ApiClient, args: TopArgs) -> anyhow::Result<()> {
 }
 
 /// One refresh: a title line, a header and one line per volume (at most `height` lines).
-pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
+pub fn render(
+    stats: &VolumesStats,
+    throttled: &HashMap<String, f64>,
+    args: &TopArgs,
+    height: usize,
+) -> String {
     let mut rows: Vec<&VolumeRate> = stats
         .volumes
         .iter()
@@ -114,7 +125,7 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         total_mbps,
     );
     s.push_str(&format!(
-        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>6} {:>9} {:>10}\n",
+        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>6} {:>7} {:>9} {:>10}\n",
         "VOLUME",
         "r/s",
         "w/s",
@@ -127,12 +138,13 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         "QD",
         "await",
         "%util",
+        "thr/s",
         "IOPS/GB",
         "SIZE"
     ));
     for v in rows.iter().take(height.saturating_sub(3)) {
         s.push_str(&format!(
-            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>6.1} {:>8} {:>6.0} {:>9.1} {:>10}\n",
+            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>6.1} {:>8} {:>6.0} {:>7} {:>9.1} {:>10}\n",
             shorten(&v.name, 24),
             v.read.iops,
             v.write.iops,
@@ -145,6 +157,9 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
             v.read.queue_depth + v.write.queue_depth,
             latency(await_us(v)),
             v.util_pct,
+            throttled
+                .get(&v.name)
+                .map_or_else(|| "-".to_string(), |r| format!("{r:.0}")),
             v.iops_per_gb,
             size(v.size_bytes),
         ));
@@ -153,6 +168,45 @@ pub fn render(stats: &VolumesStats, args: &TopArgs, height: usize) -> String {
         s.push_str("(no volume did I/O in the last second; --all lists them all)\n");
     }
     s
+}
+
+/// Throttled I/Os per second per volume, from the counts of `GET /api/v1/qos` at two
+/// refreshes.
+#[derive(Debug, Default)]
+struct ThrottleRates {
+    last: Option<(Instant, HashMap<String, u64>)>,
+}
+
+impl ThrottleRates {
+    fn update(&mut self, qos: Option<&serde_json::Value>) -> HashMap<String, f64> {
+        let now = Instant::now();
+        let counts: HashMap<String, u64> = qos
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|q| {
+                Some((
+                    q["volume"].as_str()?.to_string(),
+                    q["throttled_ios"].as_u64()?,
+                ))
+            })
+            .collect();
+        let rates = match &self.last {
+            Some((then, before)) => {
+                let seconds = now.duration_since(*then).as_secs_f64().max(1e-3);
+                counts
+                    .iter()
+                    .map(|(name, n)| {
+                        let was = before.get(name).copied().unwrap_or(0);
+                        (name.clone(), n.saturating_sub(was) as f64 / seconds)
+                    })
+                    .collect()
+            }
+            None => counts.keys().map(|n| (n.clone(), 0.0)).collect(),
+        };
+        self.last = Some((now, counts));
+        rates
+    }
 }
 
 /// The mean time a read or write spends in weft, by Little's law (requests in flight over
@@ -311,7 +365,7 @@ mod tests {
                 },
             ],
         };
-        let text = render(&stats, &args(SortBy::Iops, false), 100);
+        let text = render(&stats, &HashMap::new(), &args(SortBy::Iops, false), 100);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].contains("01:02:03 UTC"), "{text}");
         // Snapshots are not counted as volumes; the sort key is named as the flag takes it;
@@ -335,11 +389,11 @@ mod tests {
             "{text}"
         );
         assert!(lines[3].starts_with("quiet"), "{text}");
-        let by_name = render(&stats, &args(SortBy::Name, false), 100);
+        let by_name = render(&stats, &HashMap::new(), &args(SortBy::Name, false), 100);
         assert!(by_name.lines().nth(2).unwrap().starts_with("busy"));
         // A short screen keeps the header.
         assert_eq!(
-            render(&stats, &args(SortBy::Iops, false), 4)
+            render(&stats, &HashMap::new(), &args(SortBy::Iops, false), 4)
                 .lines()
                 .count(),
             3
@@ -362,7 +416,12 @@ mod tests {
             window_ms: 1000,
             volumes: vec![idle],
         };
-        assert!(render(&stats, &args(SortBy::Iops, false), 100).contains("no volume did I/O"));
-        assert!(render(&stats, &args(SortBy::Iops, true), 100).contains("\nidle "));
+        assert!(
+            render(&stats, &HashMap::new(), &args(SortBy::Iops, false), 100)
+                .contains("no volume did I/O")
+        );
+        assert!(
+            render(&stats, &HashMap::new(), &args(SortBy::Iops, true), 100).contains("\nidle ")
+        );
     }
 }

@@ -21,6 +21,8 @@ pub enum Request {
         logical_block_size: Option<u32>,
         /// `None`: the shard of the c.node asked.
         shard: Option<u16>,
+        /// QoS settings from the start (`qos_cmd`); `None`: none.
+        qos: Option<serde_json::Value>,
     },
     List,
     Info {
@@ -90,8 +92,12 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
             pool,
             logical_block_size,
             shard,
+            qos,
         } => {
             let mut body = json!({ "name": name, "size_bytes": size_bytes });
+            if let Some(qos) = qos {
+                body["qos"] = qos;
+            }
             if let Some(pool) = pool {
                 body["pool"] = pool.into();
             }

@@ -40,6 +40,7 @@ use crate::units::{
 mod group_names;
 mod group_report;
 mod groups;
+mod qos;
 mod rename;
 mod report;
 mod switches;
@@ -120,6 +121,7 @@ impl Engine {
             origin: None,
             created_unix_s: now_unix_s(),
             logical_block_size,
+            qos: None,
         };
         next.next_family_id = record.family.0 + 1;
         next.volumes.push(record.clone());
@@ -460,6 +462,7 @@ impl Engine {
             origin: Some(s.name.clone()),
             created_unix_s: now_unix_s(),
             logical_block_size: s.logical_block_size,
+            qos: None,
         };
         next.volumes.push(record.clone());
         let switch = Switch {

@@ -69,6 +69,8 @@ pub enum EngineError {
     InvalidSchedule { reason: String },
     #[error("invalid size: {reason}")]
     InvalidSize { reason: String },
+    #[error("invalid QoS settings: {reason}")]
+    InvalidQos { reason: String },
     #[error("request outside the volume or not 4 KiB aligned: offset {offset_bytes}, length {length_bytes}")]
     OutOfRange {
         offset_bytes: u64,

@@ -30,6 +30,7 @@ mod lun_claims;
 pub mod metastore;
 pub mod name_claims;
 pub mod names;
+pub mod qos_settings;
 pub mod reduce;
 pub mod schedule_records;
 pub mod schedules;

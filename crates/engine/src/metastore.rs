@@ -40,6 +40,9 @@ pub struct VolumeRecord {
     /// volumes were 4Kn and stay so.
     #[serde(default = "LogicalBlockSize::legacy")]
     pub logical_block_size: LogicalBlockSize,
+    /// Quality of service as the user set it (`None`: no limits, no target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<crate::qos_settings::QosSettings>,
 }
 
 /// A snapshot: a frozen layer and the chain below it, read-only.
@@ -345,6 +348,7 @@ mod tests {
             origin: None,
             created_unix_s: 0,
             logical_block_size: LogicalBlockSize::B512,
+            qos: None,
         });
         next.next_volume_id = 2;
         m.commit(next.clone()).unwrap();

@@ -45,6 +45,7 @@ mod groups;
 mod host_catalog;
 mod hosts;
 pub mod openapi;
+pub mod qos;
 mod rename;
 mod schedules;
 mod sessions;
@@ -76,6 +77,8 @@ pub struct ApiState {
     pub array_target: Arc<str>,
     /// Per-export I/O statistics.
     pub io: Arc<crate::io_stats::IoStats>,
+    /// The volumes' throttles on this c.node (`crate::qos`).
+    pub qos: Arc<crate::qos::QosRegistry>,
     /// The live client sessions of the front ends.
     pub sessions: Arc<crate::sessions::Sessions>,
     /// The SCSI reservation records, removed with their exports.
@@ -127,6 +130,7 @@ impl From<EngineError> for ApiError {
             | EngineError::InvalidGroup { .. }
             | EngineError::InvalidSchedule { .. }
             | EngineError::InvalidSize { .. }
+            | EngineError::InvalidQos { .. }
             | EngineError::InvalidPool { .. }
             | EngineError::OutOfRange { .. } => StatusCode::BAD_REQUEST,
             EngineError::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
@@ -147,6 +151,11 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/volumes/{name}/resize", post(resize_volume))
         .route("/api/v1/volumes/{name}/rename", post(rename::rename_volume))
+        .route(
+            "/api/v1/volumes/{name}/qos",
+            get(qos::get).put(qos::put).delete(qos::clear),
+        )
+        .route("/api/v1/qos", get(qos::list))
         .route(
             "/api/v1/volumes/{name}/snapshot-schedule",
             axum::routing::put(schedules::set).delete(schedules::remove),
@@ -560,15 +569,28 @@ async fn create_volume(
 ) -> Result<(StatusCode, Json<Volume>), ApiError> {
     let engine = state.engine.clone();
     let info = blocking(move || {
-        engine.create_volume_in(
+        // Checked first: a refused class or limit creates nothing.
+        if let Some(q) = &body.qos {
+            q.validate()
+                .map_err(|reason| EngineError::InvalidQos { reason })?;
+        }
+        let info = engine.create_volume_in(
             &body.name,
             body.size_bytes,
             body.pool.as_deref(),
             body.logical_block_size,
-        )
+        )?;
+        if body.qos.is_none() {
+            return Ok(info);
+        }
+        engine.set_volume_qos(&body.name, body.qos)?;
+        engine.volume_info(&body.name)
     })
     .await?;
     tracing::info!(volume = %info.name, size_bytes = info.size_bytes, "volume created");
+    if let Some(q) = &info.qos {
+        state.qos.volume(&info.name).set(&q.resolve());
+    }
     Ok((StatusCode::CREATED, Json(volume(&state, info))))
 }
 

@@ -140,6 +140,13 @@ pub trait ExportHandle: Send + Sync + 'static {
         new: &[u8],
         fua: bool,
     ) -> Result<Option<u64>, ExportIoError>;
+    /// The volume's throttle when this handle passes through one on this c.node
+    /// ([`crate::qos::QosExport`]), so a front end may pay for an I/O and wait before it
+    /// takes a thread ([`crate::qos::VolumeQos::prepay`]). Wrappers pass it down; the default
+    /// (and a forwarder: the owner throttles) has none.
+    fn qos(&self) -> Option<Arc<crate::qos::VolumeQos>> {
+        None
+    }
 }
 
 /// COMPARE AND WRITE's two halves (bytes to compare, bytes to write) are of one length.

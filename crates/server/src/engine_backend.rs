@@ -1,10 +1,11 @@
 //! The engine as an export backend: volumes become read-write exports, snapshots read-only
 //! ones. The engine takes whole 4 KiB blocks; each opened export is wrapped in
 //! [`SubBlockExport`] so hosts may use the volume's logical block size (512 on a 512e volume),
-//! with one lock table for the whole backend (every connection of every front end).
+//! with one lock table for the whole backend (every connection of every front end), and,
+//! when the backend has a QoS registry, in the volume's throttle ([`QosExport`]): every I/O
+//! this c.node's engine serves passes here, whichever front end or c.node it came through.
 //! With heat on ([`EngineBackend::with_heat`]), every read and write of a volume is counted in
-//! its extent's heat ([`crate::tiering`]): here every protocol's I/O reaches the engine on
-//! the c.node that owns the volume, forwarded I/O included.
+//! its extent's heat ([`crate::tiering`]), here for the same reason: forwarded I/O included.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use parking_lot::Mutex;
 use crate::backend::{
     AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
 };
+use crate::qos::{QosExport, QosRegistry};
 use crate::sub_block::{BlockLocks, SubBlockExport};
 
 /// Serves every volume of an engine.
@@ -30,6 +32,8 @@ pub struct EngineBackend {
     locks: Arc<BlockLocks>,
     /// Heat per volume and extent (`None`: not counted).
     tiering: Option<Arc<crate::tiering::Tiering>>,
+    /// The volumes' throttles (`None`: no QoS, for tests of other layers).
+    qos: Option<Arc<QosRegistry>>,
 }
 
 impl EngineBackend {
@@ -39,6 +43,15 @@ impl EngineBackend {
             access: Arc::new(Mutex::new(Arc::new(AccessTable::default()))),
             locks: Arc::new(BlockLocks::new()),
             tiering: None,
+            qos: None,
+        }
+    }
+
+    /// Serves every volume behind its throttle in `qos`.
+    pub fn with_qos(engine: Arc<Engine>, qos: Arc<QosRegistry>) -> EngineBackend {
+        EngineBackend {
+            qos: Some(qos),
+            ..EngineBackend::new(engine)
         }
     }
 
@@ -79,11 +92,17 @@ impl ExportBackend for EngineBackend {
             handle,
             heat,
         });
-        Ok(Arc::new(SubBlockExport::new(
+        let export = Arc::new(SubBlockExport::new(
             export,
             Arc::clone(&self.locks),
             lock_key,
-        )))
+        ));
+        // Above the sub-block layer: an I/O is charged as the client sent it, not as the
+        // read-modify-write it may become.
+        Ok(match &self.qos {
+            Some(qos) => Arc::new(QosExport::new(export, qos.volume(name))),
+            None => export,
+        })
     }
 
     fn access(&self) -> Arc<AccessTable> {

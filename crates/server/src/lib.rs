@@ -16,6 +16,7 @@ pub mod io_stats;
 pub mod iscsi_listener;
 pub mod metrics;
 pub mod nbd_listener;
+pub mod qos;
 pub mod recovering;
 pub mod reservation_records;
 pub mod serve;

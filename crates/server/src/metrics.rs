@@ -30,7 +30,11 @@ pub struct MetricsSource {
     pub capacity: Arc<crate::capacity::CapacityHistory>,
     /// Heat and tiers, for the figures per tier.
     pub tiering: Arc<crate::tiering::Tiering>,
+    /// The volumes' throttles: throttled I/O per volume.
+    pub qos: Arc<crate::qos::QosRegistry>,
 }
+
+mod qos;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -191,6 +195,7 @@ impl Collector for Scrape {
         )?
         .gauge(&vec![("version", env!("CARGO_PKG_VERSION"))], 1.0)?;
         encode_io(&mut encoder, &source.io)?;
+        qos::encode_qos(&mut encoder, &source.qos)?;
         encode_volumes(&mut encoder, &source.engine)?;
         let stats = source.engine.stats();
         encode_engine(&mut encoder, &stats)?;

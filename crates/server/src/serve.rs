@@ -332,7 +332,10 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         &engine,
     )
     .await?;
-    let engine_backend = EngineBackend::new(engine.clone());
+    let qos = crate::qos::QosRegistry::new();
+    let qos_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let qos_thread = qos.start(engine.clone(), Arc::clone(&qos_stop))?;
+    let engine_backend = EngineBackend::with_qos(engine.clone(), Arc::clone(&qos));
     let engine_backend: Arc<dyn ExportBackend> = Arc::new(if config.io_stats {
         engine_backend.with_heat(Arc::clone(&tiering))
     } else {
@@ -430,6 +433,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         iscsi_portal: iscsi_addr.map(|a| a.to_string().into()),
         array_target: array_target.clone().into(),
         io: Arc::clone(&io),
+        qos: Arc::clone(&qos),
         sessions,
         reservations,
         cluster_tokens: recovering.cluster_tokens.get().cloned(),
@@ -442,6 +446,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         compute: compute.clone(),
         capacity: capacity_history,
         tiering: Arc::clone(&tiering),
+        qos: Arc::clone(&qos),
     }));
     let _ = api_slot.set(api::router(state));
 
@@ -582,6 +587,8 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         let _ = task.await;
     }
     io.stop();
+    qos_stop.store(true, std::sync::atomic::Ordering::Release);
+    let _ = qos_thread.join();
     if let Some(sampler) = sampler {
         let _ = sampler.join();
     }

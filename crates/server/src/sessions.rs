@@ -219,6 +219,10 @@ impl ExportHandle for TrackedExport {
         self.inner.is_gone()
     }
 
+    fn qos(&self) -> Option<std::sync::Arc<crate::qos::VolumeQos>> {
+        self.inner.qos()
+    }
+
     fn compare_and_write(
         &self,
         offset_bytes: u64,

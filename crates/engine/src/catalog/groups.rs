@@ -401,6 +401,8 @@ impl Engine {
                 origin: Some(s.name.clone()),
                 created_unix_s: now_unix_s(),
                 logical_block_size: s.logical_block_size,
+                // As a clone of one volume: QoS is set on the clone, not inherited.
+                qos: None,
             };
             next.volumes.push(record.clone());
             switch.add_images.push(Image::of_volume(&record));

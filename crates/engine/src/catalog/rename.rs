@@ -151,6 +151,7 @@ mod tests {
             origin: origin.map(Into::into),
             created_unix_s: 0,
             logical_block_size: LogicalBlockSize::default(),
+            qos: None,
         }
     }
 

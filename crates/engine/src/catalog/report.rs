@@ -51,6 +51,9 @@ pub struct VolumeInfo {
     pub chain_layers: usize,
     pub space: SpaceUsage,
     pub family: FamilySummary,
+    /// Quality of service as set (`weft volume qos`); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<crate::qos_settings::QosSettings>,
 }
 
 /// A snapshot as the API shows it.
@@ -243,6 +246,7 @@ pub(crate) fn volume_info(
         chain_layers,
         space: usage,
         family: family_summary(state, st, r.family, families),
+        qos: r.qos.clone(),
     }
 }
 

@@ -11,7 +11,9 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{audit, cluster, cnodes, groups, hosts, rename, schedules, sessions, stats, tiers};
+use super::{
+    audit, cluster, cnodes, groups, hosts, qos, rename, schedules, sessions, stats, tiers,
+};
 
 /// The document (see [`document`]).
 #[derive(OpenApi)]
@@ -35,6 +37,10 @@ use super::{audit, cluster, cnodes, groups, hosts, rename, schedules, sessions, 
         super::delete_volume,
         super::resize_volume,
         rename::rename_volume,
+        qos::get,
+        qos::put,
+        qos::clear,
+        qos::list,
         schedules::list,
         schedules::set,
         schedules::remove,

@@ -29,6 +29,9 @@ pub struct CreateVolume {
     #[serde(default)]
     #[schema(default = 512)]
     pub logical_block_size: LogicalBlockSize,
+    /// Quality of service from the start (`PUT /api/v1/volumes/{name}/qos` changes it later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<weft_engine::qos_settings::QosSettings>,
 }
 
 /// `POST /api/v1/volumes/{name}/resize`.

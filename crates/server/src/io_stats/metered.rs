@@ -144,6 +144,10 @@ impl ExportHandle for MeteredExport {
         self.inner.is_gone()
     }
 
+    fn qos(&self) -> Option<std::sync::Arc<crate::qos::VolumeQos>> {
+        self.inner.qos()
+    }
+
     fn compare_and_write(
         &self,
         offset_bytes: u64,

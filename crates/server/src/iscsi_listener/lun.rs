@@ -24,6 +24,12 @@ const VENDOR: &str = "WEFT";
 const COMPANY_ID: [u8; 3] = [0x02, 0x57, 0x46];
 
 impl ExportLun {
+    /// Whether the volume's QoS may make a command wait now: such a command is never run on
+    /// the session's task (a wait there would hold an async worker thread).
+    pub fn may_throttle(&self) -> bool {
+        self.export.qos().is_some_and(|q| q.is_limited())
+    }
+
     /// `port`: the relative target port the session came in on; `ports`: every portal's.
     pub fn new(
         export: Arc<dyn ExportHandle>,

@@ -684,7 +684,8 @@ impl Reader<'_> {
         };
         let inline = self.input_idle
             && self.inflight.available_permits() == INFLIGHT_COMMANDS_MAX - 1
-            && runs_inline(&c);
+            && runs_inline(&c)
+            && !lun.as_ref().is_some_and(|l| l.lu.may_throttle());
         let job = move || {
             let mut data_out_len = None;
             let result = match &lun {

@@ -24,7 +24,7 @@ use weft_nbd::{
     ReplyHead, Session, Step, TlsMode,
 };
 
-use super::execute::{execute, Disposition, Outcome};
+use super::execute::{execute, qos_cost, Disposition, Outcome};
 use super::tls::NbdStream;
 use super::NbdOptions;
 use crate::access::NbdClient;
@@ -306,6 +306,9 @@ where
     ));
     let requests = Arc::new(Semaphore::new(INFLIGHT_REQUESTS_MAX));
     let bytes = Arc::new(Semaphore::new(INFLIGHT_PAYLOAD_BYTES_MAX as usize));
+    // The volume's throttle: a throttled request waits here, on this task, before it takes
+    // a worker thread (the handle below then finds it paid for).
+    let qos = export.qos();
 
     let read_result: Result<(), ConnError> = async {
         loop {
@@ -367,6 +370,16 @@ where
                     continue;
                 }
             };
+            if let (Some(qos), Some((dir, cost_bytes))) = (&qos, qos_cost(&command)) {
+                let wait = qos.prepay(dir, cost_bytes);
+                if !wait.is_zero() {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = stop.cancelled() => return Ok(()),
+                        () = shutdown.cancelled() => return Ok(()),
+                    }
+                }
+            }
             if runs_inline(&command, &requests, &buf) {
                 // The only request in flight and a small one: a hand-off to a worker and back
                 // would cost two thread wake-ups, more than the call itself (QD1 latency).

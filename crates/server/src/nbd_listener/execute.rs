@@ -43,6 +43,18 @@ pub(super) fn nbd_status(error: &ExportIoError) -> (Errno, Disposition) {
     }
 }
 
+/// What `command` costs the volume's QoS buckets: the figures [`crate::qos::QosExport`]
+/// charges for the call [`execute`] makes (trims and zeroes: one unit, no bytes).
+pub(super) fn qos_cost(command: &Command) -> Option<(crate::qos::Direction, u64)> {
+    use crate::qos::Direction;
+    match *command {
+        Command::Read { length_bytes, .. } => Some((Direction::Read, u64::from(length_bytes))),
+        Command::Write { length_bytes, .. } => Some((Direction::Write, u64::from(length_bytes))),
+        Command::Trim { .. } | Command::WriteZeroes { .. } => Some((Direction::Write, 0)),
+        Command::Flush | Command::BlockStatus { .. } | Command::Disconnect => None,
+    }
+}
+
 /// Run `command` (already validated by `Session::classify`) against `export`. `payload` is the
 /// write data (empty for other commands). Returns the outcome and what to do next.
 pub(super) fn execute(

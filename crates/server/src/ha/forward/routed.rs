@@ -417,6 +417,11 @@ impl ExportHandle for ForwardedExport {
     fn is_gone(&self) -> bool {
         self.gone.load(Ordering::Acquire) || self.local.get().is_some_and(|h| h.is_gone())
     }
+
+    /// Once this c.node owns the volume, its own throttle; before, the owner's throttles.
+    fn qos(&self) -> Option<Arc<crate::qos::VolumeQos>> {
+        self.local.get().and_then(|h| h.qos())
+    }
 }
 
 impl Drop for ForwardedExport {

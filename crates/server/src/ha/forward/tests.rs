@@ -81,6 +81,7 @@ fn owner(kv: &Arc<dyn MetaStore>) -> Owner {
             origin: None,
             created_unix_s: 0,
             logical_block_size: weft_engine::LogicalBlockSize::default(),
+            qos: None,
         }],
         ..ClusterState::default()
     };
