@@ -12,7 +12,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    audit, cluster, cnodes, groups, hosts, qos, rename, schedules, sessions, stats, tiers,
+    audit, cluster, cnodes, groups, hosts, qos, rename, schedules, sessions, snapshots, stats,
+    tiers,
 };
 
 /// The document (see [`document`]).
@@ -44,15 +45,15 @@ use super::{
         schedules::list,
         schedules::set,
         schedules::remove,
-        super::create_snapshot,
-        super::refresh_volume,
-        super::rollback_volume,
+        snapshots::create_snapshot,
+        snapshots::refresh_volume,
+        snapshots::rollback_volume,
         sessions::of_volume,
         sessions::all,
-        super::list_snapshots,
-        super::snapshot_info,
-        super::delete_snapshot,
-        super::create_clone,
+        snapshots::list_snapshots,
+        snapshots::snapshot_info,
+        snapshots::delete_snapshot,
+        snapshots::create_clone,
         sessions::of_snapshot,
         groups::list,
         groups::create,
