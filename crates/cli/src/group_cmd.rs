@@ -27,13 +27,17 @@ pub enum GroupCommand {
     },
     /// Add volumes to a group (its next group snapshot includes them).
     Add {
+        /// The group.
         name: String,
+        /// The volumes to add (each in no other group, in the group's shard).
         #[arg(required = true)]
         volumes: Vec<String>,
     },
     /// Take volumes out of a group (they stay volumes).
     Remove {
+        /// The group.
         name: String,
+        /// The volumes to take out.
         #[arg(required = true)]
         volumes: Vec<String>,
     },
@@ -41,11 +45,15 @@ pub enum GroupCommand {
     #[command(visible_alias = "ls")]
     List,
     /// Show a group.
-    Info { name: String },
+    Info {
+        /// The group.
+        name: String,
+    },
     /// Delete a group (asks on a terminal; --yes in scripts). Its volumes stay unless
     /// --volumes.
     #[command(visible_alias = "rm")]
     Delete {
+        /// The group.
         name: String,
         /// Delete its group snapshots too (refused without it when it has some).
         #[arg(long)]
@@ -56,17 +64,20 @@ pub enum GroupCommand {
         /// Go on while clients have an export this deletes open: they are disconnected.
         #[arg(long)]
         force: bool,
+        /// Do not ask for confirmation.
         #[arg(short, long)]
         yes: bool,
     },
     /// Snapshot every member at one point: `group snapshot pgprod@monday` (the same as
     /// `weft snapshot create pgprod@monday`).
     Snapshot {
+        /// The group snapshot to take.
         #[arg(value_name = "GROUP@SNAPSHOT")]
         snapshot: String,
     },
     /// Make a clone group of a group snapshot (the same as `weft clone create`).
     Clone {
+        /// The group snapshot to clone.
         #[arg(value_name = "GROUP@SNAPSHOT")]
         snapshot: String,
         /// The clone group's name; its members are NAME-MEMBER unless --map names them.
@@ -78,23 +89,29 @@ pub enum GroupCommand {
     },
     /// Make every member of a clone group read as another snapshot of its source group, at once.
     Refresh {
+        /// The clone group.
         name: String,
         /// The group snapshot, GROUP@SNAPSHOT.
         #[arg(long = "to", value_name = "GROUP@SNAPSHOT")]
         snapshot: String,
+        /// Go on while clients have a member open: they are disconnected.
         #[arg(long)]
         force: bool,
+        /// Do not ask for confirmation.
         #[arg(short, long)]
         yes: bool,
     },
     /// Discard every member's writes since one of the group's own group snapshots, at once.
     Rollback {
+        /// The group.
         name: String,
         /// The group snapshot: SNAPSHOT or GROUP@SNAPSHOT.
         #[arg(long = "to", value_name = "SNAPSHOT")]
         snapshot: String,
+        /// Go on while clients have a member open: they are disconnected.
         #[arg(long)]
         force: bool,
+        /// Do not ask for confirmation.
         #[arg(short, long)]
         yes: bool,
     },

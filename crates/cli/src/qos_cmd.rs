@@ -30,8 +30,10 @@ pub struct QosFlags {
     /// Throughput limit, reads and writes together, in MB/s.
     #[arg(long)]
     pub mbps_max: Option<u64>,
+    /// Read throughput limit in MB/s (with or instead of --mbps-max).
     #[arg(long)]
     pub read_mbps_max: Option<u64>,
+    /// Write throughput limit in MB/s (with or instead of --mbps-max).
     #[arg(long)]
     pub write_mbps_max: Option<u64>,
     /// MB an idle volume may move above its throughput limit at once (default: 0.1 s worth).
