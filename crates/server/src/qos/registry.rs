@@ -94,13 +94,15 @@ impl QosRegistry {
         for v in &volumes {
             let latency = v.latency().load();
             let units = v.completed_units();
+            // A mark from another `VolumeQos` of the same name (the volume was deleted and
+            // created again, or renamed) counts from its own zero: no window this tick.
             let (p99_us, units_per_s) = match marks.get(v.name()) {
-                Some(m) => {
+                Some(m) if units >= m.units => {
                     let window = latency.since(&m.latency);
                     let p99 = (window.total() >= MIN_SAMPLES).then(|| window.quantile_us(0.99));
                     (p99, (units - m.units) as f64 / seconds)
                 }
-                None => (None, 0.0),
+                _ => (None, 0.0),
             };
             marks.insert(v.name().to_string(), Mark { latency, units });
             let s = v.settings();
@@ -177,6 +179,27 @@ mod tests {
         let _ = r.volume("b");
         r.apply(&[]);
         assert_eq!(r.states().len(), 1);
+    }
+
+    /// A throttle dropped and made again under the same name counts from zero: the window
+    /// after it is skipped, not a subtraction that overflows (which aborted the c.node).
+    #[test]
+    fn a_throttle_made_again_under_its_name_starts_a_fresh_window() {
+        let clock = Arc::new(SimClock::default());
+        let r = QosRegistry::with_clock(clock.clone());
+        let first = r.volume("vol0");
+        for _ in 0..50 {
+            first.completed(4096, Duration::from_micros(100));
+        }
+        r.tick(TICK);
+        drop(first);
+        r.apply(&[]); // unheld and unlimited: dropped
+        let again = r.volume("vol0");
+        again.completed(4096, Duration::from_micros(100));
+        clock.advance(TICK);
+        r.tick(TICK);
+        r.tick(TICK);
+        assert_eq!(again.cap(), None);
     }
 
     #[test]
