@@ -7,7 +7,6 @@ mod cluster_support;
 mod common;
 mod iscsi_support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use cluster_support::*;
@@ -117,19 +116,4 @@ fn luns_of(host: &serde_json::Value) -> Vec<(u64, String, u64)> {
             )
         })
         .collect()
-}
-
-/// A c.node's first iSCSI portal, from its `serve.json`.
-fn iscsi_portal(cnode: &Cnode) -> SocketAddr {
-    let v = poll_until(
-        Duration::from_secs(30),
-        "serve.json with an iSCSI portal",
-        || {
-            let text = std::fs::read_to_string(cnode.data_dir.join("serve.json")).ok()?;
-            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-            (v["pid"].as_u64() == Some(u64::from(cnode.pid())) && v["iscsi"].is_string())
-                .then_some(v)
-        },
-    );
-    v["iscsi"].as_str().unwrap().parse().unwrap()
 }

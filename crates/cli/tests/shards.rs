@@ -11,7 +11,6 @@ mod common;
 mod failover_support;
 mod iscsi_support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use cluster_support::*;
@@ -226,21 +225,6 @@ fn two_shards_own_their_volumes_at_once_on_the_same_dnodes() {
     c.step("after kill -9 of both: every acknowledged byte of both shards reads back");
     let mut s1 = c.make_current(c1).expect("s1");
     s1.kill9();
-}
-
-/// A c.node's first iSCSI portal, from its `serve.json`.
-fn iscsi_portal(cnode: &Cnode) -> SocketAddr {
-    let v = poll_until(
-        Duration::from_secs(30),
-        "serve.json with an iSCSI portal",
-        || {
-            let text = std::fs::read_to_string(cnode.data_dir.join("serve.json")).ok()?;
-            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-            (v["pid"].as_u64() == Some(u64::from(cnode.pid())) && v["iscsi"].is_string())
-                .then_some(v)
-        },
-    );
-    v["iscsi"].as_str().unwrap().parse().unwrap()
 }
 
 /// A c.node's ALUA target port group id, from its data dir.

@@ -902,3 +902,18 @@ pub fn read_all(c: &mut NbdClient, offset: u64, len: u64) -> Result<Vec<u8>, (u6
     }
     Ok(out)
 }
+
+/// A c.node's first iSCSI portal, from its `serve.json`.
+pub fn iscsi_portal(cnode: &Cnode) -> SocketAddr {
+    let v = poll_until(
+        Duration::from_secs(30),
+        "serve.json with an iSCSI portal",
+        || {
+            let text = std::fs::read_to_string(cnode.data_dir.join("serve.json")).ok()?;
+            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+            (v["pid"].as_u64() == Some(u64::from(cnode.pid())) && v["iscsi"].is_string())
+                .then_some(v)
+        },
+    );
+    v["iscsi"].as_str().unwrap().parse().unwrap()
+}
