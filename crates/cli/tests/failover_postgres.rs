@@ -11,9 +11,10 @@ mod cluster_support;
 mod common;
 mod failover_support;
 mod mount_support;
+mod pg_support;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -21,146 +22,12 @@ use cluster_support::*;
 use common::*;
 use failover_support::*;
 use mount_support::*;
+use pg_support::{as_postgres, pg_bin, Postgres};
 
 /// pgbench's scale: 100,000 accounts per unit.
 const SCALE: &str = "2";
 /// How long pgbench runs before the owner goes.
 const LOAD_BEFORE_KILL: Duration = Duration::from_secs(8);
-
-/// A PostgreSQL server binary of Debian's newest installed version (`initdb`, `pg_ctl`, ...).
-fn pg_bin(name: &str) -> PathBuf {
-    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let v = e.file_name().to_str()?.parse().ok()?;
-            Some((v, e.path().join("bin").join(name)))
-        })
-        .filter(|(_, p)| p.is_file())
-        .collect();
-    versions.sort();
-    versions.pop().map(|(_, p)| p).unwrap_or_else(|| {
-        panic!(
-            "PostgreSQL's `{name}` is not installed (Debian package `postgresql`); \
-             .ci/run installs it: apt-get install -y postgresql"
-        )
-    })
-}
-
-/// `cmd ARGS` as the `postgres` user (initdb and the server refuse root).
-fn as_postgres(bin: &Path) -> Command {
-    let mut cmd = Command::new("runuser");
-    cmd.args(["-u", "postgres", "--"]).arg(bin);
-    cmd
-}
-
-/// A PostgreSQL server on a data dir; stopped with `pg_ctl stop -m immediate` on drop (a
-/// crash, as a machine loss would leave it), also when the test panics.
-struct Postgres {
-    data: PathBuf,
-    log: PathBuf,
-    port: u16,
-    running: bool,
-}
-
-impl Postgres {
-    fn start(data: &Path, log: &Path, port: u16) -> Postgres {
-        let mut pg = Postgres {
-            data: data.to_path_buf(),
-            log: log.to_path_buf(),
-            port,
-            running: true,
-        };
-        let opts = format!("-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories=''");
-        let out = run(
-            as_postgres(&pg_bin("pg_ctl"))
-                .args(["start", "-w", "-t", "120", "-D"])
-                .arg(data)
-                .arg("-l")
-                .arg(log)
-                .args(["-o", &opts]),
-            Duration::from_secs(150),
-        );
-        if !out.success() {
-            pg.running = false;
-            panic!(
-                "PostgreSQL did not start: {}\n--- server log ---\n{}",
-                out.all(),
-                tail(&fs::read_to_string(log).unwrap_or_default(), 6000)
-            );
-        }
-        pg
-    }
-
-    /// One value from `psql -Atc SQL`.
-    fn query(&self, sql: &str) -> String {
-        let out = run(
-            Command::new(pg_bin("psql"))
-                .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"])
-                .arg("-p")
-                .arg(self.port.to_string())
-                .args(["-v", "ON_ERROR_STOP=1", "-Atc", sql]),
-            Duration::from_secs(300),
-        );
-        assert!(
-            out.success(),
-            "psql `{sql}` failed: {}\n--- server log ---\n{}",
-            out.all(),
-            tail(&fs::read_to_string(&self.log).unwrap_or_default(), 6000)
-        );
-        out.stdout.trim().to_string()
-    }
-
-    fn pgbench(&self) -> Command {
-        let mut cmd = Command::new(pg_bin("pgbench"));
-        cmd.args(["-h", "127.0.0.1", "-U", "postgres"])
-            .arg("-p")
-            .arg(self.port.to_string());
-        cmd
-    }
-
-    /// Kill it at once, as the machine's loss would (`pg_ctl stop -m immediate`, then SIGKILL
-    /// of the postmaster if that did not work).
-    fn crash(&mut self) {
-        if !self.running {
-            return;
-        }
-        self.running = false;
-        let _ = run(
-            as_postgres(&pg_bin("pg_ctl"))
-                .args(["stop", "-m", "immediate", "-w", "-t", "20", "-D"])
-                .arg(&self.data),
-            Duration::from_secs(30),
-        );
-        let pid = fs::read_to_string(self.data.join("postmaster.pid"))
-            .ok()
-            .and_then(|s| s.lines().next().and_then(|l| l.trim().parse::<i32>().ok()));
-        if let Some(pid) = pid {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-        }
-    }
-
-    fn stop(&mut self) {
-        if !self.running {
-            return;
-        }
-        let out = run(
-            as_postgres(&pg_bin("pg_ctl"))
-                .args(["stop", "-m", "fast", "-w", "-t", "120", "-D"])
-                .arg(&self.data),
-            Duration::from_secs(150),
-        );
-        assert!(out.success(), "pg_ctl stop failed: {}", out.all());
-        self.running = false;
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        self.crash();
-    }
-}
 
 /// ext4 on `vol0` through the c.node at `uri`, mounted at `mnt`.
 fn mount_volume(m: &mut Mounts, uri: &str, mnt: &Path, mkfs: bool) {

@@ -168,6 +168,21 @@ impl Postgres {
         log.contains("redo starts") || log.contains("was interrupted")
     }
 
+    /// A clean stop (`pg_ctl stop -m fast`).
+    pub fn stop(&mut self) {
+        if !self.running {
+            return;
+        }
+        let out = run(
+            as_postgres(&pg_bin("pg_ctl"))
+                .args(["stop", "-m", "fast", "-w", "-t", "120", "-D"])
+                .arg(&self.data),
+            Duration::from_secs(150),
+        );
+        assert!(out.success(), "pg_ctl stop failed: {}", out.all());
+        self.running = false;
+    }
+
     /// Stop it at once, as a crash would (`pg_ctl stop -m immediate`, then SIGKILL of the
     /// postmaster if that did not work).
     pub fn crash(&mut self) {
