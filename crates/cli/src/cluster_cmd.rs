@@ -76,8 +76,12 @@ pub struct CnodeClusterArgs {
     /// its own catalog, journal, ownership lease and partner, on the same d.nodes and etcd as
     /// the others. Each shard has one owner at a time, so several c.nodes own volumes at once;
     /// a volume is served by the c.nodes of its shard. Volume names are unique across shards.
-    #[arg(long, default_value_t = 0)]
-    pub shard: u16,
+    /// `--shard 0,2`: this c.node's own shard is the first (its partner and standby are that
+    /// shard's); it owns the others too, each with an engine of its own and no partner,
+    /// unless another live c.node owns them. A c.node also takes back at start the shards
+    /// it owned besides its own when it stopped, and adopts shards a drained c.node hands it.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub shard: Vec<u16>,
 }
 
 /// `weft dnode`: run a d.node, or manage d.nodes through the API.
@@ -156,19 +160,21 @@ pub enum DnodeAction {
 /// `weft cnode list|ls`: the c.nodes, through the API.
 #[derive(Debug, Subcommand)]
 pub enum CnodeAction {
-    /// List the c.nodes registered in etcd: which one owns the cluster (and how many
-    /// families), its partner, how its write buffer is protected, their addresses.
+    /// List the c.nodes registered in etcd: which one owns each shard (and how many
+    /// families), the shards each owns besides its own, its partner, how its write buffer
+    /// is protected, their addresses.
     #[command(visible_alias = "ls")]
     List,
-    /// Hand the cluster over from its owner to the standby (planned switchover, e.g. before
-    /// maintenance): the owner destages, releases its lease and exits; the standby takes
-    /// over at once; clients reconnect to it. Start the old owner again to make it the new
-    /// owner's standby.
+    /// Empty a c.node for maintenance (planned switchover): it destages, releases its leases
+    /// and exits; its standby takes its own shard over at once, and every shard no standby
+    /// mirrors is handed to another running c.node, which adopts it while running. Clients
+    /// reconnect to another c.node. Ask the c.node itself (its API). Start it again to make
+    /// it a standby or forwarder.
     Drain {
         /// The c.node's id (weft cnode list).
         id: String,
-        /// Drain even though no standby holds an in-sync mirror (I/O stops until a c.node
-        /// takes over).
+        /// Drain even though some shard would have nobody to take it over (I/O to its
+        /// volumes stops until a c.node takes over).
         #[arg(long)]
         force: bool,
         /// Do not ask (required off a terminal).
@@ -186,7 +192,7 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                 return print_json(&v);
             }
             println!(
-                "{:<18} {:>5} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {:<16} PARTNER / MIRROR OF",
+                "{:<18} {:>7} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {:<16} PARTNER / MIRROR OF",
                 "ID", "SHARD", "ROLE", "OWNER", "FAMILIES", "BUFFER", "NBD", "ISCSI", "ALUA GROUP"
             );
             for c in v.as_array().into_iter().flatten() {
@@ -209,9 +215,9 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                     _ => "-".to_string(),
                 };
                 println!(
-                    "{:<18} {:>5} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {:<16} {}",
+                    "{:<18} {:>7} {:<8} {:<6} {:>8}  {:<10} {:<22} {:<22} {:<16} {}",
                     id,
-                    c["shard"].as_u64().unwrap_or(0),
+                    shard_column(c),
                     text("role"),
                     if c["owner"].as_bool() == Some(true) {
                         "yes"
@@ -245,6 +251,23 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                 println!("{id}: {}", v["message"].as_str().unwrap_or(""));
             })
         }
+    }
+}
+
+/// A c.node's shard, then those it owns besides (`0+2,3`).
+fn shard_column(c: &serde_json::Value) -> String {
+    let own = c["shard"].as_u64().unwrap_or(0).to_string();
+    let also: Vec<String> = c["shards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_u64)
+        .map(|s| s.to_string())
+        .collect();
+    if also.is_empty() {
+        own
+    } else {
+        format!("{own}+{}", also.join(","))
     }
 }
 

@@ -759,7 +759,13 @@ fn cnode(global: &GlobalArgs, args: CnodeArgs) -> anyhow::Result<()> {
                 forward_listen: c.forward_listen,
                 lease_ttl: c.lease_ttl,
                 force_takeover: c.force_takeover,
-                shard: weft_engine::ShardId(c.shard),
+                shard: weft_engine::ShardId(c.shard.first().copied().unwrap_or(0)),
+                also: c
+                    .shard
+                    .iter()
+                    .skip(1)
+                    .map(|s| weft_engine::ShardId(*s))
+                    .collect(),
             },
         }),
         nbd_listen: args.engine.nbd_listen,

@@ -23,6 +23,7 @@ pub mod ownership;
 pub mod partner;
 pub mod port_groups;
 pub mod registry;
+pub mod shard_handover;
 pub mod takeover;
 mod wire;
 

@@ -21,6 +21,7 @@ pub mod recovering;
 pub mod reservation_records;
 pub mod serve;
 pub mod sessions;
+mod shard_host;
 pub mod snapshot_scheduler;
 pub mod sub_block;
 pub mod target_port_groups;

@@ -192,10 +192,23 @@ impl ReservationRecords {
     /// clustered databases fence with these reservations), and those of exports not in
     /// `exports` (deleted while no record could be removed). A power-on also releases a
     /// RESERVE(6) reservation kept in an APTPL record. The number of records dropped.
-    pub fn power_on(&self, exports: &BTreeSet<String>, failover: bool) -> Result<usize, MetaError> {
+    ///
+    /// `foreign`: an export of another shard (its volume's name claim says so), whose LUs
+    /// this start does not power on: its record is left as it is. Without that, a c.node of
+    /// one shard starting would take every other shard's exports, absent from its engine,
+    /// for deleted ones and drop their reservations.
+    pub fn power_on(
+        &self,
+        exports: &BTreeSet<String>,
+        failover: bool,
+        foreign: &dyn Fn(&str) -> bool,
+    ) -> Result<usize, MetaError> {
         let mut dropped = 0;
         for (key, versioned) in self.kv.list(RESERVATIONS_PREFIX)? {
             let export = key.strip_prefix(RESERVATIONS_PREFIX).unwrap_or(&key);
+            if !exports.contains(export) && foreign(export) {
+                continue;
+            }
             let decoded = decode(&versioned.value).ok().map(|(record, _)| record);
             let kept = match decoded {
                 Some(record) if exports.contains(export) => {
@@ -679,7 +692,10 @@ mod tests {
             .expect("store");
         let live: BTreeSet<String> = ["held", "plain"].map(String::from).into();
         // A takeover keeps it (the holder's nexus may be on the c.node that takes over).
-        assert_eq!(records.power_on(&live, true).expect("failover"), 0);
+        assert_eq!(
+            records.power_on(&live, true, &|_| false).expect("failover"),
+            0
+        );
         assert!(records
             .for_export("held")
             .load()
@@ -687,7 +703,12 @@ mod tests {
             .0
             .reserved_by
             .is_some());
-        assert_eq!(records.power_on(&live, false).expect("power on"), 1);
+        assert_eq!(
+            records
+                .power_on(&live, false, &|_| false)
+                .expect("power on"),
+            1
+        );
         let (kept, version) = records.for_export("held").load().expect("load");
         assert!(version > 0 && kept.aptpl, "the APTPL record stays");
         assert_eq!(kept.reserved_by, None, "without its RESERVE(6) reservation");
@@ -719,12 +740,45 @@ mod tests {
         }
         let live: BTreeSet<String> = ["kept", "cleared"].map(String::from).into();
         // A c.node taking over keeps them all but the deleted export's.
-        assert_eq!(records.power_on(&live, true).expect("failover"), 1);
+        assert_eq!(
+            records.power_on(&live, true, &|_| false).expect("failover"),
+            1
+        );
         assert!(records.for_export("cleared").load().expect("load").1 > 0);
-        assert_eq!(records.power_on(&live, false).expect("power on"), 1);
+        assert_eq!(
+            records
+                .power_on(&live, false, &|_| false)
+                .expect("power on"),
+            1
+        );
         assert!(records.for_export("kept").load().expect("load").1 > 0);
         assert_eq!(records.for_export("cleared").load().expect("load").1, 0);
         assert_eq!(records.for_export("deleted").load().expect("load").1, 0);
+    }
+
+    #[test]
+    fn power_on_leaves_another_shards_records_alone() {
+        let records = ReservationRecords::in_memory();
+        for export in ["mine", "theirs", "theirs@snap", "gone"] {
+            records
+                .for_export(export)
+                .store(&record(true), 0)
+                .expect("store");
+        }
+        let live: BTreeSet<String> = ["mine"].map(String::from).into();
+        let foreign = |export: &str| export.split('@').next() == Some("theirs");
+        assert_eq!(
+            records.power_on(&live, true, &foreign).expect("failover"),
+            1,
+            "only the record of the export no shard has"
+        );
+        for kept in ["mine", "theirs", "theirs@snap"] {
+            assert!(
+                records.for_export(kept).load().expect("load").1 > 0,
+                "{kept}"
+            );
+        }
+        assert_eq!(records.for_export("gone").load().expect("load").1, 0);
     }
 
     #[test]

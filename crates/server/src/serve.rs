@@ -21,19 +21,19 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use weft_dnode_client::{ClientOptions, RemoteChunkStore};
-use weft_engine::{Backends, Engine, EngineConfig};
+use weft_engine::EngineConfig;
 
-use crate::cluster::{ClusterOptions, ClusterPlacement};
+use crate::cluster::ClusterOptions;
 
 use crate::api::{self, ApiState};
 use crate::backend::ExportBackend;
 use crate::data_files::{load_or_create_id, write_atomically};
 use crate::engine_backend::EngineBackend;
 pub use crate::ha::takeover::HaConfig;
-use crate::ha::takeover::{exit_when_ownership_lost, own_the_cluster, Who};
+use crate::ha::takeover::{exit_when_ownership_lost, Who};
 use crate::io_stats::IoStats;
-use crate::reservation_records::ReservationRecords;
+mod open;
+use open::{open_engine, open_reservation_records, Opened};
 
 use crate::data_files::load_or_create_token_file;
 pub use crate::data_files::{READ_ONLY_TOKEN_FILE, TOKEN_FILE};
@@ -64,9 +64,6 @@ pub struct ClusterConfig {
     pub wait_for_dnodes: Duration,
     pub ha: HaConfig,
 }
-
-/// The key of the c.node epoch counter.
-pub const EPOCH_KEY: &str = "weft/cnode/epoch";
 
 /// Everything `weft serve` and `weft cnode` need, validated.
 #[derive(Debug, Clone)]
@@ -280,6 +277,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         );
     }
     let backend = config.backend.clone();
+    let engine_config_for_shards = engine_config.clone();
     let placement_slot = Arc::clone(&recovering.placement);
     let who = Who {
         api: format!("http://{api_addr}"),
@@ -297,6 +295,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             .unwrap_or_default(),
         port_group: early.as_ref().map(|e| e.group.clone()),
     };
+    let who_for_shards = who.clone();
     let kv = early.as_ref().map(|e| Arc::clone(&e.kv));
     let forward_addr = early.as_ref().map(|e| e.forward_addr);
     let Opened {
@@ -329,6 +328,10 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     let reservations = open_reservation_records(
         &data_dir,
         early.as_ref().map(|e| e.reservations.clone()),
+        match (&config.backend, &early) {
+            (Backend::Cluster(c), Some(e)) => Some((Arc::clone(&e.kv), c.ha.shard)),
+            _ => None,
+        },
         &engine,
     )
     .await?;
@@ -352,6 +355,14 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
                 .collect()
         })?
     };
+    let early_parts = early.as_ref().map(|e| {
+        (
+            Arc::clone(&e.kv),
+            Arc::clone(&e.router),
+            e.forward_addr,
+            e.secret.clone(),
+        )
+    });
     let (front_ends, nbd_addr, iscsi_addrs) = match early {
         Some(early) => {
             // From now on this c.node serves from its own engine.
@@ -448,6 +459,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         tiering: Arc::clone(&tiering),
         qos: Arc::clone(&qos),
     }));
+    let api_template = state.clone();
     let _ = api_slot.set(api::router(state));
 
     let serve_json = serde_json::json!({
@@ -562,6 +574,45 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             portals.join(", ")
         )?;
     }
+    // The shards this c.node owns besides its own, and those handed to it later.
+    let shard_host = match (&config.backend, &early_parts, &cluster, &compute) {
+        (
+            Backend::Cluster(c),
+            Some((kv, router, forward_addr, secret)),
+            Some(placement),
+            Some(compute),
+        ) => {
+            let host = crate::shard_host::ShardHost::new(crate::shard_host::HostContext {
+                kv: Arc::clone(kv),
+                placement: Arc::clone(placement),
+                registration: Arc::clone(&compute.registration),
+                router: Arc::clone(router),
+                own_shard: c.ha.shard,
+                engine: engine_config_for_shards.clone(),
+                lease_ttl: c.ha.lease_ttl,
+                who: who_for_shards.clone(),
+                api: api_template,
+                schedule_clock_scale: config.schedule_clock_scale,
+                tiering: config.tiering.clone(),
+                api_ip: api_addr.ip(),
+                forward_ip: forward_addr.ip(),
+                secret: secret.clone(),
+                shutdown: shutdown.clone(),
+            });
+            for shard in crate::shard_host::shards_at_start(&data_dir, &c.ha) {
+                match host.take_at_start(shard).await {
+                    Ok(()) => writeln!(out, "shard {shard}: owned besides shard {} (its API and volumes through this c.node)", c.ha.shard)?,
+                    Err(e) => writeln!(out, "shard {shard}: not owned: {e:#}")?,
+                }
+            }
+            let adopter = host.adopt_handovers();
+            Some((host, adopter))
+        }
+        _ => {
+            drop(api_template);
+            None
+        }
+    };
     writeln!(out, "ready")?;
     out.flush()?;
     drop(out);
@@ -580,6 +631,10 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     tracing::info!("shutting down: destaging and checkpointing");
     shutdown.cancel();
     front_ends.join().await;
+    if let Some((host, adopter)) = shard_host {
+        let _ = adopter.await;
+        host.stop().await;
+    }
     let _ = api_task.await;
     let _ = capacity_sampler.await;
     let _ = scheduler.await;
@@ -653,148 +708,6 @@ fn say_who_sees_what(config: &ServeConfig) {
 /// The id in the array target's name of a single-process server, made at first start.
 fn load_or_create_array_id(data_dir: &Path) -> anyhow::Result<String> {
     load_or_create_id(data_dir, ARRAY_ID_FILE)
-}
-
-/// The SCSI reservation records: in the cluster's metadata store (`cluster_kv`), or in the
-/// data dir of a single-process server. A single-process start is a power-on for the LUs, so
-/// records without APTPL go; a c.node start is a failover (another c.node served the LUs, or
-/// will after it), so they stay.
-async fn open_reservation_records(
-    data_dir: &Path,
-    cluster: Option<ReservationRecords>,
-    engine: &Arc<Engine>,
-) -> anyhow::Result<ReservationRecords> {
-    let data_dir = data_dir.to_path_buf();
-    let engine = Arc::clone(engine);
-    tokio::task::spawn_blocking(move || {
-        let failover = cluster.is_some();
-        let records = match cluster {
-            Some(records) => records,
-            None => ReservationRecords::open_local(&data_dir).with_context(|| {
-                format!(
-                    "opening the reservation records in {}",
-                    data_dir
-                        .join(crate::reservation_records::RESERVATIONS_DIR)
-                        .display()
-                )
-            })?,
-        };
-        let exports = engine.list_images().into_iter().map(|i| i.name).collect();
-        let dropped = records
-            .power_on(&exports, failover)
-            .context("clearing the SCSI reservations a restart ends")?;
-        if dropped > 0 {
-            tracing::info!(
-                records = dropped,
-                "scsi reservations without APTPL (or of deleted volumes) cleared at start"
-            );
-        }
-        Ok(records)
-    })
-    .await?
-}
-
-/// Open the engine on its backend; in cluster mode also the placement, the ownership and
-/// the cluster's metadata store.
-fn open_engine(
-    config: EngineConfig,
-    backend: Backend,
-    kv: Option<Arc<dyn weft_meta::MetaStore>>,
-    placement_slot: &crate::recovering::PlacementSlot,
-    who: Who,
-) -> anyhow::Result<Opened> {
-    let data_dir = config.data_dir.clone();
-    let c = match backend {
-        Backend::Local(store) => {
-            let engine = Engine::open_local(config, store)
-                .with_context(|| format!("opening the datastore in {}", data_dir.display()))?;
-            return Ok(Opened {
-                engine,
-                cluster: None,
-                ownership: None,
-                compute: None,
-            });
-        }
-        Backend::Cluster(c) => c,
-    };
-    let kv = match kv {
-        Some(kv) => kv,
-        None => {
-            weft_meta::connect_etcd(&c.url).with_context(|| format!("connecting to {}", c.url))?
-        }
-    };
-    let crate::ha::takeover::Owned {
-        ownership,
-        write_log,
-        compute,
-    } = own_the_cluster(&kv, &c.ha, &config, who)?;
-    let (epoch, _) = weft_meta::update_json(&*kv, EPOCH_KEY, |old: Option<u64>| {
-        Ok::<_, weft_meta::MetaError>(old.unwrap_or(0) + 1)
-    })
-    .context("taking a c.node epoch")?;
-    let cluster_id = c.cluster_id.clone();
-    let connect: Box<crate::cluster::placement::Connector> = Box::new(move |id, addr| {
-        Arc::new(RemoteChunkStore::new(
-            id.to_string(),
-            addr,
-            cluster_id.clone(),
-            ClientOptions::default(),
-        ))
-    });
-    let placement = ClusterPlacement::start(kv.clone(), c.options, connect, c.wait_for_dnodes)
-        .context("joining the cluster")?;
-    let _ = placement_slot.set(Arc::clone(&placement));
-    // Fence every family of the shard at the new epoch before anything is written or
-    // deleted (another shard's families are its owner's to fence).
-    let shard = c.ha.shard;
-    let state = weft_engine::metastore::ClusterStore::open_shard(kv.clone(), shard)?;
-    let families: std::collections::BTreeSet<u64> = state
-        .state
-        .volumes
-        .iter()
-        .map(|v| v.family.0)
-        .chain(state.state.snapshots.iter().map(|s| s.family.0))
-        .collect();
-    for store in weft_engine::stripe::Placement::all_stores(&*placement) {
-        for &family in &families {
-            if let Err(e) = store.fence(family, epoch) {
-                tracing::warn!(store = store.name(), family, error = %e, "could not fence a family on a d.node");
-            }
-        }
-    }
-    placement.fence_late_comers(epoch, families.iter().copied().collect());
-    tracing::info!(
-        epoch,
-        families = families.len(),
-        "c.node epoch taken; families fenced"
-    );
-    let backends = Backends {
-        placement: placement.clone(),
-        metastore: kv.clone(),
-        write_log: Some(write_log),
-        epoch,
-        shard,
-    };
-    let engine = Engine::open_with(config, backends).with_context(|| {
-        format!(
-            "recovering from the cluster (journal in {})",
-            data_dir.display()
-        )
-    })?;
-    Ok(Opened {
-        engine,
-        cluster: Some(placement),
-        ownership: Some(ownership),
-        compute: Some(compute),
-    })
-}
-
-/// What `open_engine` opened.
-struct Opened {
-    engine: Engine,
-    cluster: Option<Arc<ClusterPlacement>>,
-    ownership: Option<Arc<crate::ha::ownership::Ownership>>,
-    compute: Option<Arc<crate::ha::ComputeInfo>>,
 }
 
 async fn wait_for_signal() {

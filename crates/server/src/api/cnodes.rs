@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::{ApiError, ApiState, ErrorBody, QueryArgs};
 use crate::ha::ownership::Ownership;
 use crate::ha::registry::{self, CnodeRole};
+use crate::ha::shard_handover;
 
 /// A c.node as `weft cnode list` shows it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -19,6 +20,9 @@ pub struct CnodeStatus {
     pub id: String,
     /// The shard it serves (`weft cnode --shard`): a set of families with its own owner.
     pub shard: u16,
+    /// The shards it owns besides its own (named at its start or adopted from a drained
+    /// c.node), each checked against the shard's ownership record.
+    pub shards: Vec<u16>,
     /// What it says it does: owner, standby or waiting.
     pub role: CnodeRole,
     /// It holds its shard's ownership lease now (from the ownership record, not its own
@@ -81,7 +85,10 @@ pub(super) async fn list(
         let records = registry::list(&**kv).map_err(|e| e.to_string())?;
         // Each shard's owner, for the shards the c.nodes serve.
         let mut owners = std::collections::BTreeMap::new();
-        for shard in records.iter().map(|r| r.shard).chain([my_shard]) {
+        let named = records
+            .iter()
+            .flat_map(|r| std::iter::once(r.shard).chain(r.shards.iter().copied()));
+        for shard in named.chain([my_shard]) {
             if let std::collections::btree_map::Entry::Vacant(e) = owners.entry(shard) {
                 e.insert(Ownership::owner(&**kv, shard).map_err(|e| format!("{e:#}"))?);
             }
@@ -106,8 +113,15 @@ pub(super) async fn list(
             let this = r.id == compute.id;
             let holds_mirror =
                 !is_owner && r.mirror_listen.is_some() && r.mirror_listen == owner_partner;
+            let also: Vec<u16> = r
+                .shards
+                .iter()
+                .filter(|s| owner_of(**s).is_some_and(|o| o.id == r.id))
+                .map(|s| s.0)
+                .collect();
             CnodeStatus {
                 shard: r.shard.0,
+                shards: also,
                 owner: is_owner,
                 this,
                 families: match (is_owner, this) {
@@ -168,6 +182,9 @@ pub struct DrainAnswer {
     /// The c.node is stopping to hand the cluster over.
     pub draining: bool,
     pub message: String,
+    /// The shards handed to other c.nodes (those no standby takes over).
+    #[serde(default)]
+    pub handovers: Vec<Handover>,
 }
 
 /// Drain a c.node: the owner destages, checkpoints, releases its ownership lease and exits,
@@ -211,7 +228,7 @@ pub(super) async fn drain(
                 format!("no c.node {id} is registered"),
             ));
         };
-        if r.role == CnodeRole::Owner {
+        if r.role == CnodeRole::Owner || !r.shards.is_empty() {
             return Err(ApiError(
                 StatusCode::CONFLICT,
                 format!("c.node {id} says it owns the cluster, but this c.node ({}) does: ask the owner", compute.id),
@@ -223,26 +240,96 @@ pub(super) async fn drain(
                 id,
                 draining: false,
                 message: "it owns no family: nothing to drain. Stopping it leaves the owner's write buffer unmirrored until it is back (or another standby caught up)".into(),
+                handovers: Vec::new(),
             }),
         ));
     }
-    if compute.write_buffer() != "mirrored" && !query.force {
-        return Err(ApiError(
-            StatusCode::CONFLICT,
-            format!(
-                "no standby holds an in-sync mirror of this c.node's write buffer ({}): nobody would take over, and I/O would stop until this c.node is back. Start a standby first, or drain with force",
-                compute.write_buffer()
-            ),
-        ));
+    // The shards no standby takes over: each is handed to another running c.node.
+    let mirrored = compute.write_buffer() == "mirrored";
+    let mut to_hand: Vec<weft_engine::ShardId> = Vec::new();
+    if !mirrored {
+        to_hand.push(compute.shard);
     }
-    tracing::warn!(cnode = %id, force = query.force, "drain requested");
+    to_hand.extend(compute.registration.extra_shards());
+    let plan = match shard_handover::plan_drain(&records, &id, &to_hand, now_unix_s()) {
+        Ok(plan) => plan,
+        Err(_) if query.force => Vec::new(),
+        Err(shard) if shard == compute.shard => {
+            return Err(ApiError(
+                StatusCode::CONFLICT,
+                format!(
+                    "no standby holds an in-sync mirror of this c.node's write buffer ({}), and no other running c.node owns a shard to adopt shard {shard}: nobody would take over, and I/O would stop until this c.node is back. Start a standby first, or drain with force",
+                    compute.write_buffer()
+                ),
+            ))
+        }
+        Err(shard) => {
+            return Err(ApiError(
+                StatusCode::CONFLICT,
+                format!(
+                    "no other running c.node owns a shard, so none can adopt shard {shard}, which this c.node owns besides its own: I/O to its volumes would stop until this c.node is back. Start another c.node first, or drain with force"
+                ),
+            ))
+        }
+    };
+    let kv = state
+        .cluster
+        .as_ref()
+        .map(|c| std::sync::Arc::clone(c.kv()));
+    if let Some(kv) = kv.filter(|_| !plan.is_empty()) {
+        let asked = plan.clone();
+        tokio::task::spawn_blocking(move || {
+            asked
+                .iter()
+                .try_for_each(|record| shard_handover::ask(&*kv, record))
+        })
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    }
+    tracing::warn!(cnode = %id, force = query.force, handovers = ?plan, "drain requested");
     compute.drain.notify_one();
+    let handed: Vec<String> = plan
+        .iter()
+        .map(|r| format!("shard {} to c.node {}", r.shard, r.to))
+        .collect();
+    let standby = if mirrored {
+        "; the standby takes its own shard over at once and clients reconnect to it"
+    } else {
+        ""
+    };
+    let handed = if handed.is_empty() {
+        String::new()
+    } else {
+        format!("; handing over {}", handed.join(", "))
+    };
     Ok((
         StatusCode::ACCEPTED,
         Json(DrainAnswer {
             id,
             draining: true,
-            message: "destaging, checkpointing and releasing the ownership lease; the standby takes over at once and clients reconnect to it. This process then exits: start it again to make it the new owner's standby".into(),
+            message: format!("destaging, checkpointing and releasing the ownership leases{standby}{handed}. This process then exits: start it again to make it a standby or forwarder"),
+            handovers: plan
+                .into_iter()
+                .map(|r| Handover {
+                    shard: r.shard.0,
+                    to: r.to,
+                })
+                .collect(),
         }),
     ))
+}
+
+/// A shard a drain hands to another c.node.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Handover {
+    pub shard: u16,
+    /// The c.node that adopts it.
+    pub to: String,
+}
+
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -119,15 +119,9 @@ fn shard_asked(query: Option<&str>) -> Result<Option<ShardId>, String> {
 
 /// The shards other than `own` that the registrations name (shard 0 always).
 pub(super) fn other_shards(kv: &dyn MetaStore, own: ShardId) -> Vec<ShardId> {
-    let mut shards: Vec<ShardId> = crate::ha::registry::list(kv)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|r| r.shard)
-        .chain(std::iter::once(ShardId::default()))
-        .filter(|s| *s != own)
-        .collect();
-    shards.sort_unstable();
-    shards.dedup();
+    let records = crate::ha::registry::list(kv).unwrap_or_default();
+    let mut shards = crate::ha::registry::shards_named(&records);
+    shards.retain(|s| *s != own);
     shards
 }
 

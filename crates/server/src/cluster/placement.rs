@@ -142,9 +142,10 @@ pub struct ClusterPlacement {
     /// engine is open): while recovery waits for d.nodes, moving their positions would
     /// only send its reads to d.nodes that never had the chunks.
     grace_armed: AtomicBool,
-    /// This c.node's epoch and the families it fenced at start: a d.node that registers
-    /// later (it was down then) is fenced too before anything else is sent to it.
-    fence: Mutex<Option<(u64, Vec<u64>)>>,
+    /// Each engine's epoch and the families it fenced at its start (one per shard this
+    /// process owns): a d.node that registers later (it was down then) is fenced too before
+    /// anything else is sent to it.
+    fence: Mutex<Vec<(u64, Vec<u64>)>>,
     /// Stores connected since the last refresh, to fence.
     unfenced: Mutex<Vec<Arc<dyn ChunkStore>>>,
 }
@@ -180,7 +181,7 @@ impl ClusterPlacement {
             stop: Arc::new(AtomicBool::new(false)),
             monitor: Mutex::new(None),
             grace_armed: AtomicBool::new(false),
-            fence: Mutex::new(None),
+            fence: Mutex::new(Vec::new()),
             unfenced: Mutex::new(Vec::new()),
         });
         let default = &placement.options;
@@ -246,8 +247,14 @@ impl ClusterPlacement {
     /// Fence every d.node that registers from now on at `epoch` for `families` (those
     /// registered now were fenced by the caller).
     pub fn fence_late_comers(&self, epoch: u64, families: Vec<u64>) {
-        self.unfenced.lock().clear();
-        *self.fence.lock() = Some((epoch, families));
+        let mut fence = self.fence.lock();
+        if fence.is_empty() {
+            // The first engine fenced every store connected so far.
+            self.unfenced.lock().clear();
+        }
+        // Another engine's (a shard this process took besides its own): stores that
+        // registered since are fenced at both epochs, each for its own families.
+        fence.push((epoch, families));
     }
 
     /// Read registrations and admin marks, update node states, and (with `update_map`)
@@ -255,12 +262,14 @@ impl ClusterPlacement {
     pub fn refresh(&self, update_map: bool) -> anyhow::Result<()> {
         let result = self.refresh_view(update_map);
         let fence = self.fence.lock().clone();
-        if let Some((epoch, families)) = fence {
+        if !fence.is_empty() {
             let stores = std::mem::take(&mut *self.unfenced.lock());
             for store in stores {
-                for &family in &families {
-                    if let Err(e) = store.fence(family, epoch) {
-                        tracing::warn!(store = store.name(), family, error = %e, "could not fence a family on a d.node that registered");
+                for (epoch, families) in &fence {
+                    for &family in families {
+                        if let Err(e) = store.fence(family, *epoch) {
+                            tracing::warn!(store = store.name(), family, error = %e, "could not fence a family on a d.node that registered");
+                        }
                     }
                 }
             }

@@ -38,6 +38,11 @@ pub struct CnodeRecord {
     #[serde(default)]
     #[schema(value_type = u16)]
     pub shard: weft_engine::ShardId,
+    /// The shards it owns besides its own (`weft cnode --shard N,M`, or adopted from a
+    /// drained c.node), each served from an engine of its own in this process.
+    #[serde(default)]
+    #[schema(value_type = Vec<u16>)]
+    pub shards: Vec<weft_engine::ShardId>,
     pub role: CnodeRole,
     /// Its management API, NBD and iSCSI addresses (as it listens).
     pub api: String,
@@ -101,6 +106,31 @@ impl Registration {
         }
     }
 
+    /// This process now owns `shard` besides its own (or no longer, `owned: false`).
+    pub fn set_extra_shard(&self, shard: weft_engine::ShardId, owned: bool) {
+        {
+            let mut record = self.record.lock();
+            record.shards.retain(|s| *s != shard);
+            if owned {
+                record.shards.push(shard);
+                record.shards.sort_unstable();
+            }
+        }
+        if let Err(e) = self.put() {
+            tracing::warn!(error = %e, "could not update this c.node's registration; retrying");
+        }
+    }
+
+    /// The shards this process owns besides its own.
+    pub fn extra_shards(&self) -> Vec<weft_engine::ShardId> {
+        self.record.lock().shards.clone()
+    }
+
+    /// The c.node's id.
+    pub fn id(&self) -> String {
+        self.record.lock().id.clone()
+    }
+
     /// Drops the registration now (a clean stop); it would expire by itself.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
@@ -152,6 +182,19 @@ impl Registration {
     }
 }
 
+/// Every shard the registrations name (each c.node's own and the ones it owns besides), and
+/// shard 0 always (the cluster of old), sorted.
+pub fn shards_named(records: &[CnodeRecord]) -> Vec<weft_engine::ShardId> {
+    let mut shards: Vec<weft_engine::ShardId> = records
+        .iter()
+        .flat_map(|r| std::iter::once(r.shard).chain(r.shards.iter().copied()))
+        .chain(std::iter::once(weft_engine::ShardId::default()))
+        .collect();
+    shards.sort_unstable();
+    shards.dedup();
+    shards
+}
+
 /// Every registered c.node, by id.
 pub fn list(kv: &dyn MetaStore) -> Result<Vec<CnodeRecord>, weft_meta::MetaError> {
     Ok(kv
@@ -169,6 +212,7 @@ mod tests {
         CnodeRecord {
             id: id.into(),
             shard: weft_engine::ShardId::default(),
+            shards: Vec::new(),
             role,
             api: "127.0.0.1:1".into(),
             nbd: "127.0.0.1:2".into(),

@@ -37,6 +37,9 @@ pub struct HaConfig {
     /// The shard this c.node serves (`weft cnode --shard`): its catalog, ownership lease,
     /// journal state and volumes. Shard 0 is the cluster as it was before shards.
     pub shard: weft_engine::ShardId,
+    /// Shards it owns besides its own from the start (`--shard 0,2`), each with an engine of
+    /// its own and no partner (`crate::shard_host`).
+    pub also: Vec<weft_engine::ShardId>,
 }
 
 /// What taking the cluster over gives the c.node.
@@ -64,17 +67,25 @@ pub(crate) struct Who {
 /// the owner's write-buffer mirror and takes over once the lease expires; without one it waits
 /// for the lease to run out, then gives up. A successor that holds the last owner's complete
 /// mirror recovers on it. Returns the ownership and the write log to open.
+///
+/// `joined`: this process is registered already (it owns its own shard and takes `ha.shard`
+/// besides, see `crate::shard_host`): its id and registration are used, and the shard is
+/// added to the registration's `shards` once owned.
 pub(crate) fn own_the_cluster(
     kv: &Arc<dyn weft_meta::MetaStore>,
     ha: &HaConfig,
     config: &EngineConfig,
     who: Who,
+    joined: Option<Arc<Registration>>,
 ) -> anyhow::Result<Owned> {
     use crate::ha::handover::{journal_state_key, may_take_over, JournalState};
     use crate::ha::ownership::{OwnerRecord, Ownership};
     use crate::ha::partner::{complete_mirror, Partner};
     let data_dir = &config.data_dir;
-    let id = load_or_create_id(data_dir, CNODE_ID_FILE)?;
+    let id = match &joined {
+        Some(r) => r.id(),
+        None => load_or_create_id(data_dir, CNODE_ID_FILE)?,
+    };
     let record = OwnerRecord {
         id: id.clone(),
         api: who.api,
@@ -98,33 +109,37 @@ pub(crate) fn own_the_cluster(
         }
         _ => None,
     };
-    let registration = Registration::start(
-        Arc::clone(kv),
-        CnodeRecord {
-            id: id.clone(),
-            shard: ha.shard,
-            role: match (&someone_else, &partner) {
-                (None, _) => CnodeRole::Waiting,
-                (Some(_), Some(_)) => CnodeRole::Standby,
-                (Some(_), None) => CnodeRole::Waiting,
+    let extra = joined.is_some();
+    let registration = joined.unwrap_or_else(|| {
+        Registration::start(
+            Arc::clone(kv),
+            CnodeRecord {
+                id: id.clone(),
+                shard: ha.shard,
+                shards: Vec::new(),
+                role: match (&someone_else, &partner) {
+                    (None, _) => CnodeRole::Waiting,
+                    (Some(_), Some(_)) => CnodeRole::Standby,
+                    (Some(_), None) => CnodeRole::Waiting,
+                },
+                api: record.api.clone(),
+                nbd: record.nbd.clone(),
+                iscsi: record.iscsi.clone(),
+                forward: Some(record.forward.clone()).filter(|f| !f.is_empty()),
+                port_group: port_group.as_ref().map(|g| g.group_id),
+                relative_ports: port_group
+                    .as_ref()
+                    .map(|g| g.relative_ports.clone())
+                    .unwrap_or_default(),
+                mirror_listen: ha.mirror_listen.map(|a| a.to_string()),
+                partner: ha.partner.clone(),
+                pid: std::process::id(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                started_unix_s: record.since_unix_s,
             },
-            api: record.api.clone(),
-            nbd: record.nbd.clone(),
-            iscsi: record.iscsi.clone(),
-            forward: Some(record.forward.clone()).filter(|f| !f.is_empty()),
-            port_group: port_group.as_ref().map(|g| g.group_id),
-            relative_ports: port_group
-                .as_ref()
-                .map(|g| g.relative_ports.clone())
-                .unwrap_or_default(),
-            mirror_listen: ha.mirror_listen.map(|a| a.to_string()),
-            partner: ha.partner.clone(),
-            pid: std::process::id(),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            started_unix_s: record.since_unix_s,
-        },
-        ha.lease_ttl,
-    );
+            ha.lease_ttl,
+        )
+    });
     let holds_mirror_of = |owner: &str| complete_mirror(data_dir, owner).is_some();
     let told = std::sync::atomic::AtomicBool::new(false);
     let may_take = || -> Result<(), String> {
@@ -159,8 +174,16 @@ pub(crate) fn own_the_cluster(
         wait,
         &may_take,
     )
-    .inspect_err(|_| registration.stop())?;
-    registration.set_role(CnodeRole::Owner);
+    .inspect_err(|_| {
+        if !extra {
+            registration.stop();
+        }
+    })?;
+    if extra {
+        registration.set_extra_shard(ha.shard, true);
+    } else {
+        registration.set_role(CnodeRole::Owner);
+    }
     if let Some(p) = &partner {
         p.stop();
     }

@@ -37,7 +37,8 @@ pub(crate) struct Early {
     pub view: Arc<ClusterView>,
     kv: Arc<dyn weft_meta::MetaStore>,
     local: Arc<LocalSlot>,
-    backend: Arc<dyn ExportBackend>,
+    router: Arc<ShardRouter>,
+    secret: String,
     forward_addr: SocketAddr,
 }
 
@@ -49,6 +50,11 @@ pub(crate) struct Started {
     pub local: Arc<LocalSlot>,
     pub kv: Arc<dyn weft_meta::MetaStore>,
     pub reservations: ReservationRecords,
+    /// Every shard's backend: shards this process owns besides its own are served through
+    /// their slots in it (`crate::shard_host`).
+    pub router: Arc<ShardRouter>,
+    /// The cluster's forwarding secret.
+    pub secret: String,
     pub nbd_addr: SocketAddr,
     pub iscsi_addrs: Vec<SocketAddr>,
     pub forward_addr: SocketAddr,
@@ -134,12 +140,11 @@ pub(crate) async fn start_early(
         .await
         .with_context(|| format!("binding the forward listener on {forward_at}"))?;
     let forward_addr = listener.local_addr()?;
-    let backend: Arc<dyn ExportBackend> = router;
     tokio::spawn(super::server::run(
         listener,
         ForwardService {
             local: Arc::clone(&local),
-            secret: secret.into(),
+            secret: secret.clone().into(),
             id: id.clone().into(),
             sessions: Arc::clone(sessions),
         },
@@ -179,7 +184,8 @@ pub(crate) async fn start_early(
         }),
         kv,
         local,
-        backend,
+        router,
+        secret,
         forward_addr,
     })
 }
@@ -205,8 +211,8 @@ impl Early {
         shutdown: &CancellationToken,
     ) -> Started {
         let (nbd_addr, iscsi_addrs) = (self.bound.nbd_addr, self.bound.iscsi_addrs.clone());
-        let front_ends =
-            crate::front_ends::start(self.bound, &self.backend, io, nbd, iscsi, shutdown);
+        let backend: Arc<dyn ExportBackend> = self.router.clone();
+        let front_ends = crate::front_ends::start(self.bound, &backend, io, nbd, iscsi, shutdown);
         Started {
             front_ends,
             group: self.group,
@@ -214,6 +220,8 @@ impl Early {
             local: self.local,
             kv: self.kv,
             reservations: self.reservations,
+            router: self.router,
+            secret: self.secret,
             nbd_addr,
             iscsi_addrs,
             forward_addr: self.forward_addr,

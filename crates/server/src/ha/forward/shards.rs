@@ -51,11 +51,13 @@ struct Forwarding {
     stale_after: Duration,
 }
 
-/// Another shard: its catalog as read, and the backend forwarding to its owner.
+/// Another shard: its catalog as read, and the backend forwarding to its owner (or serving
+/// from this process's engine of that shard, once `local` is set).
 #[derive(Debug)]
 struct OtherShard {
     view: Arc<ClusterView>,
     backend: RoutedBackend,
+    local: Arc<LocalSlot>,
 }
 
 /// See the module doc.
@@ -116,31 +118,49 @@ impl ShardRouter {
         let Ok(records) = crate::ha::registry::list(&*self.kv) else {
             return;
         };
-        let mut shards: Vec<ShardId> = records.iter().map(|r| r.shard).collect();
-        shards.push(ShardId::default());
-        shards.sort_unstable();
-        shards.dedup();
-        let mut others = self.others.lock();
-        for shard in shards {
-            if shard == self.own_shard || others.contains_key(&shard) {
-                continue;
-            }
-            tracing::info!(
-                shard = shard.0,
-                "serving the volumes of another shard through its owner"
-            );
-            let view = ClusterView::start(Arc::clone(&self.kv), shard);
-            let f = &self.forwarding;
-            let backend = RoutedBackend::new(
-                LocalSlot::new(),
-                Arc::clone(&view),
-                f.me.clone(),
-                f.secret.clone(),
-                f.retry_for,
-                f.stale_after,
-            );
-            others.insert(shard, Arc::new(OtherShard { view, backend }));
+        for shard in crate::ha::registry::shards_named(&records) {
+            self.follow(shard);
         }
+    }
+
+    /// Follow `shard` (another than this c.node's own) if it is not followed yet.
+    fn follow(&self, shard: ShardId) -> Option<Arc<OtherShard>> {
+        if shard == self.own_shard {
+            return None;
+        }
+        let mut others = self.others.lock();
+        if let Some(other) = others.get(&shard) {
+            return Some(Arc::clone(other));
+        }
+        tracing::info!(
+            shard = shard.0,
+            "serving the volumes of another shard through its owner"
+        );
+        let view = ClusterView::start(Arc::clone(&self.kv), shard);
+        let f = &self.forwarding;
+        let local = LocalSlot::new();
+        let backend = RoutedBackend::new(
+            Arc::clone(&local),
+            Arc::clone(&view),
+            f.me.clone(),
+            f.secret.clone(),
+            f.retry_for,
+            f.stale_after,
+        );
+        let other = Arc::new(OtherShard {
+            view,
+            backend,
+            local,
+        });
+        others.insert(shard, Arc::clone(&other));
+        Some(other)
+    }
+
+    /// The slot through which this process serves `shard` (another than its own) from an
+    /// engine of its own once it owns that shard too: requests of exports opened through the
+    /// owner then switch to it, as a standby's do at a takeover. `None` for the own shard.
+    pub fn local_slot(&self, shard: ShardId) -> Option<Arc<LocalSlot>> {
+        self.follow(shard).map(|o| Arc::clone(&o.local))
     }
 
     fn others(&self) -> Vec<Arc<OtherShard>> {
@@ -187,21 +207,37 @@ impl ExportBackend for ShardRouter {
     }
 
     /// An export no followed shard lists is looked for once more after reading the
-    /// registrations again: a shard whose c.node registered since the last discovery.
+    /// registrations again (a shard whose c.node registered since the last discovery), and
+    /// then after reading every other shard's catalog again (a volume created since).
     fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError> {
         match self.own.open(name) {
             Err(OpenError::UnknownExport { .. }) => {}
             found => return found,
         }
+        // A shard this process owns too lists from its engine (its view may not have read
+        // a volume just created); another from its view.
         let find = || {
-            self.others()
-                .into_iter()
-                .find(|o| o.view.now().exports.iter().any(|e| e.name == name))
+            self.others().into_iter().find(|o| match o.local.get() {
+                Some(local) => local.list_exports().iter().any(|e| e.name == name),
+                None => o.view.now().exports.iter().any(|e| e.name == name),
+            })
         };
         let other = find().or_else(|| {
             let before = self.others.lock().len();
             self.discover();
-            (self.others.lock().len() > before).then(find).flatten()
+            // Not in one expression with the lock's guard: `find` takes the lock again.
+            let grew = self.others.lock().len() > before;
+            grew.then(find).flatten()
+        });
+        // A volume created in another shard since its view's last reading (every
+        // `view::POLL_INTERVAL`): read the views again once.
+        let other = other.or_else(|| {
+            for o in self.others() {
+                if o.local.get().is_none() {
+                    o.view.refresh();
+                }
+            }
+            find()
         });
         match other {
             Some(other) => other.backend.open(name),

@@ -1,0 +1,172 @@
+//! One c.node process owning several shards, and a shard handed to another c.node by a
+//! drain: c1 starts with `--shard 0,2` (shard 2 in an engine of its own, besides shard 0) and
+//! s1 owns shard 1. Shard 2's volume is created, written and read through both c.nodes.
+//! `weft cnode drain` of s1, which has no standby, hands shard 1 to c1, which adopts it while
+//! running: shard 1's data reads back through c1, and writes go on. c1 restarted takes back
+//! every shard it owned; after a kill -9 of c1 with acknowledged writes of an adopted shard
+//! only in its journal, the restart recovers them. Real etcd, d.nodes and c.nodes on loopback.
+
+mod cluster_support;
+mod common;
+
+use std::time::Duration;
+
+use cluster_support::*;
+use common::*;
+
+const MIB: u64 = 1 << 20;
+
+/// The shards c.node `id` owns besides its own, as `weft cnode list` shows them.
+fn extra_shards(c: &Cluster, id: &str) -> Vec<u64> {
+    let listed = c.cli_json(&["cnode", "list", "--json"]);
+    listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["id"] == id)
+        .and_then(|n| n["shards"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .collect()
+}
+
+/// The id of the c.node the CLI talks to.
+fn this_id(c: &Cluster) -> String {
+    let listed = c.cli_json(&["cnode", "list", "--json"]);
+    listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["this"] == true)
+        .and_then(|n| n["id"].as_str().map(String::from))
+        .unwrap_or_else(|| panic!("no c.node says it answered: {listed}"))
+}
+
+fn read_back(c: &Cluster, export: &str, want: &[u8], what: &str) {
+    let mut client = c.nbd_client(export);
+    let got = read_all(&mut client, 0, want.len() as u64)
+        .unwrap_or_else(|(at, e)| panic!("{what}: reading {export} at {at}: {e:?}"));
+    assert!(
+        got == want,
+        "{what}: {export} does not read back as written"
+    );
+    client.disconnect();
+}
+
+#[test]
+fn a_cnode_owns_several_shards_and_adopts_a_drained_ones() {
+    let _serial = serial();
+    let (_, seed) = test_rng("shard-move");
+    let mut opts = ClusterOpts::new(3).volume_size("16M");
+    opts.redundancy = "2+1".into();
+    opts.cnode_args
+        .insert("c1".into(), vec!["--shard".into(), "0,2".into()]);
+    opts.cnode_args
+        .insert("s1".into(), vec!["--shard".into(), "1".into()]);
+    let mut c = Cluster::start("shard-move", seed, opts);
+    let c1_id = this_id(&c);
+    assert_eq!(extra_shards(&c, &c1_id), [2], "c1 owns shard 2 besides 0");
+    let mut s1 = c.spawn_other_cnode("s1");
+    s1.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("shard 1's c.node: {e:?}"));
+    c.step("c1 owns shards 0 and 2 (two engines), s1 owns shard 1");
+
+    // Shard 2 through c1's API: created by shard 2's engine, listed with its shard.
+    c.cli_ok(&["volume", "create", "db2", "--size", "16M", "--shard", "2"]);
+    let info = c.cli_json(&["volume", "info", "db2", "--json"]);
+    assert_eq!(info["name"], "db2", "{info}");
+    let listed = c.cli_json(&["volume", "ls", "--json"]);
+    let db2 = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == "db2")
+        .unwrap_or_else(|| panic!("db2 not listed: {listed}"));
+    assert_eq!(db2["shard"], 2, "{listed}");
+    // Written through c1 (its own engine of shard 2) and s1 (forwarded to it).
+    let first = blocks_data(seed, 2, 0, MIB / 4096);
+    let mut client = c.nbd_client("db2");
+    write_all(&mut client, 0, &first);
+    client.flush().unwrap();
+    client.disconnect();
+    let c1 = c.make_current(s1).expect("c1");
+    let second = blocks_data(seed, 3, MIB / 4096, MIB / 4096);
+    // Another c.node lists a new volume of another shard at its next reading of that
+    // shard's catalog (every 0.5 s).
+    let s1_nbd = c.cnode().nbd;
+    let mut client = poll_until(Duration::from_secs(10), "s1 to list db2", || {
+        NbdClient::connect(s1_nbd, "db2").ok()
+    });
+    write_all(&mut client, MIB, &second);
+    client.flush().unwrap();
+    client.disconnect();
+    let db2_data = [first, second].concat();
+    read_back(&c, "db2", &db2_data, "db2 through s1 (forwarded)");
+    c.step("db2 (shard 2) written through c1 and through s1 (forwarded to c1's shard 2 engine)");
+
+    // Shard 1's volume, through its owner s1.
+    c.cli_ok(&["volume", "create", "db1", "--size", "16M"]);
+    let db1_data = blocks_data(seed, 1, 0, 2 * MIB / 4096);
+    let mut client = c.nbd_client("db1");
+    // Journaled (small) writes: at the drain they are in s1's journal only.
+    for (i, chunk) in db1_data.chunks(64 << 10).enumerate() {
+        client.write(i as u64 * (64 << 10), chunk).unwrap();
+    }
+    client.flush().unwrap();
+    client.disconnect();
+    let s1_id = this_id(&c);
+
+    // s1 has no standby: its drain hands shard 1 to c1, the only other owner.
+    let drained = c.cli_json(&["cnode", "drain", &s1_id, "--yes", "--json"]);
+    assert_eq!(drained["draining"], true, "{drained}");
+    assert_eq!(
+        drained["handovers"],
+        serde_json::json!([{ "shard": 1, "to": c1_id }]),
+        "{drained}"
+    );
+    let mut s1 = c.make_current(c1).expect("s1");
+    poll_until(Duration::from_secs(30), "the drained s1 to exit", || {
+        (!s1.is_running()).then_some(())
+    });
+    let adopted = poll_until(Duration::from_secs(30), "c1 to adopt shard 1", || {
+        let shards = extra_shards(&c, &c1_id);
+        (shards == [1, 2]).then_some(shards)
+    });
+    c.step(&format!(
+        "s1 drained; c1 adopted shard 1 while running and owns shards 0 and {adopted:?}"
+    ));
+    read_back(&c, "db1", &db1_data, "db1 through c1 after the handover");
+    read_back(&c, "db2", &db2_data, "db2 through c1");
+    let more = blocks_data(seed, 4, 0, 256 << 10 >> 12);
+    let mut client = c.nbd_client("db1");
+    client.write(0, &more[..64 << 10]).unwrap();
+    client.write(64 << 10, &more[64 << 10..]).unwrap();
+    client.flush().unwrap();
+    client.disconnect();
+    let mut db1_now = db1_data.clone();
+    db1_now[..more.len()].copy_from_slice(&more);
+    read_back(&c, "db1", &db1_now, "db1 written through c1");
+    c.step("shard 1's data read back through c1, and written there");
+
+    // A clean restart of c1: it takes back shard 2 (--shard) and shard 1 (its journal).
+    c.cnode().terminate(Duration::from_secs(60));
+    c.start_cnode("c1");
+    assert_eq!(extra_shards(&c, &c1_id), [1, 2], "c1 took its shards back");
+    read_back(&c, "db1", &db1_now, "db1 after c1's restart");
+
+    // Acknowledged writes of the adopted shard only in c1's journal, then kill -9.
+    let last = blocks_data(seed, 5, 0, 64 << 10 >> 12);
+    let mut client = c.nbd_client("db1");
+    client.write(MIB, &last).unwrap();
+    client.flush().unwrap();
+    client.disconnect();
+    db1_now[MIB as usize..MIB as usize + last.len()].copy_from_slice(&last);
+    c.cnode().kill9();
+    c.start_cnode("c1");
+    assert_eq!(extra_shards(&c, &c1_id), [1, 2]);
+    read_back(&c, "db1", &db1_now, "db1 after a kill -9 of c1");
+    read_back(&c, "db2", &db2_data, "db2 after a kill -9 of c1");
+    c.step("kill -9 of c1: shard 1's journaled writes recovered from c1's journal of it");
+    s1.kill9();
+}
