@@ -4,7 +4,9 @@
 //! `weft cnode drain` of s1, which has no standby, hands shard 1 to c1, which adopts it while
 //! running: shard 1's data reads back through c1, and writes go on. c1 restarted takes back
 //! every shard it owned; after a kill -9 of c1 with acknowledged writes of an adopted shard
-//! only in its journal, the restart recovers them. Real etcd, d.nodes and c.nodes on loopback.
+//! only in its journal, the restart recovers them. And the spread policy: a c.node that
+//! joins takes a shard from one that owns two more, under a client writing through the giving
+//! c.node, which sees no error. Real etcd, d.nodes and c.nodes on loopback.
 
 mod cluster_support;
 mod common;
@@ -169,4 +171,94 @@ fn a_cnode_owns_several_shards_and_adopts_a_drained_ones() {
     read_back(&c, "db2", &db2_data, "db2 after a kill -9 of c1");
     c.step("kill -9 of c1: shard 1's journaled writes recovered from c1's journal of it");
     s1.kill9();
+}
+
+/// A c.node that joins takes shards from one that owns two or more shards more than it,
+/// while a client writes to a volume of the shard that moves: the client, connected to the
+/// giving c.node, sees a pause and no error, and every write it had acknowledged reads back
+/// through both c.nodes.
+#[test]
+fn a_joining_cnode_takes_a_shard_under_load_without_an_error() {
+    let _serial = serial();
+    let (_, seed) = test_rng("shard-spread");
+    let mut opts = ClusterOpts::new(3).volume_size("16M");
+    opts.redundancy = "2+1".into();
+    opts.cnode_args
+        .insert("c1".into(), vec!["--shard".into(), "0,1,2".into()]);
+    opts.cnode_args
+        .insert("c2".into(), vec!["--shard".into(), "3".into()]);
+    let mut c = Cluster::start("shard-spread", seed, opts);
+    let c1_id = this_id(&c);
+    assert_eq!(extra_shards(&c, &c1_id), [1, 2]);
+    c.cli_ok(&["volume", "create", "db2", "--size", "16M", "--shard", "2"]);
+
+    // 4 KiB writes, each a block of its own, flushed every 32: acknowledged = returned Ok.
+    const BLOCKS: u64 = 3000;
+    let nbd = c.cnode().nbd;
+    let writer = std::thread::spawn(move || {
+        let mut client = NbdClient::connect(nbd, "db2").expect("connect to c1");
+        let mut errors = Vec::new();
+        let started = std::time::Instant::now();
+        let mut slowest = Duration::ZERO;
+        for k in 0..BLOCKS {
+            let t = std::time::Instant::now();
+            if let Err(e) = client.write(k * 4096, &blocks_data(seed, 9, k, 1)) {
+                errors.push(format!("write of block {k}: {e:?}"));
+                break;
+            }
+            if k % 32 == 31 {
+                if let Err(e) = client.flush() {
+                    errors.push(format!("flush after block {k}: {e:?}"));
+                    break;
+                }
+            }
+            slowest = slowest.max(t.elapsed());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let _ = client.flush();
+        client.disconnect();
+        (errors, started.elapsed(), slowest)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut c2 = c.spawn_other_cnode("c2");
+    c2.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("c2: {e:?}"));
+    c.step("c2 joined (shard 3) while a client writes db2 (shard 2) through c1");
+    let c2_id = {
+        let listed = c.cli_json(&["cnode", "list", "--json"]);
+        listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["shard"] == 3)
+            .and_then(|n| n["id"].as_str().map(String::from))
+            .unwrap_or_else(|| panic!("c2 not listed: {listed}"))
+    };
+    let moved = poll_until(
+        Duration::from_secs(30),
+        "c2 to take a shard from c1",
+        || {
+            let (mine, theirs) = (extra_shards(&c, &c1_id), extra_shards(&c, &c2_id));
+            (mine == [1] && theirs == [2]).then_some(theirs)
+        },
+    );
+    c.step(&format!(
+        "c1 handed shard {moved:?} to c2 while running; c1 keeps 0 and 1"
+    ));
+    let (errors, took, slowest) = writer.join().expect("the writer");
+    assert!(errors.is_empty(), "the client saw errors: {errors:?}");
+    c.step(&format!(
+        "{BLOCKS} writes through c1 in {:.1} s, none failed (slowest {} ms: the handover's pause)",
+        took.as_secs_f64(),
+        slowest.as_millis()
+    ));
+    let want: Vec<u8> = (0..BLOCKS)
+        .flat_map(|k| blocks_data(seed, 9, k, 1))
+        .collect();
+    read_back(&c, "db2", &want, "db2 through c1 (forwarded to c2)");
+    let c1 = c.make_current(c2).expect("c1");
+    read_back(&c, "db2", &want, "db2 through c2, its owner now");
+    c.step("every acknowledged write reads back through both c.nodes");
+    let mut c1 = c1;
+    c1.kill9();
 }

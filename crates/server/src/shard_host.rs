@@ -313,16 +313,22 @@ impl ShardHost {
         self.take(shard).await
     }
 
-    /// Adopt the shards handed to this c.node (see `shard_handover`), until shutdown.
+    /// Adopt the shards handed to this c.node (see `shard_handover`), and spread the shards
+    /// over the owners ([`ShardHost::spread_once`]), until shutdown.
     pub fn adopt_handovers(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let host = Arc::clone(self);
         tokio::spawn(async move {
+            let mut spread_at = tokio::time::Instant::now() + SPREAD_INTERVAL;
             loop {
                 tokio::select! {
                     () = host.ctx.shutdown.cancelled() => return,
                     () = tokio::time::sleep(ADOPT_INTERVAL) => {}
                 }
                 host.adopt_once().await;
+                if tokio::time::Instant::now() >= spread_at {
+                    spread_at = tokio::time::Instant::now() + SPREAD_INTERVAL;
+                    host.spread_once().await;
+                }
             }
         })
     }
@@ -381,25 +387,114 @@ impl ShardHost {
     /// its lease, so whoever adopts it next recovers nothing.
     pub async fn stop(&self) {
         let extras = std::mem::take(&mut *self.extras.lock().await);
-        for (shard, mut extra) in extras {
-            extra.stop.cancel();
-            for task in extra.tasks.drain(..) {
-                let _ = task.await;
-            }
-            extra.qos_stop.store(true, Ordering::Release);
-            if let Some(t) = extra.qos_thread.take() {
-                let _ = t.join();
-            }
-            let engine = Arc::clone(&extra.engine);
-            let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
-            extra.ownership.release();
-            self.ctx.registration.set_extra_shard(shard, false);
-            tracing::info!(
-                shard = shard.0,
-                "shard stopped: destaged, checkpointed, lease released"
-            );
+        for (shard, extra) in extras {
+            self.stop_one(shard, extra).await;
         }
     }
+
+    async fn stop_one(&self, shard: ShardId, mut extra: ExtraShard) {
+        extra.stop.cancel();
+        for task in extra.tasks.drain(..) {
+            let _ = task.await;
+        }
+        extra.qos_stop.store(true, Ordering::Release);
+        if let Some(t) = extra.qos_thread.take() {
+            let _ = t.join();
+        }
+        let engine = Arc::clone(&extra.engine);
+        let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
+        extra.ownership.release();
+        self.ctx.registration.set_extra_shard(shard, false);
+        tracing::info!(
+            shard = shard.0,
+            "shard stopped: destaged, checkpointed, lease released"
+        );
+    }
+
+    /// Hand `shard` (one this process owns besides its own) to c.node `to` while running:
+    /// ask `to` to adopt it, switch this c.node's front ends back to forwarding (requests
+    /// then wait for the next owner), wait for the requests already running on the engine,
+    /// then stop the engine (destaged, checkpointed, journal `clean`) and release the lease;
+    /// `to` takes it with nothing to replay and the waiting requests go there.
+    pub async fn give_up(&self, shard: ShardId, to: &str) -> anyhow::Result<()> {
+        let Some(extra) = self.extras.lock().await.remove(&shard) else {
+            anyhow::bail!("this c.node does not own shard {shard} besides its own");
+        };
+        let record = shard_handover::HandoverRecord {
+            shard,
+            from: self.ctx.registration.id(),
+            to: to.to_string(),
+            asked_unix_s: now_unix_s(),
+        };
+        let kv = Arc::clone(&self.ctx.kv);
+        let asked = tokio::task::spawn_blocking(move || shard_handover::ask(&*kv, &record)).await;
+        if !matches!(asked, Ok(Ok(()))) {
+            self.extras.lock().await.insert(shard, extra);
+            anyhow::bail!("could not write the handover request of shard {shard}");
+        }
+        tracing::warn!(shard = shard.0, to, "handing the shard over while running");
+        if let Some(slot) = self.ctx.router.local_slot(shard) {
+            slot.clear();
+            let deadline = tokio::time::Instant::now() + GIVE_UP_WAIT;
+            while slot.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        self.stop_one(shard, extra).await;
+        Ok(())
+    }
+
+    /// The spread policy: while this c.node owns at least two shards more than the least
+    /// loaded other owner, it gives that owner one of those it owns besides its own (the
+    /// highest numbered), one at a time: each c.node decides for itself from the
+    /// registrations, and a request of its own still pending holds the next.
+    async fn spread_once(&self) {
+        let me = self.ctx.registration.id();
+        let kv = Arc::clone(&self.ctx.kv);
+        let read = tokio::task::spawn_blocking(move || {
+            Ok::<_, anyhow::Error>((
+                crate::ha::registry::list(&*kv)?,
+                shard_handover::list(&*kv)?,
+            ))
+        })
+        .await;
+        let Ok(Ok((records, pending))) = read else {
+            return;
+        };
+        if pending.iter().any(|(r, _)| r.from == me) {
+            return;
+        }
+        let owned = self.owned().await;
+        let Some(&shard) = owned.last() else {
+            return;
+        };
+        let mine = 1 + owned.len();
+        let Some(to) = shard_handover::choose_adopter(&records, &me, &[]) else {
+            return;
+        };
+        let theirs = records
+            .iter()
+            .find(|r| r.id == to)
+            .map_or(usize::MAX, |r| shard_handover::owned_by(r).len());
+        if mine < theirs.saturating_add(2) {
+            return;
+        }
+        tracing::warn!(shard = shard.0, %to, mine, theirs, "spreading shards: this c.node owns two or more shards more than another");
+        if let Err(e) = self.give_up(shard, &to).await {
+            tracing::warn!(shard = shard.0, error = %format!("{e:#}"), "could not hand the shard over");
+        }
+    }
+}
+
+/// How long giving a shard up waits for the requests running on its engine.
+const GIVE_UP_WAIT: Duration = Duration::from_secs(30);
+/// How often the spread policy looks at the owners' loads.
+const SPREAD_INTERVAL: Duration = Duration::from_secs(2);
+
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The shards a c.node takes besides its own at start: those `--shard` lists after its own,

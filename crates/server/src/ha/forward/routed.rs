@@ -11,7 +11,7 @@
 //! again (the medium holds its new data), as after a path failure on any multipath array.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -43,6 +43,10 @@ struct Route {
     /// reservation change once its registration lapses (half a lease time after that at the
     /// earliest).
     stale_after: Duration,
+    /// The slot may be cleared (a shard this process owns besides its own, given up while
+    /// it runs): exports are opened as routed handles even while it is set, so they switch
+    /// back to forwarding when it is.
+    releasable: bool,
 }
 
 /// See the module doc.
@@ -68,8 +72,25 @@ impl RoutedBackend {
                 hello: wire::Hello { secret, cnode: me },
                 retry_for,
                 stale_after,
+                releasable: false,
             }),
         }
+    }
+
+    /// The same, for a shard whose slot may be cleared (see `Route::releasable`).
+    pub fn releasable(
+        local: Arc<LocalSlot>,
+        view: Arc<ClusterView>,
+        me: String,
+        secret: String,
+        retry_for: Duration,
+        stale_after: Duration,
+    ) -> RoutedBackend {
+        let mut b = RoutedBackend::new(local, view, me, secret, retry_for, stale_after);
+        Arc::get_mut(&mut b.route)
+            .expect("a new route is not shared")
+            .releasable = true;
+        b
     }
 }
 
@@ -82,25 +103,27 @@ impl ExportBackend for RoutedBackend {
     }
 
     fn open(&self, name: &str) -> Result<Arc<dyn ExportHandle>, OpenError> {
-        if let Some(local) = self.route.local.get() {
-            return local.open(name);
-        }
-        let info = self
-            .route
-            .view
-            .now()
-            .exports
-            .iter()
-            .find(|e| e.name == name)
-            .cloned()
-            .ok_or_else(|| OpenError::UnknownExport {
-                name: name.to_string(),
-            })?;
+        let info = match self.route.local.get() {
+            Some(local) if !self.route.releasable => return local.open(name),
+            // Served here for now: its info from the engine, its requests routed each time.
+            Some(local) => local.open(name)?.info(),
+            None => self
+                .route
+                .view
+                .now()
+                .exports
+                .iter()
+                .find(|e| e.name == name)
+                .cloned()
+                .ok_or_else(|| OpenError::UnknownExport {
+                    name: name.to_string(),
+                })?,
+        };
         Ok(Arc::new(ForwardedExport {
             route: Arc::clone(&self.route),
             info: Mutex::new(info),
             conn: Mutex::new(None),
-            local: OnceLock::new(),
+            local: Mutex::new(None),
             gone: AtomicBool::new(false),
             said: AtomicBool::new(false),
         }))
@@ -127,8 +150,9 @@ struct ForwardedExport {
     /// As listed when opened, then as the owner described it.
     info: Mutex<ExportInfo>,
     conn: Mutex<Option<Arc<ForwardConn>>>,
-    /// The same export on this c.node's engine, once this c.node took the cluster over.
-    local: OnceLock<Arc<dyn ExportHandle>>,
+    /// The same export on this c.node's engine, once this c.node took the shard over, with
+    /// the slot generation it was opened at (stale once the slot changed).
+    local: Mutex<Option<(u64, Arc<dyn ExportHandle>)>>,
     gone: AtomicBool,
     /// A lost owner was logged for this export (once per outage).
     said: AtomicBool,
@@ -146,19 +170,32 @@ impl ForwardedExport {
         self.info.lock().name.clone()
     }
 
-    /// Where a request goes now.
-    fn target(&self) -> Result<Target, ExportIoError> {
-        if let Some(h) = self.local.get() {
-            return Ok(Target::Local(Arc::clone(h)));
+    /// The local handle, if it is of the slot's current generation.
+    fn local_handle(&self) -> Option<Arc<dyn ExportHandle>> {
+        let generation = self.route.local.generation();
+        match &*self.local.lock() {
+            Some((g, h)) if *g == generation => Some(Arc::clone(h)),
+            _ => None,
         }
+    }
+
+    /// Where a request goes now. Called inside [`LocalSlot::enter`].
+    fn target(&self) -> Result<Target, ExportIoError> {
+        if let Some(h) = self.local_handle() {
+            return Ok(Target::Local(h));
+        }
+        let generation = self.route.local.generation();
         if let Some(local) = self.route.local.get() {
             let handle = local.open(&self.name()).map_err(|_| {
                 self.gone.store(true, Ordering::Release);
                 ExportIoError::Gone
             })?;
             self.kill_connection();
-            return Ok(Target::Local(Arc::clone(self.local.get_or_init(|| handle))));
+            *self.local.lock() = Some((generation, Arc::clone(&handle)));
+            return Ok(Target::Local(handle));
         }
+        // The slot was cleared (this c.node gave the shard up): forward again.
+        self.local.lock().take();
         let stale = self.route.view.unread_for();
         if stale > self.route.stale_after {
             self.kill_connection();
@@ -222,12 +259,20 @@ impl ForwardedExport {
     ) -> Result<Answer, ExportIoError> {
         let deadline = Instant::now() + self.route.retry_for;
         loop {
-            let why = match self.target()? {
-                Target::Local(h) => return local(&*h),
+            // Counted while it may run on this c.node's engine, never while it waits for an
+            // owner: giving the shard up waits for these, and the next owner for that.
+            let entered = self.route.local.enter();
+            let target = self.target()?;
+            if let Target::Local(h) = &target {
+                return local(&**h);
+            }
+            drop(entered);
+            let why = match target {
+                Target::Local(_) => unreachable!("answered above"),
                 Target::Owner(conn) => {
                     let owner = conn.owner.clone();
                     let give_up = || {
-                        self.route.local.get().is_some()
+                        self.route.local.is_set()
                             || self.route.view.now().owner.as_ref().map(|o| &o.id) != Some(&owner)
                     };
                     match conn.call(op, flags, offset_bytes, length_bytes, data, &give_up) {
@@ -284,7 +329,7 @@ fn fua_flag(fua: bool) -> u8 {
 
 impl ExportHandle for ForwardedExport {
     fn info(&self) -> ExportInfo {
-        if let Some(h) = self.local.get() {
+        if let Some(h) = self.local_handle() {
             return h.info();
         }
         let mut info = self.info.lock().clone();
@@ -415,12 +460,12 @@ impl ExportHandle for ForwardedExport {
     }
 
     fn is_gone(&self) -> bool {
-        self.gone.load(Ordering::Acquire) || self.local.get().is_some_and(|h| h.is_gone())
+        self.gone.load(Ordering::Acquire) || self.local_handle().is_some_and(|h| h.is_gone())
     }
 
     /// Once this c.node owns the volume, its own throttle; before, the owner's throttles.
     fn qos(&self) -> Option<Arc<crate::qos::VolumeQos>> {
-        self.local.get().and_then(|h| h.qos())
+        self.local_handle().and_then(|h| h.qos())
     }
 }
 

@@ -139,7 +139,8 @@ impl ShardRouter {
         let view = ClusterView::start(Arc::clone(&self.kv), shard);
         let f = &self.forwarding;
         let local = LocalSlot::new();
-        let backend = RoutedBackend::new(
+        // This process may own the shard for a while and give it up again.
+        let backend = RoutedBackend::releasable(
             Arc::clone(&local),
             Arc::clone(&view),
             f.me.clone(),
