@@ -111,6 +111,10 @@ pub struct DnodeRunArgs {
     /// Failure domain (rack, room, host): a stripe's chunks go to distinct zones if it can.
     #[arg(long, default_value = "")]
     pub zone: String,
+    /// Storage tier of its disks (performance, capacity or a name): a pool created with
+    /// --tier is placed only on d.nodes of its tier.
+    #[arg(long, default_value = "", value_parser = parse_tier_or_none)]
+    pub tier: String,
     /// Cluster id; c.nodes of another cluster are refused.
     #[arg(long, default_value = CLUSTER_ID_DEFAULT)]
     pub cluster_id: String,
@@ -270,6 +274,16 @@ pub enum PoolCommand {
         /// safer, and writes wait while fewer d.nodes of a placement group are up.
         #[arg(long)]
         min_size: Option<u8>,
+        /// Storage tier (performance, capacity or a name): the advisor counts its volumes on
+        /// it, and once d.nodes say their tier (weft dnode --tier) it is placed on those only.
+        #[arg(long, value_parser = parse_tier)]
+        tier: Option<String>,
+        /// The tier's price in dollars per GB-month (default: the tier book's, weft tier list).
+        #[arg(long, requires_all = ["tier", "price_iops"])]
+        price_gb: Option<f64>,
+        /// The tier's price in dollars per IOPS-month.
+        #[arg(long, requires_all = ["tier", "price_gb"])]
+        price_iops: Option<f64>,
     },
     /// List pools with the health of their placement groups.
     #[command(visible_alias = "ls")]
@@ -294,6 +308,20 @@ pub enum ClusterCommand {
     },
     /// Verify every chunk on every d.node now; corrupt chunks are rebuilt from their stripes.
     Scrub,
+}
+
+/// A tier name: 1 to 32 of lowercase letters, digits, - and _.
+pub fn parse_tier(text: &str) -> Result<String, String> {
+    weft_server::tiering::prices::check_tier_name(text).map(|()| text.to_string())
+}
+
+/// A tier name, or empty for none.
+fn parse_tier_or_none(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        Ok(String::new())
+    } else {
+        parse_tier(text)
+    }
 }
 
 pub fn parse_redundancy(text: &str) -> Result<Redundancy, String> {
@@ -330,6 +358,7 @@ pub fn run_dnode(args: DnodeRunArgs) -> anyhow::Result<()> {
     let mut config = weft_dnode::DnodeConfig::new(args.cluster_id, args.listen, args.data);
     config.advertise = args.advertise;
     config.zone = args.zone;
+    config.tier = args.tier;
     config.capacity_bytes = args.capacity;
     config.direct_io = !args.buffered_reads;
     config.lease_ttl = args.lease_ttl;
@@ -367,13 +396,18 @@ fn node_line(n: &Value) -> String {
     let down = n["down_for_s"]
         .as_u64()
         .map_or(String::new(), |s| format!(" (for {s}s)"));
+    let tier = match n["tier"].as_str() {
+        Some(t) if !t.is_empty() => t,
+        _ => "-",
+    };
     format!(
-        "{:<14} {:<5}{:<12} {:<22} {:<10} {:>10} / {:<10} {:>5} PG positions",
+        "{:<14} {:<5}{:<12} {:<22} {:<10} {:<12} {:>10} / {:<10} {:>5} PG positions",
         n["id"].as_str().unwrap_or("?"),
         n["state"].as_str().unwrap_or("?"),
         down,
         n["addr"].as_str().unwrap_or(""),
         n["zone"].as_str().unwrap_or(""),
+        tier,
         human(n["used_bytes"].as_u64().unwrap_or(0)),
         n["capacity_bytes"].as_u64().map_or("-".into(), human),
         n["pg_positions"].as_u64().unwrap_or(0),
@@ -381,8 +415,17 @@ fn node_line(n: &Value) -> String {
 }
 
 fn pool_line(p: &Value) -> String {
+    let tier = match (
+        p["tier"].as_str(),
+        p["price_gb"].as_f64(),
+        p["price_iops"].as_f64(),
+    ) {
+        (Some(t), Some(gb), Some(iops)) => format!(" tier {t} (${gb}/GB-mo, ${iops}/IOPS-mo),"),
+        (Some(t), _, _) => format!(" tier {t},"),
+        (None, _, _) => String::new(),
+    };
     format!(
-        "{:<12} {:<6} min_size {}, {:>4} PGs: {} healthy, {} degraded, {} incomplete (map epoch {})",
+        "{:<12} {:<6}{tier} min_size {}, {:>4} PGs: {} healthy, {} degraded, {} incomplete (map epoch {})",
         p["name"].as_str().unwrap_or("?"),
         p["redundancy"].as_str().unwrap_or("?"),
         p["min_size"],
@@ -604,6 +647,9 @@ pub fn pool(client: &ApiClient, command: PoolCommand, json: bool) -> anyhow::Res
             none,
             pg_count,
             min_size,
+            tier,
+            price_gb,
+            price_iops,
         } => {
             let redundancy = match (ec, replicas, none) {
                 (Some(r), _, _) => r,
@@ -622,9 +668,19 @@ pub fn pool(client: &ApiClient, command: PoolCommand, json: bool) -> anyhow::Res
             if let Some(m) = min_size {
                 body["min_size"] = m.into();
             }
+            if let Some(t) = &tier {
+                body["tier"] = t.as_str().into();
+            }
+            if let Some((gb, iops)) = price_gb.zip(price_iops) {
+                body["price_gb"] = gb.into();
+                body["price_iops"] = iops.into();
+            }
             let v = client.call("POST", "/pools", Some(body))?;
             show(json, &v, |_| {
-                println!("created pool {name} ({redundancy}, {pg_count} placement groups)");
+                let on = tier
+                    .as_ref()
+                    .map_or(String::new(), |t| format!(", tier {t}"));
+                println!("created pool {name} ({redundancy}, {pg_count} placement groups{on})");
             })?;
         }
         PoolCommand::List => {

@@ -113,15 +113,21 @@ pub fn tier(client: &ApiClient, command: TierCommand, json: bool) -> anyhow::Res
 
 fn print_tiers(v: &Value) {
     println!(
-        "{:<16} {:>10} {:>12} {:>14}  LOCAL",
-        "TIER", "$/GB-MO", "$/IOPS-MO", "CUTOFF IOPS/GB"
+        "{:<16} {:>10} {:>12} {:>14}  {:<6} POOLS",
+        "TIER", "$/GB-MO", "$/IOPS-MO", "CUTOFF IOPS/GB", "LOCAL"
     );
     for t in v["tiers"].as_array().into_iter().flatten() {
         let cutoff = t["intensity_cutoff"]
             .as_f64()
             .map_or_else(|| "-".to_string(), |c| format!("{c:.3}"));
+        let pools: Vec<&str> = t["pools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
         println!(
-            "{:<16} {:>10} {:>12} {:>14}  {}",
+            "{:<16} {:>10} {:>12} {:>14}  {:<6} {}",
             t["name"].as_str().unwrap_or(""),
             t["price_gb"].as_f64().unwrap_or(0.0),
             t["price_iops"].as_f64().unwrap_or(0.0),
@@ -130,6 +136,11 @@ fn print_tiers(v: &Value) {
                 "yes"
             } else {
                 ""
+            },
+            if pools.is_empty() {
+                "-".to_string()
+            } else {
+                pools.join(",")
             }
         );
     }
