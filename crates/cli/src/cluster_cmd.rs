@@ -1,6 +1,6 @@
 //! The cluster commands: `weft cnode` (a c.node over etcd and d.nodes), `weft dnode` (run a
-//! d.node, or `list|info|out|in` through the API), `weft pool create|list|info` and
-//! `weft cluster status|repair`.
+//! d.node, or `list|info|out|in` through the API) and `weft cluster status|repair` (`weft pool`
+//! is `pool_cmd`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +14,7 @@ use weft_ec::Redundancy;
 use crate::client::{print_json, seg, show, ApiClient};
 use crate::confirm;
 use crate::exit_code::Failure;
+use crate::pool_cmd::{parse_redundancy, parse_tier, pool_line};
 use crate::print::human;
 use crate::size::parse_size;
 
@@ -253,49 +254,6 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
 }
 
 #[derive(Debug, Subcommand)]
-pub enum PoolCommand {
-    /// Create a pool.
-    Create {
-        /// The pool's name (volume create --pool names it).
-        name: String,
-        /// Erasure coding k+m (e.g. 4+2; k up to 21, m up to 3).
-        #[arg(long, value_parser = parse_redundancy, conflicts_with_all = ["replicas", "none"])]
-        ec: Option<Redundancy>,
-        /// Copies (2..4).
-        #[arg(long, conflicts_with = "none")]
-        replicas: Option<u8>,
-        /// No redundancy (one chunk per stripe).
-        #[arg(long)]
-        none: bool,
-        /// Placement groups: stripes are spread over this many d.node sets.
-        #[arg(long, default_value_t = 64)]
-        pg_count: u32,
-        /// Chunks that must be durable before a stripe is (default min(k+1, k+m)); more is
-        /// safer, and writes wait while fewer d.nodes of a placement group are up.
-        #[arg(long)]
-        min_size: Option<u8>,
-        /// Storage tier (performance, capacity or a name): the advisor counts its volumes on
-        /// it, and once d.nodes say their tier (weft dnode --tier) it is placed on those only.
-        #[arg(long, value_parser = parse_tier)]
-        tier: Option<String>,
-        /// The tier's price in dollars per GB-month (default: the tier book's, weft tier list).
-        #[arg(long, requires_all = ["tier", "price_iops"])]
-        price_gb: Option<f64>,
-        /// The tier's price in dollars per IOPS-month.
-        #[arg(long, requires_all = ["tier", "price_gb"])]
-        price_iops: Option<f64>,
-    },
-    /// List pools with the health of their placement groups.
-    #[command(visible_alias = "ls")]
-    List,
-    /// Show one pool.
-    Info {
-        /// The pool's name.
-        name: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// d.nodes, pools, placement-group health, rebuild progress.
     Status,
@@ -310,11 +268,6 @@ pub enum ClusterCommand {
     Scrub,
 }
 
-/// A tier name: 1 to 32 of lowercase letters, digits, - and _.
-pub fn parse_tier(text: &str) -> Result<String, String> {
-    weft_server::tiering::prices::check_tier_name(text).map(|()| text.to_string())
-}
-
 /// A tier name, or empty for none.
 fn parse_tier_or_none(text: &str) -> Result<String, String> {
     if text.is_empty() {
@@ -322,10 +275,6 @@ fn parse_tier_or_none(text: &str) -> Result<String, String> {
     } else {
         parse_tier(text)
     }
-}
-
-pub fn parse_redundancy(text: &str) -> Result<Redundancy, String> {
-    Redundancy::parse(text).map_err(|e| e.to_string())
 }
 
 /// `90s`, `5m`, `2h`, `1d`, or milliseconds with `ms`.
@@ -411,29 +360,6 @@ fn node_line(n: &Value) -> String {
         human(n["used_bytes"].as_u64().unwrap_or(0)),
         n["capacity_bytes"].as_u64().map_or("-".into(), human),
         n["pg_positions"].as_u64().unwrap_or(0),
-    )
-}
-
-fn pool_line(p: &Value) -> String {
-    let tier = match (
-        p["tier"].as_str(),
-        p["price_gb"].as_f64(),
-        p["price_iops"].as_f64(),
-    ) {
-        (Some(t), Some(gb), Some(iops)) => format!(" tier {t} (${gb}/GB-mo, ${iops}/IOPS-mo),"),
-        (Some(t), _, _) => format!(" tier {t},"),
-        (None, _, _) => String::new(),
-    };
-    format!(
-        "{:<12} {:<6}{tier} min_size {}, {:>4} PGs: {} healthy, {} degraded, {} incomplete (map epoch {})",
-        p["name"].as_str().unwrap_or("?"),
-        p["redundancy"].as_str().unwrap_or("?"),
-        p["min_size"],
-        p["pg_count"],
-        p["pgs_healthy"],
-        p["pgs_degraded"],
-        p["pgs_incomplete"],
-        p["pgmap_epoch"],
     )
 }
 
@@ -633,71 +559,6 @@ pub fn dnode_admin(client: &ApiClient, action: DnodeAction, json: bool) -> anyho
         DnodeAction::In { id } => {
             let v = client.call("POST", &format!("/dnodes/{}/in", seg(&id)), None)?;
             show(json, &v, |_| println!("{id} is in"))?;
-        }
-    }
-    Ok(())
-}
-
-pub fn pool(client: &ApiClient, command: PoolCommand, json: bool) -> anyhow::Result<()> {
-    match command {
-        PoolCommand::Create {
-            name,
-            ec,
-            replicas,
-            none,
-            pg_count,
-            min_size,
-            tier,
-            price_gb,
-            price_iops,
-        } => {
-            let redundancy = match (ec, replicas, none) {
-                (Some(r), _, _) => r,
-                (None, Some(n), _) => {
-                    Redundancy::replicated(n).map_err(|e| anyhow::anyhow!("{e}"))?
-                }
-                (None, None, true) => Redundancy::None,
-                (None, None, false) => {
-                    return Err(
-                        Failure::Usage("say --ec K+M, --replicas N or --none".into()).into(),
-                    )
-                }
-            };
-            let mut body =
-                json!({ "name": name, "redundancy": redundancy.to_string(), "pg_count": pg_count });
-            if let Some(m) = min_size {
-                body["min_size"] = m.into();
-            }
-            if let Some(t) = &tier {
-                body["tier"] = t.as_str().into();
-            }
-            if let Some((gb, iops)) = price_gb.zip(price_iops) {
-                body["price_gb"] = gb.into();
-                body["price_iops"] = iops.into();
-            }
-            let v = client.call("POST", "/pools", Some(body))?;
-            show(json, &v, |_| {
-                let on = tier
-                    .as_ref()
-                    .map_or(String::new(), |t| format!(", tier {t}"));
-                println!("created pool {name} ({redundancy}, {pg_count} placement groups{on})");
-            })?;
-        }
-        PoolCommand::List => {
-            let v = client.call("GET", "/pools", None)?;
-            if json {
-                return print_json(&v);
-            }
-            for p in v.as_array().into_iter().flatten() {
-                println!("{}", pool_line(p));
-            }
-        }
-        PoolCommand::Info { name } => {
-            let v = client.call("GET", &format!("/pools/{}", seg(&name)), None)?;
-            if json {
-                return print_json(&v);
-            }
-            println!("{}", pool_line(&v));
         }
     }
     Ok(())
