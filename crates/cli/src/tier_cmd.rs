@@ -111,6 +111,25 @@ pub fn tier(client: &ApiClient, command: TierCommand, json: bool) -> anyhow::Res
     }
 }
 
+/// `weft stats`: the bytes stored on each tier that holds any (`GET /api/v1/tiers`).
+pub fn print_stored_by_tier(v: &Value) {
+    let on: Vec<String> = v["tiers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let bytes = t["stored_bytes"].as_u64().filter(|b| *b > 0)?;
+            Some(format!("{} {}", t["name"].as_str()?, binary(bytes)))
+        })
+        .collect();
+    let text = if on.is_empty() {
+        "nothing stored".to_string()
+    } else {
+        on.join(", ")
+    };
+    println!("{:<18}{text}", "stored by tier");
+}
+
 fn print_tiers(v: &Value) {
     println!(
         "{:<16} {:>10} {:>12} {:>14}  {:<6} POOLS",

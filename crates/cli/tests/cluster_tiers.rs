@@ -6,7 +6,8 @@
 //! the pool's placement groups only on the capacity d.nodes (`weft dnode list` shows each
 //! d.node's tier); data written to a volume of the pool reads back. `weft tier list` lists the
 //! pool under its tier at the pool's prices, and `weft tier advise` counts the pool's volume
-//! on capacity and the default (untiered) pool's vol0 on the c.node's tier. A second pool
+//! on capacity and the default (untiered) pool's vol0 on the c.node's tier; `weft stats`
+//! shows the bytes stored on each tier. A second pool
 //! pricing the same tier otherwise, and a tier nobody priced, are refused.
 
 mod cluster_support;
@@ -182,6 +183,26 @@ fn a_tiered_pool_lives_on_its_tiers_dnodes_and_the_advisor_counts_its_volumes_th
         .unwrap_or_else(|| panic!("{tiers:#}"));
     assert_eq!(cap["price_gb"], 0.02, "{tiers}");
     assert_eq!(cap["pools"], serde_json::json!(["cold"]), "{tiers}");
+    // Stored bytes per tier: cold1's family on capacity, vol0's on performance (random data:
+    // nothing to reduce, so at least what was written).
+    let stored = |name: &str| {
+        tiers["tiers"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["name"] == name))
+            .and_then(|t| t["stored_bytes"].as_u64())
+            .unwrap_or(0)
+    };
+    assert!(stored("capacity") >= data.len() as u64, "{tiers}");
+    assert!(stored("performance") >= hot.len() as u64, "{tiers}");
+    let stats = c.cli_ok(&["stats"]);
+    let line = stats
+        .lines()
+        .find(|l| l.starts_with("stored by tier"))
+        .unwrap_or_else(|| panic!("no tier line in weft stats:\n{stats}"));
+    assert!(
+        line.contains("capacity ") && line.contains("performance "),
+        "{stats}"
+    );
     let text = c.cli_ok(&["tier", "list"]);
     assert!(
         text.lines()

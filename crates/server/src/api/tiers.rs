@@ -42,6 +42,10 @@ pub struct Tier {
     /// The cluster's pools on this tier (empty outside a cluster).
     #[serde(default)]
     pub pools: Vec<String>,
+    /// Bytes stored on this tier after data reduction: the families of the volumes on it
+    /// (`weft stats`).
+    #[serde(default)]
+    pub stored_bytes: u64,
     /// $/GB over $/IOPS: above this intensity (IOPS/GB) the tier bills IOPS, below it GB
     /// (null for a tier whose IOPS are free).
     pub intensity_cutoff: Option<f64>,
@@ -78,7 +82,43 @@ pub struct TiersReport {
     ),
 )]
 pub async fn list(State(state): State<ApiState>) -> Json<TiersReport> {
-    Json(report(&state.tiering, state.cluster.as_deref()))
+    let (engine, tiering) = (state.engine.clone(), Arc::clone(&state.tiering));
+    let cluster = state.cluster.clone();
+    let stored =
+        tokio::task::spawn_blocking(move || stored_by_tier(&engine, &tiering, cluster.as_deref()))
+            .await
+            .unwrap_or_default();
+    Json(report(&state.tiering, state.cluster.as_deref(), &stored))
+}
+
+/// The tier a family is on: its pool's, or this server's `--tier` (an untiered pool, or
+/// `weft serve`).
+fn tier_of(t: &Tiering, cluster: Option<&ClusterPlacement>, family: u64) -> String {
+    cluster
+        .and_then(|c| c.pool_of_family(family))
+        .and_then(|p| p.tier)
+        .unwrap_or_else(|| t.config.tier.clone())
+}
+
+/// Stored bytes (after data reduction) per tier, each family counted once through its
+/// volumes (a family left with snapshots alone is not counted).
+fn stored_by_tier(
+    engine: &Engine,
+    t: &Tiering,
+    cluster: Option<&ClusterPlacement>,
+) -> BTreeMap<String, u64> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = BTreeMap::new();
+    for (name, _) in engine.volume_sizes() {
+        let Ok(info) = engine.volume_info(&name) else {
+            continue; // deleted meanwhile
+        };
+        if seen.insert(info.family.id) {
+            *out.entry(tier_of(t, cluster, info.family.id)).or_default() +=
+                info.family.reduction.stored_bytes;
+        }
+    }
+    out
 }
 
 /// The tiers the advisor prices: the book's, with the pools' tiers at their prices.
@@ -98,7 +138,11 @@ fn priced_tiers(
     (tiers, pools)
 }
 
-fn report(t: &Tiering, cluster: Option<&ClusterPlacement>) -> TiersReport {
+fn report(
+    t: &Tiering,
+    cluster: Option<&ClusterPlacement>,
+    stored: &BTreeMap<String, u64>,
+) -> TiersReport {
     let extent_bytes = t.config.extent_bytes;
     let extents = t.extents();
     let (tiers, pools) = priced_tiers(t, cluster);
@@ -109,6 +153,7 @@ fn report(t: &Tiering, cluster: Option<&ClusterPlacement>) -> TiersReport {
             .map(|(name, p)| Tier {
                 local: name == t.config.tier,
                 intensity_cutoff: (p.price_iops > 0.0).then(|| p.price_gb / p.price_iops),
+                stored_bytes: stored.get(&name).copied().unwrap_or(0),
                 pools: pools
                     .iter()
                     .filter(|r| r.tier.as_deref() == Some(name.as_str()))
@@ -149,13 +194,14 @@ pub async fn set(
     Path(name): Path<String>,
     Json(prices): Json<TierPrices>,
 ) -> Result<Json<TiersReport>, ApiError> {
-    let tiering = Arc::clone(&state.tiering);
+    let (engine, tiering) = (state.engine.clone(), Arc::clone(&state.tiering));
     let cluster = state.cluster.clone();
     tokio::task::spawn_blocking(move || {
         tiering
             .set_prices(&name, prices)
             .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
-        Ok(Json(report(&tiering, cluster.as_deref())))
+        let stored = stored_by_tier(&engine, &tiering, cluster.as_deref());
+        Ok(Json(report(&tiering, cluster.as_deref(), &stored)))
     })
     .await
     .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
@@ -269,11 +315,7 @@ fn volume_advice(
     let covered = WindowCounts::from_fn(|w| w.covered_s(now, started_s));
     let reduction = info.family.reduction.ratio.unwrap_or(1.0).max(1e-9);
     // In a cluster: its pool's tier (an untiered pool's volumes are on the c.node's).
-    let tier_now = on
-        .cluster
-        .and_then(|c| c.pool_of_family(info.family.id))
-        .and_then(|p| p.tier)
-        .unwrap_or_else(|| tiering.config.tier.clone());
+    let tier_now = tier_of(tiering, on.cluster, info.family.id);
     let tiers = on.tiers;
     let mut extents = Vec::new();
     let count = info.size_bytes.div_ceil(extent_bytes);
