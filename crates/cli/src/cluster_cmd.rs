@@ -1,6 +1,6 @@
 //! The cluster commands: `weft cnode` (a c.node over etcd and d.nodes), `weft dnode` (run a
-//! d.node, or `list|info|out|in` through the API), `weft pool create|list|info` and
-//! `weft cluster status|repair`.
+//! d.node, or `list|info|out|in` through the API) and `weft cluster status|repair` (`weft pool`
+//! is `pool_cmd`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +14,7 @@ use weft_ec::Redundancy;
 use crate::client::{print_json, seg, show, ApiClient};
 use crate::confirm;
 use crate::exit_code::Failure;
+use crate::pool_cmd::{parse_redundancy, parse_tier, pool_line};
 use crate::print::human;
 use crate::size::parse_size;
 
@@ -115,6 +116,10 @@ pub struct DnodeRunArgs {
     /// Failure domain (rack, room, host): a stripe's chunks go to distinct zones if it can.
     #[arg(long, default_value = "")]
     pub zone: String,
+    /// Storage tier of its disks (performance, capacity or a name): a pool created with
+    /// --tier is placed only on d.nodes of its tier.
+    #[arg(long, default_value = "", value_parser = parse_tier_or_none)]
+    pub tier: String,
     /// Cluster id; c.nodes of another cluster are refused.
     #[arg(long, default_value = CLUSTER_ID_DEFAULT)]
     pub cluster_id: String,
@@ -272,39 +277,6 @@ fn shard_column(c: &serde_json::Value) -> String {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum PoolCommand {
-    /// Create a pool.
-    Create {
-        /// The pool's name (volume create --pool names it).
-        name: String,
-        /// Erasure coding k+m (e.g. 4+2; k up to 21, m up to 3).
-        #[arg(long, value_parser = parse_redundancy, conflicts_with_all = ["replicas", "none"])]
-        ec: Option<Redundancy>,
-        /// Copies (2..4).
-        #[arg(long, conflicts_with = "none")]
-        replicas: Option<u8>,
-        /// No redundancy (one chunk per stripe).
-        #[arg(long)]
-        none: bool,
-        /// Placement groups: stripes are spread over this many d.node sets.
-        #[arg(long, default_value_t = 64)]
-        pg_count: u32,
-        /// Chunks that must be durable before a stripe is (default min(k+1, k+m)); more is
-        /// safer, and writes wait while fewer d.nodes of a placement group are up.
-        #[arg(long)]
-        min_size: Option<u8>,
-    },
-    /// List pools with the health of their placement groups.
-    #[command(visible_alias = "ls")]
-    List,
-    /// Show one pool.
-    Info {
-        /// The pool's name.
-        name: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// d.nodes, pools, placement-group health, rebuild progress.
     Status,
@@ -319,8 +291,13 @@ pub enum ClusterCommand {
     Scrub,
 }
 
-pub fn parse_redundancy(text: &str) -> Result<Redundancy, String> {
-    Redundancy::parse(text).map_err(|e| e.to_string())
+/// A tier name, or empty for none.
+fn parse_tier_or_none(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        Ok(String::new())
+    } else {
+        parse_tier(text)
+    }
 }
 
 /// `90s`, `5m`, `2h`, `1d`, or milliseconds with `ms`.
@@ -353,6 +330,7 @@ pub fn run_dnode(args: DnodeRunArgs) -> anyhow::Result<()> {
     let mut config = weft_dnode::DnodeConfig::new(args.cluster_id, args.listen, args.data);
     config.advertise = args.advertise;
     config.zone = args.zone;
+    config.tier = args.tier;
     config.capacity_bytes = args.capacity;
     config.direct_io = !args.buffered_reads;
     config.lease_ttl = args.lease_ttl;
@@ -390,30 +368,21 @@ fn node_line(n: &Value) -> String {
     let down = n["down_for_s"]
         .as_u64()
         .map_or(String::new(), |s| format!(" (for {s}s)"));
+    let tier = match n["tier"].as_str() {
+        Some(t) if !t.is_empty() => t,
+        _ => "-",
+    };
     format!(
-        "{:<14} {:<5}{:<12} {:<22} {:<10} {:>10} / {:<10} {:>5} PG positions",
+        "{:<14} {:<5}{:<12} {:<22} {:<10} {:<12} {:>10} / {:<10} {:>5} PG positions",
         n["id"].as_str().unwrap_or("?"),
         n["state"].as_str().unwrap_or("?"),
         down,
         n["addr"].as_str().unwrap_or(""),
         n["zone"].as_str().unwrap_or(""),
+        tier,
         human(n["used_bytes"].as_u64().unwrap_or(0)),
         n["capacity_bytes"].as_u64().map_or("-".into(), human),
         n["pg_positions"].as_u64().unwrap_or(0),
-    )
-}
-
-fn pool_line(p: &Value) -> String {
-    format!(
-        "{:<12} {:<6} min_size {}, {:>4} PGs: {} healthy, {} degraded, {} incomplete (map epoch {})",
-        p["name"].as_str().unwrap_or("?"),
-        p["redundancy"].as_str().unwrap_or("?"),
-        p["min_size"],
-        p["pg_count"],
-        p["pgs_healthy"],
-        p["pgs_degraded"],
-        p["pgs_incomplete"],
-        p["pgmap_epoch"],
     )
 }
 
@@ -613,58 +582,6 @@ pub fn dnode_admin(client: &ApiClient, action: DnodeAction, json: bool) -> anyho
         DnodeAction::In { id } => {
             let v = client.call("POST", &format!("/dnodes/{}/in", seg(&id)), None)?;
             show(json, &v, |_| println!("{id} is in"))?;
-        }
-    }
-    Ok(())
-}
-
-pub fn pool(client: &ApiClient, command: PoolCommand, json: bool) -> anyhow::Result<()> {
-    match command {
-        PoolCommand::Create {
-            name,
-            ec,
-            replicas,
-            none,
-            pg_count,
-            min_size,
-        } => {
-            let redundancy = match (ec, replicas, none) {
-                (Some(r), _, _) => r,
-                (None, Some(n), _) => {
-                    Redundancy::replicated(n).map_err(|e| anyhow::anyhow!("{e}"))?
-                }
-                (None, None, true) => Redundancy::None,
-                (None, None, false) => {
-                    return Err(
-                        Failure::Usage("say --ec K+M, --replicas N or --none".into()).into(),
-                    )
-                }
-            };
-            let mut body =
-                json!({ "name": name, "redundancy": redundancy.to_string(), "pg_count": pg_count });
-            if let Some(m) = min_size {
-                body["min_size"] = m.into();
-            }
-            let v = client.call("POST", "/pools", Some(body))?;
-            show(json, &v, |_| {
-                println!("created pool {name} ({redundancy}, {pg_count} placement groups)");
-            })?;
-        }
-        PoolCommand::List => {
-            let v = client.call("GET", "/pools", None)?;
-            if json {
-                return print_json(&v);
-            }
-            for p in v.as_array().into_iter().flatten() {
-                println!("{}", pool_line(p));
-            }
-        }
-        PoolCommand::Info { name } => {
-            let v = client.call("GET", &format!("/pools/{}", seg(&name)), None)?;
-            if json {
-                return print_json(&v);
-            }
-            println!("{}", pool_line(&v));
         }
     }
     Ok(())

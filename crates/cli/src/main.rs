@@ -14,6 +14,7 @@ mod group_cmd;
 mod host_cmd;
 mod logging;
 mod pipe_exit;
+mod pool_cmd;
 mod print;
 mod qos_cmd;
 mod schedule_cmd;
@@ -82,7 +83,7 @@ enum Command {
     Dnode(cluster_cmd::DnodeCommand),
     /// Manage pools (redundancy: none, copies or erasure coding).
     #[command(subcommand)]
-    Pool(cluster_cmd::PoolCommand),
+    Pool(pool_cmd::PoolCommand),
     /// Tiers and their prices, and the advisor: which extents earn flash (IOPS/GB).
     #[command(subcommand)]
     Tier(tier_cmd::TierCommand),
@@ -481,7 +482,7 @@ fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
             action: Some(action),
             ..
         }) => cluster_cmd::cnode_admin(&client, action, json),
-        Command::Pool(c) => cluster_cmd::pool(&client, c, json),
+        Command::Pool(c) => pool_cmd::pool(&client, c, json),
         Command::Tier(c) => tier_cmd::tier(&client, c, json),
         Command::Host(c) => host_cmd::host(&client, c, json),
         Command::Volume(VolumeCommand::Map(a)) => host_cmd::map(&client, a, json),

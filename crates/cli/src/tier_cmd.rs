@@ -111,17 +111,42 @@ pub fn tier(client: &ApiClient, command: TierCommand, json: bool) -> anyhow::Res
     }
 }
 
+/// `weft stats`: the bytes stored on each tier that holds any (`GET /api/v1/tiers`).
+pub fn print_stored_by_tier(v: &Value) {
+    let on: Vec<String> = v["tiers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let bytes = t["stored_bytes"].as_u64().filter(|b| *b > 0)?;
+            Some(format!("{} {}", t["name"].as_str()?, binary(bytes)))
+        })
+        .collect();
+    let text = if on.is_empty() {
+        "nothing stored".to_string()
+    } else {
+        on.join(", ")
+    };
+    println!("{:<18}{text}", "stored by tier");
+}
+
 fn print_tiers(v: &Value) {
     println!(
-        "{:<16} {:>10} {:>12} {:>14}  LOCAL",
-        "TIER", "$/GB-MO", "$/IOPS-MO", "CUTOFF IOPS/GB"
+        "{:<16} {:>10} {:>12} {:>14}  {:<6} POOLS",
+        "TIER", "$/GB-MO", "$/IOPS-MO", "CUTOFF IOPS/GB", "LOCAL"
     );
     for t in v["tiers"].as_array().into_iter().flatten() {
         let cutoff = t["intensity_cutoff"]
             .as_f64()
             .map_or_else(|| "-".to_string(), |c| format!("{c:.3}"));
+        let pools: Vec<&str> = t["pools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
         println!(
-            "{:<16} {:>10} {:>12} {:>14}  {}",
+            "{:<16} {:>10} {:>12} {:>14}  {:<6} {}",
             t["name"].as_str().unwrap_or(""),
             t["price_gb"].as_f64().unwrap_or(0.0),
             t["price_iops"].as_f64().unwrap_or(0.0),
@@ -130,6 +155,11 @@ fn print_tiers(v: &Value) {
                 "yes"
             } else {
                 ""
+            },
+            if pools.is_empty() {
+                "-".to_string()
+            } else {
+                pools.join(",")
             }
         );
     }

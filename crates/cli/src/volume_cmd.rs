@@ -296,7 +296,14 @@ pub fn run(client: &ApiClient, request: Request, json: bool) -> anyhow::Result<(
             let capacity = (!json)
                 .then(|| client.call("GET", "/capacity", None).ok())
                 .flatten();
+            // Optional too: stored bytes per tier (a server from before tiers answers 404).
+            let tiers = (!json)
+                .then(|| client.call("GET", "/tiers", None).ok())
+                .flatten();
             show(json, &v, |v| print::stats(v, capacity.as_ref()))?;
+            if let Some(t) = tiers {
+                crate::tier_cmd::print_stored_by_tier(&t);
+            }
         }
         Request::Sync => {
             let v = client.call("POST", "/sync", None)?;

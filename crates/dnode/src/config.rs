@@ -40,6 +40,9 @@ pub struct DnodeConfig {
     pub data_dirs: Vec<PathBuf>,
     /// Failure domain (rack, room), for placement. Free text, at most 255 bytes.
     pub zone: String,
+    /// Storage tier (`performance`, `capacity`, a name), for placement of tiered pools; empty:
+    /// none said. At most 255 bytes.
+    pub tier: String,
     /// Most bytes of chunk files per data dir; `None`: until the file system is full.
     pub capacity_bytes: Option<u64>,
     /// Read chunks with O_DIRECT (bypass the page cache).
@@ -68,6 +71,7 @@ impl DnodeConfig {
             advertise: None,
             data_dirs,
             zone: String::new(),
+            tier: String::new(),
             capacity_bytes: None,
             direct_io: false,
             lease_ttl: LEASE_TTL_DEFAULT,
@@ -97,6 +101,9 @@ impl DnodeConfig {
         }
         if self.zone.len() > NAME_MAX_BYTES {
             return bad("zone", format!("longer than {NAME_MAX_BYTES} bytes"));
+        }
+        if self.tier.len() > NAME_MAX_BYTES {
+            return bad("tier", format!("longer than {NAME_MAX_BYTES} bytes"));
         }
         if self.lease_ttl < LEASE_TTL_MIN {
             return bad(

@@ -117,12 +117,14 @@ impl Dnode {
             .map_or(0, |d| d.as_secs());
         let record_fn: RecordFn = {
             let (store, id, zone) = (store, node_id.clone(), config.zone.clone());
+            let tier = config.tier.clone();
             Box::new(move || DnodeRecord {
                 id: id.clone(),
                 addr: advertised,
                 zone: zone.clone(),
                 disks: disk_records(&store),
                 started_unix_s,
+                tier: tier.clone(),
             })
         };
         dnode.registration = Some(Registration::start(
@@ -139,6 +141,7 @@ impl Dnode {
             advertised = %advertised,
             cluster = %config.cluster_id,
             zone = %config.zone,
+            tier = %config.tier,
             disks = config.data_dirs.len(),
             workers = config.workers,
             "d.node started"

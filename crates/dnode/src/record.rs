@@ -24,6 +24,10 @@ pub struct DnodeRecord {
     pub disks: Vec<DiskRecord>,
     /// When this process started (seconds since the Unix epoch): a change means a restart.
     pub started_unix_s: u64,
+    /// Its storage tier (`weft dnode --tier`; empty: none said): a pool of a tier is placed
+    /// on d.nodes of that tier.
+    #[serde(default)]
+    pub tier: String,
 }
 
 /// One disk of a d.node, as of the last refresh.
@@ -74,6 +78,7 @@ mod tests {
                 fs_free_bytes: 4000,
             }],
             started_unix_s: 1_700_000_000,
+            tier: "capacity".into(),
         };
         let json = serde_json::to_value(&record).expect("json");
         assert_eq!(
@@ -88,6 +93,7 @@ mod tests {
                     "fs_free_bytes": 4000,
                 }],
                 "started_unix_s": 1_700_000_000u64,
+                "tier": "capacity",
             })
         );
         let back: DnodeRecord = serde_json::from_value(json).expect("parse");
@@ -99,6 +105,7 @@ mod tests {
         });
         let old: DnodeRecord = serde_json::from_value(old).expect("old record");
         assert_eq!(old.disks[0].fs_id, "");
+        assert_eq!(old.tier, "");
         assert_eq!(dnode_key("dn-1"), "weft/dnodes/dn-1");
     }
 }

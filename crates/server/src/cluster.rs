@@ -7,8 +7,10 @@
 pub mod chunk_io;
 pub mod pgmap;
 pub mod placement;
+pub mod pool_tiers;
 pub mod raw_space;
 pub mod records;
+mod unregistered;
 
 pub use placement::{
     ClusterOptions, ClusterPlacement, CreatePoolError, NodeState, NodeStatus, PoolStatus,

@@ -689,6 +689,7 @@ fn encode_dnodes(
                 id: "local".into(),
                 addr: String::new(),
                 zone: String::new(),
+                tier: String::new(),
                 state: NodeState::Up,
                 capacity_bytes: crate::capacity::local_store_capacity_bytes(
                     engine,

@@ -313,6 +313,15 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(c) = &cluster {
         c.arm_out_grace();
     }
+    if let (Some(c), Some(o), Backend::Cluster(b)) = (&cluster, &ownership, &config.backend) {
+        // The heat in etcd too, the old owner's taken first (before any I/O is counted).
+        let o = Arc::clone(o);
+        let may_write = Box::new(move || o.may_acknowledge().is_ok());
+        let mirror =
+            crate::tiering::heat_etcd::HeatMirror::new(c.kv().clone(), b.ha.shard.0, may_write);
+        let t = Arc::clone(&tiering);
+        tokio::task::spawn_blocking(move || t.attach_etcd(mirror)).await?;
+    }
     let engine = Arc::new(engine);
     // The default volume is the first shard's (another shard starts empty: its name is
     // taken).

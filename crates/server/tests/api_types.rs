@@ -124,7 +124,8 @@ fn small_answers() {
         round_trip(&PoolCreated {
             name: "fast".into(),
             redundancy: "4+2".into(),
-            pg_count: 64
+            pg_count: 64,
+            tier: None,
         }),
         json!({"name": "fast", "redundancy": "4+2", "pg_count": 64})
     );

@@ -96,6 +96,8 @@ pub struct ClusterOpts {
     pub volume_size: String,
     /// More `weft cnode` arguments, per c.node name (`--partner`, `--mirror-listen`...).
     pub cnode_args: std::collections::HashMap<String, Vec<String>>,
+    /// More `weft dnode` arguments, per d.node index (`--tier capacity`...).
+    pub dnode_args: std::collections::HashMap<usize, Vec<String>>,
 }
 
 impl ClusterOpts {
@@ -110,6 +112,7 @@ impl ClusterOpts {
             lease_ttl: "2s".into(),
             volume_size: "1G".into(),
             cnode_args: std::collections::HashMap::new(),
+            dnode_args: std::collections::HashMap::new(),
         }
     }
     pub fn out_grace(mut self, g: &str) -> Self {
@@ -512,7 +515,7 @@ impl Cluster {
                 data: c.scratch.join(format!("dnode{i}")),
                 zone: format!("z{i}"),
                 advertise: None,
-                extra_args: Vec::new(),
+                extra_args: c.opts.dnode_args.get(&i).cloned().unwrap_or_default(),
                 child: None,
                 starts: 0,
                 log_dir: c.scratch.join("logs"),

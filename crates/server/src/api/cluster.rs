@@ -15,7 +15,9 @@ use super::types::{
     PoolCreated, RepairRate, RepairScan, ScanState, ScrubReport, SingleProcessStatus,
 };
 use super::{ApiError, ApiState, JsonBody};
+use crate::cluster::pool_tiers::PoolTier;
 use crate::cluster::{ClusterPlacement, CreatePoolError, NodeState, NodeStatus, PoolStatus};
+use crate::tiering::TierPrices;
 
 /// Placement groups of a pool created without a count.
 const PG_COUNT_DEFAULT: u32 = 64;
@@ -297,10 +299,12 @@ pub(super) async fn create_pool(
     let pg_count = body.pg_count.unwrap_or(PG_COUNT_DEFAULT);
     let name = body.name.clone();
     let min_size = body.min_size;
-    let created =
-        tokio::task::spawn_blocking(move || c.create_pool(&name, redundancy, pg_count, min_size))
-            .await
-            .map_err(internal)?;
+    let tier = pool_tier(&state, &body)?;
+    let created = tokio::task::spawn_blocking(move || {
+        c.create_pool(&name, redundancy, pg_count, min_size, tier)
+    })
+    .await
+    .map_err(internal)?;
     match created {
         Ok(()) => {}
         Err(CreatePoolError::Exists) => {
@@ -319,8 +323,39 @@ pub(super) async fn create_pool(
             name: body.name,
             redundancy: redundancy.to_string(),
             pg_count,
+            tier: body.tier,
         }),
     ))
+}
+
+/// The tier of a pool to create: prices both or neither, and a tier without its own prices
+/// must be in this c.node's tier book (the advisor has to price it).
+fn pool_tier(state: &ApiState, body: &CreatePool) -> Result<Option<PoolTier>, ApiError> {
+    let bad = |m: String| ApiError(StatusCode::BAD_REQUEST, m);
+    let prices = match (body.price_gb, body.price_iops) {
+        (Some(price_gb), Some(price_iops)) => Some(TierPrices {
+            price_gb,
+            price_iops,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(bad(
+                "give both --price-gb and --price-iops, or neither".into()
+            ))
+        }
+    };
+    let Some(name) = body.tier.clone() else {
+        if prices.is_some() {
+            return Err(bad("prices belong to a tier: give --tier too".into()));
+        }
+        return Ok(None);
+    };
+    if prices.is_none() && !state.tiering.book().tiers.contains_key(&name) {
+        return Err(bad(format!(
+            "the tier {name:?} has no prices: give --price-gb and --price-iops (or weft tier set)"
+        )));
+    }
+    Ok(Some(PoolTier { name, prices }))
 }
 
 /// Set the rebuild rate limit.

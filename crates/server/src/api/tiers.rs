@@ -3,6 +3,11 @@
 //! (set a tier's prices), `GET /api/v1/tiers/advice[?volume=V&window=hour|day|week&margin=M]`
 //! (the advisor: per volume and extent, IOPS/GB over the windows, the tier now, the tier the
 //! cost model picks, the monthly cost now and after).
+//!
+//! In a cluster the pools' tiers count too: a volume is on its pool's tier (the c.node's
+//! `--tier` for an untiered pool), and the tiers the advisor prices are the tier book's with
+//! the pools' tiers added, at the prices a pool states (`weft pool create --tier T --price-gb
+//! X --price-iops Y`) over the book's.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +20,8 @@ use weft_engine::Engine;
 
 use super::types::ErrorBody;
 use super::{ApiError, ApiState};
+use crate::cluster::pool_tiers::prices_of;
+use crate::cluster::{ClusterPlacement, PoolRecord};
 use crate::tiering::advisor::{
     self, Advice, ExtentAdvice, VolumeAdvice, WindowCounts, WindowIntensities, WindowRates, GIB,
 };
@@ -29,8 +36,16 @@ pub struct Tier {
     pub price_gb: f64,
     /// Dollars per IOPS-month.
     pub price_iops: f64,
-    /// This server's store is on this tier.
+    /// This server's store is on this tier (in a cluster: the tier of volumes in untiered
+    /// pools).
     pub local: bool,
+    /// The cluster's pools on this tier (empty outside a cluster).
+    #[serde(default)]
+    pub pools: Vec<String>,
+    /// Bytes stored on this tier after data reduction: the families of the volumes on it
+    /// (`weft stats`).
+    #[serde(default)]
+    pub stored_bytes: u64,
     /// $/GB over $/IOPS: above this intensity (IOPS/GB) the tier bills IOPS, below it GB
     /// (null for a tier whose IOPS are free).
     pub intensity_cutoff: Option<f64>,
@@ -67,21 +82,83 @@ pub struct TiersReport {
     ),
 )]
 pub async fn list(State(state): State<ApiState>) -> Json<TiersReport> {
-    Json(report(&state.tiering))
+    let (engine, tiering) = (state.engine.clone(), Arc::clone(&state.tiering));
+    let cluster = state.cluster.clone();
+    let stored =
+        tokio::task::spawn_blocking(move || stored_by_tier(&engine, &tiering, cluster.as_deref()))
+            .await
+            .unwrap_or_default();
+    Json(report(&state.tiering, state.cluster.as_deref(), &stored))
 }
 
-fn report(t: &Tiering) -> TiersReport {
+/// The tier a family is on: its pool's, or this server's `--tier` (an untiered pool, or
+/// `weft serve`).
+fn tier_of(t: &Tiering, cluster: Option<&ClusterPlacement>, family: u64) -> String {
+    cluster
+        .and_then(|c| c.pool_of_family(family))
+        .and_then(|p| p.tier)
+        .unwrap_or_else(|| t.config.tier.clone())
+}
+
+/// Stored bytes (after data reduction) per tier, each family counted once through its
+/// volumes (a family left with snapshots alone is not counted).
+fn stored_by_tier(
+    engine: &Engine,
+    t: &Tiering,
+    cluster: Option<&ClusterPlacement>,
+) -> BTreeMap<String, u64> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = BTreeMap::new();
+    for (name, _) in engine.volume_sizes() {
+        let Ok(info) = engine.volume_info(&name) else {
+            continue; // deleted meanwhile
+        };
+        if seen.insert(info.family.id) {
+            *out.entry(tier_of(t, cluster, info.family.id)).or_default() +=
+                info.family.reduction.stored_bytes;
+        }
+    }
+    out
+}
+
+/// The tiers the advisor prices: the book's, with the pools' tiers at their prices.
+fn priced_tiers(
+    t: &Tiering,
+    cluster: Option<&ClusterPlacement>,
+) -> (BTreeMap<String, TierPrices>, Vec<PoolRecord>) {
+    let mut tiers = t.book().tiers;
+    let pools = cluster
+        .map(ClusterPlacement::pool_records)
+        .unwrap_or_default();
+    for p in &pools {
+        if let (Some(tier), Some(prices)) = (&p.tier, prices_of(p)) {
+            tiers.insert(tier.clone(), prices);
+        }
+    }
+    (tiers, pools)
+}
+
+fn report(
+    t: &Tiering,
+    cluster: Option<&ClusterPlacement>,
+    stored: &BTreeMap<String, u64>,
+) -> TiersReport {
     let extent_bytes = t.config.extent_bytes;
     let extents = t.extents();
+    let (tiers, pools) = priced_tiers(t, cluster);
     TiersReport {
         local_tier: t.config.tier.clone(),
-        tiers: t
-            .book()
-            .tiers
+        tiers: tiers
             .into_iter()
             .map(|(name, p)| Tier {
                 local: name == t.config.tier,
                 intensity_cutoff: (p.price_iops > 0.0).then(|| p.price_gb / p.price_iops),
+                stored_bytes: stored.get(&name).copied().unwrap_or(0),
+                pools: pools
+                    .iter()
+                    .filter(|r| r.tier.as_deref() == Some(name.as_str()))
+                    .map(|r| r.name.clone())
+                    .collect(),
                 name,
                 price_gb: p.price_gb,
                 price_iops: p.price_iops,
@@ -117,12 +194,14 @@ pub async fn set(
     Path(name): Path<String>,
     Json(prices): Json<TierPrices>,
 ) -> Result<Json<TiersReport>, ApiError> {
-    let tiering = Arc::clone(&state.tiering);
+    let (engine, tiering) = (state.engine.clone(), Arc::clone(&state.tiering));
+    let cluster = state.cluster.clone();
     tokio::task::spawn_blocking(move || {
         tiering
             .set_prices(&name, prices)
             .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
-        Ok(Json(report(&tiering)))
+        let stored = stored_by_tier(&engine, &tiering, cluster.as_deref());
+        Ok(Json(report(&tiering, cluster.as_deref(), &stored)))
     })
     .await
     .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
@@ -171,6 +250,7 @@ pub async fn advice(
         ));
     }
     let (engine, tiering) = (state.engine.clone(), Arc::clone(&state.tiering));
+    let cluster = state.cluster.clone();
     super::blocking(move || {
         let names: Vec<String> = match q.volume {
             Some(v) => {
@@ -179,12 +259,16 @@ pub async fn advice(
             }
             None => engine.volume_sizes().into_iter().map(|(n, _)| n).collect(),
         };
-        let tiers = tiering.book().tiers;
+        let (tiers, _) = priced_tiers(&tiering, cluster.as_deref());
         let now = now_s();
         let mut volumes = Vec::new();
         for name in names {
+            let on = VolumeOn {
+                tiers: &tiers,
+                cluster: cluster.as_deref(),
+            };
             volumes.push(volume_advice(
-                &engine, &tiering, &tiers, &name, window, margin, now,
+                &engine, &tiering, on, &name, window, margin, now,
             )?);
         }
         let cost_now = volumes.iter().map(|v| v.cost_now).sum();
@@ -201,10 +285,17 @@ pub async fn advice(
     .await
 }
 
+/// Where the advisor looks up a volume's tier now and the tiers it may move to.
+#[derive(Clone, Copy)]
+struct VolumeOn<'a> {
+    tiers: &'a BTreeMap<String, TierPrices>,
+    cluster: Option<&'a ClusterPlacement>,
+}
+
 fn volume_advice(
     engine: &Engine,
     tiering: &Tiering,
-    tiers: &BTreeMap<String, TierPrices>,
+    on: VolumeOn<'_>,
     name: &str,
     window: Window,
     margin: f64,
@@ -223,7 +314,9 @@ fn volume_advice(
     let (started_s, readings) = heat.read(now);
     let covered = WindowCounts::from_fn(|w| w.covered_s(now, started_s));
     let reduction = info.family.reduction.ratio.unwrap_or(1.0).max(1e-9);
-    let tier_now = tiering.config.tier.clone();
+    // In a cluster: its pool's tier (an untiered pool's volumes are on the c.node's).
+    let tier_now = tier_of(tiering, on.cluster, info.family.id);
+    let tiers = on.tiers;
     let mut extents = Vec::new();
     let count = info.size_bytes.div_ceil(extent_bytes);
     for index in 0..count {

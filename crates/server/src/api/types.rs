@@ -416,6 +416,16 @@ pub struct CreatePool {
     pub pg_count: Option<u32>,
     /// Chunks durable before a stripe is (default min(k+1, k+m)).
     pub min_size: Option<u8>,
+    /// The storage tier of its d.nodes (default: untiered, on every d.node). Once d.nodes
+    /// say their tier (`weft dnode --tier`), the pool is placed on that tier's only.
+    #[serde(default)]
+    pub tier: Option<String>,
+    /// The tier's price, dollars per GB-month (with `price_iops`; default: the tier book's).
+    #[serde(default)]
+    pub price_gb: Option<f64>,
+    /// The tier's price, dollars per IOPS-month (with `price_gb`).
+    #[serde(default)]
+    pub price_iops: Option<f64>,
 }
 
 /// The answer to `POST /api/v1/pools`.
@@ -424,6 +434,9 @@ pub struct PoolCreated {
     pub name: String,
     pub redundancy: String,
     pub pg_count: u32,
+    /// Its storage tier (absent: untiered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
 }
 
 /// `PUT /api/v1/cluster/repair`, and its answer: the rebuild rate limit.

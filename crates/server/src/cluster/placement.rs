@@ -29,10 +29,12 @@ use weft_meta::{get_json, list_json, MetaStore};
 
 use crate::cluster::chunk_io::{ChunkIoCounters, ChunkIoTotals, CountingChunkStore};
 use crate::cluster::pgmap::{self, Candidate};
+use crate::cluster::pool_tiers::{self, NodeTier, PoolTier};
 use crate::cluster::records::{
     pgmap_key, pool_key, DiskRecord, DnodeAdmin, DnodeRecord, PgMap, PoolRecord, DNODES_PREFIX,
     DNODE_ADMIN_PREFIX, POOLS_PREFIX,
 };
+use crate::cluster::unregistered::{named_in_pgmaps, UnreachableStore};
 
 /// Connects to a d.node: (node id, address) → its chunk store.
 pub type Connector = dyn Fn(&str, SocketAddr) -> Arc<dyn ChunkStore> + Send + Sync;
@@ -66,6 +68,9 @@ pub struct NodeStatus {
     pub id: String,
     pub addr: String,
     pub zone: String,
+    /// Its storage tier (`weft dnode --tier`; empty: none said).
+    #[serde(default)]
+    pub tier: String,
     pub state: NodeState,
     pub capacity_bytes: u64,
     pub used_bytes: u64,
@@ -118,6 +123,17 @@ pub struct PoolStatus {
     pub pg_count: u32,
     /// Chunks durable before a stripe is.
     pub min_size: u8,
+    /// Its storage tier (`weft pool create --tier`; null: untiered, on every d.node).
+    #[serde(default)]
+    pub tier: Option<String>,
+    /// Its prices for the tier, dollars per GB-month and IOPS-month (null: the tier book's).
+    #[serde(default)]
+    pub price_gb: Option<f64>,
+    #[serde(default)]
+    pub price_iops: Option<f64>,
+    /// The d.nodes its placement groups use.
+    #[serde(default)]
+    pub dnodes: Vec<String>,
     pub pgmap_epoch: u64,
     /// PGs whose every position is on an up d.node.
     pub pgs_healthy: u64,
@@ -185,7 +201,14 @@ impl ClusterPlacement {
             unfenced: Mutex::new(Vec::new()),
         });
         let default = &placement.options;
-        match placement.create_pool(&default.pool, default.redundancy, default.pg_count, None) {
+        let created = placement.create_pool(
+            &default.pool,
+            default.redundancy,
+            default.pg_count,
+            None,
+            None,
+        );
+        match created {
             Ok(()) | Err(CreatePoolError::Exists) => {}
             Err(e) => return Err(anyhow::anyhow!("pool {}: {e}", default.pool)),
         }
@@ -339,6 +362,7 @@ impl ClusterPlacement {
                         addr: String::new(),
                         zone: String::new(),
                         disks: Vec::new(),
+                        tier: String::new(),
                     },
                     state: NodeState::Down,
                     down_since: Some(now),
@@ -411,23 +435,46 @@ impl ClusterPlacement {
         if !update_map {
             return Ok(());
         }
-        let usable: Vec<Candidate> = view
-            .nodes
-            .values()
-            .filter(|n| n.state != NodeState::Out)
-            .map(|n| Candidate {
-                id: n.record.id.clone(),
-                zone: n.record.zone.clone(),
-            })
-            .collect();
-        if usable.is_empty() {
+        if view.nodes.values().all(|n| n.state == NodeState::Out) {
             return Ok(());
         }
+        // Once any d.node says its tier, a tiered pool is placed on its tier's d.nodes only.
+        let tiered_cluster = view.nodes.values().any(|n| !n.record.tier.is_empty());
         for (name, stored) in stored_maps {
             let Some(pool) = view.pools.get(&name).cloned() else {
                 continue;
             };
             let previous = stored.as_ref().map(|(m, _)| m);
+            let placed: std::collections::HashSet<&str> = previous
+                .map(|m| {
+                    m.pgs
+                        .iter()
+                        .flatten()
+                        .flatten()
+                        .map(String::as_str)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let usable: Vec<Candidate> = view
+                .nodes
+                .values()
+                .filter(|n| n.state != NodeState::Out)
+                .filter(|n| {
+                    let node = NodeTier {
+                        tier: &n.record.tier,
+                        unknown: n.record.addr.is_empty(),
+                        placed: placed.contains(n.record.id.as_str()),
+                    };
+                    pool_tiers::eligible(pool.record.tier.as_deref(), node, tiered_cluster)
+                })
+                .map(|n| Candidate {
+                    id: n.record.id.clone(),
+                    zone: n.record.zone.clone(),
+                })
+                .collect();
+            if usable.is_empty() && previous.is_some() {
+                continue; // keep its positions until a d.node of its tier is usable
+            }
             let next = pgmap::compute(
                 &name,
                 pool.record.pg_count,
@@ -454,14 +501,23 @@ impl ClusterPlacement {
         Ok(())
     }
 
-    /// Create a pool (refused if one of that name exists).
+    /// Create a pool (refused if one of that name exists), of a storage tier if given.
     pub fn create_pool(
         &self,
         name: &str,
         redundancy: Redundancy,
         pg_count: u32,
         min_size: Option<u8>,
+        tier: Option<PoolTier>,
     ) -> Result<(), CreatePoolError> {
+        if let Some(t) = &tier {
+            let pools: Vec<PoolRecord> = list_json::<PoolRecord>(&*self.kv, POOLS_PREFIX)
+                .map_err(|e| CreatePoolError::Meta(e.to_string()))?
+                .into_iter()
+                .map(|(_, p, _)| p)
+                .collect();
+            t.check(&pools).map_err(CreatePoolError::Invalid)?;
+        }
         if let Some(m) = min_size {
             let (low, high) = (redundancy.min_durable_chunks(), redundancy.total_chunks());
             if !(low..=high).contains(&m) {
@@ -490,6 +546,9 @@ impl ClusterPlacement {
             redundancy: redundancy.to_string(),
             pg_count,
             min_size,
+            price_gb: tier.as_ref().and_then(|t| t.prices).map(|p| p.price_gb),
+            price_iops: tier.as_ref().and_then(|t| t.prices).map(|p| p.price_iops),
+            tier: tier.map(|t| t.name),
         };
         match weft_meta::cas_json(&*self.kv, &pool_key(name), 0, &record, None) {
             Ok(_) => {}
@@ -530,6 +589,19 @@ impl ClusterPlacement {
                         .record
                         .min_size
                         .unwrap_or_else(|| p.redundancy.min_durable_chunks()),
+                    tier: p.record.tier.clone(),
+                    price_gb: p.record.price_gb,
+                    price_iops: p.record.price_iops,
+                    dnodes: p
+                        .pgmap
+                        .pgs
+                        .iter()
+                        .flatten()
+                        .flatten()
+                        .cloned()
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .collect(),
                     pgmap_epoch: p.pgmap.epoch,
                     pgs_healthy: healthy,
                     pgs_degraded: degraded,
@@ -584,6 +656,25 @@ impl ClusterPlacement {
         count
     }
 
+    /// The pool a family's stripes go to (the default pool unless the family was bound to
+    /// another), as stored.
+    pub fn pool_of_family(&self, family: u64) -> Option<PoolRecord> {
+        self.view
+            .read()
+            .pool_of(family, &self.options.pool)
+            .map(|p| p.record.clone())
+    }
+
+    /// Every pool's record, as last read.
+    pub fn pool_records(&self) -> Vec<PoolRecord> {
+        self.view
+            .read()
+            .pools
+            .values()
+            .map(|p| p.record.clone())
+            .collect()
+    }
+
     /// The disks of every up d.node, as last registered (for the capacity report).
     pub fn up_disks(&self) -> Vec<(String, Vec<DiskRecord>)> {
         self.view
@@ -605,6 +696,7 @@ impl ClusterPlacement {
                 id: n.record.id.clone(),
                 addr: n.record.addr.clone(),
                 zone: n.record.zone.clone(),
+                tier: n.record.tier.clone(),
                 state: n.state,
                 capacity_bytes: n.record.capacity_bytes(),
                 used_bytes: n.record.used_bytes(),
@@ -733,74 +825,3 @@ pub enum CreatePoolError {
 
 /// Placement groups per pool at most: bounds the PG map (a few hundred KB in etcd).
 pub const PG_COUNT_MAX: u32 = 4096;
-
-/// Every d.node id any stored placement-group map gives a position.
-fn named_in_pgmaps(kv: &dyn MetaStore) -> anyhow::Result<std::collections::BTreeSet<String>> {
-    let mut ids = std::collections::BTreeSet::new();
-    for (_, record, _) in list_json::<PoolRecord>(kv, POOLS_PREFIX)? {
-        if let Some((map, _)) = get_json::<PgMap>(kv, &pgmap_key(&record.name))? {
-            ids.extend(map.pgs.into_iter().flatten().flatten());
-        }
-    }
-    Ok(ids)
-}
-
-/// The chunk store of a d.node that has not registered since this c.node started: every
-/// request fails as unavailable, so reads reconstruct from the others and listings count it
-/// as not answering. Replaced by a real connection when the d.node registers.
-#[derive(Debug)]
-struct UnreachableStore(String);
-
-impl UnreachableStore {
-    fn down(&self) -> weft_chunk::ChunkError {
-        weft_chunk::ChunkError::Unavailable {
-            node: self.0.clone(),
-            detail: "not registered since this c.node started".into(),
-        }
-    }
-}
-
-impl ChunkStore for UnreachableStore {
-    fn name(&self) -> String {
-        self.0.clone()
-    }
-    fn put(&self, _: &weft_chunk::ChunkMeta, _: &[u8]) -> Result<(), weft_chunk::ChunkError> {
-        Err(self.down())
-    }
-    fn read(
-        &self,
-        _: &weft_chunk::ChunkKey,
-        _: u64,
-        _: &mut [u8],
-    ) -> Result<(), weft_chunk::ChunkError> {
-        Err(self.down())
-    }
-    fn info(
-        &self,
-        _: &weft_chunk::ChunkKey,
-    ) -> Result<weft_chunk::ChunkInfo, weft_chunk::ChunkError> {
-        Err(self.down())
-    }
-    fn delete(
-        &self,
-        _: &weft_chunk::ChunkKey,
-        _: weft_chunk::Epoch,
-    ) -> Result<(), weft_chunk::ChunkError> {
-        Err(self.down())
-    }
-    fn list(&self, _: u64) -> Result<Vec<weft_chunk::ChunkInfo>, weft_chunk::ChunkError> {
-        Err(self.down())
-    }
-    fn families(&self) -> Result<Vec<u64>, weft_chunk::ChunkError> {
-        Err(self.down())
-    }
-    fn fence(&self, _: u64, _: weft_chunk::Epoch) -> Result<(), weft_chunk::ChunkError> {
-        Err(self.down())
-    }
-    fn stat(&self) -> Result<weft_chunk::StoreStat, weft_chunk::ChunkError> {
-        Err(self.down())
-    }
-    fn scrub(&self, _: Option<u64>) -> Result<weft_chunk::ScrubReport, weft_chunk::ChunkError> {
-        Err(self.down())
-    }
-}

@@ -25,6 +25,10 @@ pub struct DnodeRecord {
     pub zone: String,
     #[serde(default)]
     pub disks: Vec<DiskRecord>,
+    /// Its storage tier (`weft dnode --tier`; empty: none said). A pool with a tier is placed
+    /// only on d.nodes of that tier once any d.node says one (`super::pool_tiers`).
+    #[serde(default)]
+    pub tier: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,7 +72,7 @@ pub struct DnodeAdmin {
 }
 
 /// A pool: a redundancy and a number of placement groups.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolRecord {
     pub name: String,
     /// `none`, `x3`, `4+2`, ...
@@ -78,6 +82,17 @@ pub struct PoolRecord {
     /// redundancy's minimum, min(k+1, k+m). Raising it trades write availability for safety.
     #[serde(default)]
     pub min_size: Option<u8>,
+    /// The storage tier its d.nodes are (`weft pool create --tier`; `None`: untiered, on every
+    /// d.node, and its volumes are on the c.node's `--tier`). Records from before tiers load
+    /// as untiered.
+    #[serde(default)]
+    pub tier: Option<String>,
+    /// The tier's prices as the pool states them, dollars per GB-month and per IOPS-month
+    /// (`None`: the tier book's).
+    #[serde(default)]
+    pub price_gb: Option<f64>,
+    #[serde(default)]
+    pub price_iops: Option<f64>,
 }
 
 /// Each placement group's d.nodes, in chunk order (`None`: no d.node available for that

@@ -202,6 +202,11 @@ impl VolumeHeat {
         self.extent_bytes
     }
 
+    /// The time of the last fold (unix s): which of two copies of a volume's heat is newer.
+    pub fn folded_s(&self) -> u64 {
+        self.folded.lock().folded_s
+    }
+
     pub fn extent_count(&self) -> usize {
         self.pending.read().len()
     }

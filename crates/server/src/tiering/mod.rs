@@ -1,5 +1,6 @@
 //! Tiering, first half: heat per volume and extent ([`heat`]), kept across restarts
-//! ([`heat_file`]), tiers and their prices ([`prices`]), and the advisor's cost model
+//! ([`heat_file`]) and, in a cluster, across a failover ([`heat_etcd`]), tiers and their
+//! prices ([`prices`]), and the advisor's cost model
 //! ([`advisor`]) served at `GET /api/v1/tiers/advice` (`crate::api`'s `tiers` module).
 //!
 //! [`Tiering`] owns the heat of every volume this c.node serves and the tier book. The engine
@@ -14,6 +15,7 @@
 
 pub mod advisor;
 pub mod heat;
+pub mod heat_etcd;
 pub mod heat_file;
 pub mod metrics;
 pub mod prices;
@@ -62,6 +64,8 @@ pub struct Tiering {
     volumes: RwLock<HashMap<String, Arc<VolumeHeat>>>,
     book: Mutex<TierBook>,
     stop: AtomicBool,
+    /// The shard's heat in etcd: a c.node of a cluster, once it owns its shard.
+    etcd: Mutex<Option<heat_etcd::HeatMirror>>,
 }
 
 /// The unix time in seconds.
@@ -110,7 +114,38 @@ impl Tiering {
             volumes: RwLock::new(volumes),
             book: Mutex::new(book),
             stop: AtomicBool::new(false),
+            etcd: Mutex::new(None),
         }))
+    }
+
+    /// From now on the heat is kept in etcd too (a c.node that owns its shard); first, each
+    /// volume's heat in etcd folded later than this c.node's own is taken (a takeover: the
+    /// old owner's counts).
+    pub fn attach_etcd(&self, mirror: heat_etcd::HeatMirror) {
+        let mut taken = 0;
+        {
+            let mut volumes = self.volumes.write();
+            for saved in mirror.load() {
+                if saved.extent_bytes != self.config.extent_bytes {
+                    tracing::warn!(
+                        volume = %saved.name,
+                        "the heat in etcd has another extent size: not taken"
+                    );
+                    continue;
+                }
+                let newer = volumes
+                    .get(&saved.name)
+                    .is_none_or(|v| v.folded_s() < saved.folded.folded_s);
+                if newer {
+                    let size = saved.folded.rings.len() as u64 * saved.extent_bytes;
+                    let heat = VolumeHeat::restore(saved.extent_bytes, size, saved.folded);
+                    volumes.insert(saved.name, Arc::new(heat));
+                    taken += 1;
+                }
+            }
+        }
+        tracing::info!(volumes = taken, "heat taken from etcd");
+        *self.etcd.lock() = Some(mirror);
     }
 
     /// The heat of a volume, counted from now if it has none yet.
@@ -194,11 +229,9 @@ impl Tiering {
         }
     }
 
-    /// Writes the heat file (volumes with nothing counted are left out).
+    /// Writes the heat file, and the heat in etcd when attached (volumes with nothing counted
+    /// are left out).
     pub fn persist(&self, now: u64) -> anyhow::Result<()> {
-        let Some(dir) = &self.dir else {
-            return Ok(());
-        };
         let volumes: Vec<_> = self
             .volumes
             .read()
@@ -217,7 +250,15 @@ impl Tiering {
             }
         }
         saved.sort_by(|a, b| a.name.cmp(&b.name));
-        heat_file::save(dir, &saved)
+        if let Some(mirror) = &*self.etcd.lock() {
+            if let Err(e) = mirror.save(&saved) {
+                tracing::warn!("writing the heat to etcd: {e:#}");
+            }
+        }
+        match &self.dir {
+            Some(dir) => heat_file::save(dir, &saved),
+            None => Ok(()),
+        }
     }
 
     /// Folds every minute (or persist interval, if shorter) and persists every persist
