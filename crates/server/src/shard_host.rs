@@ -138,6 +138,8 @@ struct ExtraShard {
     stop: CancellationToken,
     qos_stop: Arc<AtomicBool>,
     qos_thread: Option<std::thread::JoinHandle<()>>,
+    tiering: Arc<crate::tiering::Tiering>,
+    heat_thread: Option<std::thread::JoinHandle<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     api: SocketAddr,
 }
@@ -183,6 +185,7 @@ impl ShardHost {
         let result = self.open(shard).await;
         self.opening.lock().retain(|s| *s != shard);
         let extra = result?;
+        self.ctx.registration.set_extra_shard(shard, true);
         tracing::info!(shard = shard.0, api = %extra.api, "serving shard {shard} from an engine of this c.node (besides its own shard)");
         self.extras.lock().await.insert(shard, extra);
         Ok(())
@@ -193,6 +196,11 @@ impl ShardHost {
         if self.extras.lock().await.contains_key(&shard) {
             anyhow::bail!("this c.node owns shard {shard} already");
         }
+        // Followed before it is served: its exports are listed through its view meanwhile.
+        let slot = ctx
+            .router
+            .local_slot(shard)
+            .context("the own shard has no extra slot")?;
         let dir = shard_dir(&ctx.engine.data_dir, shard);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let api_listener = TcpListener::bind(SocketAddr::new(ctx.api_ip, 0)).await?;
@@ -238,14 +246,33 @@ impl ShardHost {
         let qos = crate::qos::QosRegistry::new();
         let qos_stop = Arc::new(AtomicBool::new(false));
         let qos_thread = qos.start(Arc::clone(&engine), Arc::clone(&qos_stop))?;
-        let backend: Arc<dyn ExportBackend> = Arc::new(EngineBackend::with_qos(
-            Arc::clone(&engine),
-            Arc::clone(&qos),
-        ));
-        let slot = ctx
-            .router
-            .local_slot(shard)
-            .context("the own shard has no extra slot")?;
+        // Heat per extent, kept in the shard's dir and in etcd (taken over from the last
+        // owner before any I/O is counted), as for the own shard.
+        let tiering = crate::tiering::Tiering::open(dir, ctx.tiering.clone())
+            .context("opening the shard's tier prices and heat")?;
+        {
+            let o = Arc::clone(&ownership);
+            let may_write = Box::new(move || o.may_acknowledge().is_ok());
+            let mirror =
+                crate::tiering::heat_etcd::HeatMirror::new(Arc::clone(&ctx.kv), shard.0, may_write);
+            let t = Arc::clone(&tiering);
+            tokio::task::spawn_blocking(move || t.attach_etcd(mirror)).await?;
+        }
+        let heat_thread = {
+            let engine = Arc::clone(&engine);
+            tiering.start(move || {
+                engine
+                    .list_images()
+                    .into_iter()
+                    .filter(|i| !i.read_only)
+                    .map(|i| i.name)
+                    .collect()
+            })?
+        };
+        let backend: Arc<dyn ExportBackend> = Arc::new(
+            EngineBackend::with_qos(Arc::clone(&engine), Arc::clone(&qos))
+                .with_heat(Arc::clone(&tiering)),
+        );
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(crate::ha::forward::server::run(
             forward_listener,
@@ -268,13 +295,11 @@ impl ShardHost {
             schedule_clock.clone(),
             stop.clone(),
         )));
-        let tiering = crate::tiering::Tiering::open(dir, ctx.tiering.clone())
-            .context("opening the shard's tier prices and heat")?;
         let state = ApiState {
             engine: Arc::clone(&engine),
             compute: Some(compute),
             qos,
-            tiering,
+            tiering: Arc::clone(&tiering),
             capacity: Arc::default(),
             schedule_clock,
             ..ctx.api.clone()
@@ -297,6 +322,8 @@ impl ShardHost {
             stop,
             qos_stop,
             qos_thread: Some(qos_thread),
+            tiering,
+            heat_thread: Some(heat_thread),
             tasks,
             api: api_addr,
         })
@@ -400,6 +427,13 @@ impl ShardHost {
         extra.qos_stop.store(true, Ordering::Release);
         if let Some(t) = extra.qos_thread.take() {
             let _ = t.join();
+        }
+        extra.tiering.stop();
+        if let Some(t) = extra.heat_thread.take() {
+            let _ = t.join();
+        }
+        if let Err(e) = extra.tiering.persist(crate::tiering::now_s()) {
+            tracing::warn!(shard = shard.0, "writing the shard's heat file: {e:#}");
         }
         let engine = Arc::clone(&extra.engine);
         let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;

@@ -69,8 +69,7 @@ pub(crate) struct Who {
 /// mirror recovers on it. Returns the ownership and the write log to open.
 ///
 /// `joined`: this process is registered already (it owns its own shard and takes `ha.shard`
-/// besides, see `crate::shard_host`): its id and registration are used, and the shard is
-/// added to the registration's `shards` once owned.
+/// besides, see `crate::shard_host`): its id and registration are used.
 pub(crate) fn own_the_cluster(
     kv: &Arc<dyn weft_meta::MetaStore>,
     ha: &HaConfig,
@@ -179,9 +178,9 @@ pub(crate) fn own_the_cluster(
             registration.stop();
         }
     })?;
-    if extra {
-        registration.set_extra_shard(ha.shard, true);
-    } else {
+    // A shard taken besides the own one is added to the registration by its caller, once
+    // it is served (`crate::shard_host`).
+    if !extra {
         registration.set_role(CnodeRole::Owner);
     }
     if let Some(p) = &partner {
