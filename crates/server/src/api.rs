@@ -194,6 +194,12 @@ pub fn router(state: ApiState) -> Router {
             "/api/v1/groups/{name}",
             get(groups::info).delete(groups::delete),
         )
+        .route(
+            "/api/v1/groups/{name}/qos",
+            get(qos::get_group)
+                .put(qos::put_group)
+                .delete(qos::clear_group),
+        )
         .route("/api/v1/groups/{name}/members", post(groups::add_members))
         .route(
             "/api/v1/groups/{name}/members/{volume}",

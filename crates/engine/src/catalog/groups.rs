@@ -55,6 +55,7 @@ impl Engine {
             created_unix_s: now_unix_s(),
             origin: None,
             snapshots: Vec::new(),
+            qos: None,
         });
         meta.commit(next)?;
         tracing::info!(group = name, members = ?volumes, "consistency group created");
@@ -421,6 +422,8 @@ impl Engine {
             created_unix_s: now_unix_s(),
             origin: Some(snapshot.to_string()),
             snapshots: Vec::new(),
+            // A clone group (dev, test) is not given the source's limits: set its own.
+            qos: None,
         });
         self.apply(&mut meta, next, switch)?;
         tracing::info!(snapshot, clone, members = ?names, "clone group created");
