@@ -41,6 +41,7 @@ use types::{
 pub mod audit;
 mod cluster;
 mod cnodes;
+mod group_routes;
 mod groups;
 mod host_catalog;
 mod hosts;
@@ -273,6 +274,11 @@ pub fn router(state: ApiState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             host_catalog::route,
+        ))
+        // Another shard's consistency groups to the owner whose catalog has them.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            group_routes::route,
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -666,6 +666,14 @@ fn other_shard(meta: &ClusterStore, group: &str, name: &str) -> Option<EngineErr
     })
 }
 
+impl Engine {
+    /// Whether this shard's catalog has group `name` (the API routes by it).
+    pub fn has_group(&self, name: &str) -> bool {
+        let meta = self.shared.meta.lock();
+        meta.state.groups.iter().any(|g| g.name == name)
+    }
+}
+
 pub(super) fn find_group(state: &ClusterState, name: &str) -> Result<GroupRecord, EngineError> {
     state
         .groups
