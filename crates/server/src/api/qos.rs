@@ -51,16 +51,22 @@ fn answer(state: &ApiState, volume: String, settings: Option<QosSettings>) -> Vo
     }
 }
 
-/// Store `settings` and apply them to this c.node's throttle now.
+/// Store `settings` and apply every setting to this c.node's throttles now (all of them, so a
+/// group member keeps the target it takes from its group).
 async fn set(
     state: &ApiState,
     name: String,
     settings: Option<QosSettings>,
 ) -> Result<VolumeQos, ApiError> {
     let engine = state.engine.clone();
+    let registry = state.qos.clone();
     let lookup = name.clone();
-    let stored = blocking(move || engine.set_volume_qos(&lookup, settings)).await?;
-    state.qos.volume(&name).set(&resolve(stored.as_ref()));
+    let stored = blocking(move || {
+        let stored = engine.set_volume_qos(&lookup, settings)?;
+        registry.apply(&engine.volumes_qos(), &engine.groups_qos());
+        Ok(stored)
+    })
+    .await?;
     Ok(answer(state, name, stored))
 }
 
