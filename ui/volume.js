@@ -1,6 +1,6 @@
-// One volume (or snapshot export): its figures, hosts and clients, its actions
-// (volume_actions.js), live charts of IOPS, MB/s and read and write latency percentiles (times
-// in UTC), a latency heat map, and its snapshots and clones as a tree with their space.
+// One volume (or snapshot export): its figures, hosts and clients, its QoS (volume_qos.js), its
+// actions (volume_actions.js), live charts of IOPS, MB/s and read and write latency percentiles
+// (times in UTC), a latency heat map, and its snapshots and clones as a tree with their space.
 //
 // Data: the history of the chosen range from /volumes/{name}/stats?step=..., then at 100 ms the
 // sample stream (/stats/stream?volume=...), at 1 s and 10 s a poll with since_ms. Samples are kept
@@ -358,6 +358,10 @@ const VolumePage = (() => {
     const isSnapshot = name.includes('@');
     const info = await Api.get((isSnapshot ? '/snapshots/' : '/volumes/') + encodeURIComponent(name), signal);
     q('#vv-kind').textContent = isSnapshot ? 'snapshot (read-only)' : 'volume';
+    if (!isSnapshot) {
+      q('#vv-qos-box').hidden = false;
+      VolumeQos.show(q('#vv-qos'), name, signal);
+    }
     const sp = info.space || {};
     const pairs = [
       ['size', Fmt.bytes(info.size_bytes)],

@@ -1,5 +1,5 @@
 //! The consistency group commands: `weft group create|add|remove|list|info|delete|snapshot|
-//! clone|refresh|rollback`, and the group forms of the snapshot and clone commands
+//! clone|qos|refresh|rollback`, and the group forms of the snapshot and clone commands
 //! (`weft snapshot create pgprod@monday`, `weft snapshot info|delete pgprod@monday` and
 //! `weft clone create pgprod@monday pgdev [--map pgdata=devdata]` act on the group when
 //! `pgprod` is one: see [`names_group`]).
@@ -87,6 +87,10 @@ pub enum GroupCommand {
         #[arg(long, value_delimiter = ',')]
         map: Vec<String>,
     },
+    /// Show or change a group's quality of service, live: limits its members share (each
+    /// member's I/O pays them and its own), and a latency target and minimum share for the
+    /// members that set none. The same options as `weft volume qos`.
+    Qos(crate::qos_cmd::GroupQosArgs),
     /// Make every member of a clone group read as another snapshot of its source group, at once.
     Refresh {
         /// The clone group.
@@ -187,6 +191,7 @@ pub fn group(client: &ApiClient, command: GroupCommand, json: bool) -> anyhow::R
             name,
             map,
         } => clone(client, &snapshot, &name, &map, json),
+        GroupCommand::Qos(args) => crate::qos_cmd::run_group(client, args, json),
         GroupCommand::Refresh {
             name,
             snapshot,
@@ -416,6 +421,9 @@ fn group_details(g: &Value) {
         human(g["space"]["own_bytes"].as_u64().unwrap_or(0)),
         human(g["space"]["unique_stored_bytes"].as_u64().unwrap_or(0))
     );
+    if g.get("qos").is_some() {
+        println!("  qos        {}", crate::qos_cmd::describe(&g["qos"]));
+    }
     for s in g["snapshots"].as_array().map_or(&[][..], Vec::as_slice) {
         println!(
             "  snapshot   {} (taken {}; {})",

@@ -1,6 +1,8 @@
-//! `weft volume qos NAME [limits]` (change a volume's QoS live; `--clear` removes it) and the
-//! QoS flags `weft volume create` shares: `--qos-class`, `--iops-max`, `--latency-target`...
-//! The fields given change; the others keep their values unless `--replace`.
+//! `weft volume qos NAME [limits]` (change a volume's QoS live; `--clear` removes it),
+//! `weft group qos GROUP [limits]` (the same on limits a consistency group's members share),
+//! and the QoS flags `weft volume create` shares: `--qos-class`, `--iops-max`,
+//! `--latency-target`... The fields given change; the others keep their values unless
+//! `--replace`.
 
 use std::time::Duration;
 
@@ -84,6 +86,22 @@ pub struct QosArgs {
     /// The volume's name.
     pub name: String,
     #[command(flatten)]
+    pub change: QosChange,
+}
+
+/// `weft group qos`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GroupQosArgs {
+    /// The consistency group's name.
+    pub name: String,
+    #[command(flatten)]
+    pub change: QosChange,
+}
+
+/// What to change: the flags given, `--clear` or `--replace`; nothing: show.
+#[derive(Debug, Clone, clap::Args)]
+pub struct QosChange {
+    #[command(flatten)]
     pub flags: QosFlags,
     /// Remove every limit and target.
     #[arg(long, conflicts_with = "replace")]
@@ -95,23 +113,35 @@ pub struct QosArgs {
 
 pub fn run(client: &ApiClient, args: QosArgs, json: bool) -> anyhow::Result<()> {
     let path = format!("/volumes/{}/qos", seg(&args.name));
-    let v = match (args.clear, args.flags.settings()) {
-        (true, _) => client.call("DELETE", &path, None)?,
-        (false, None) => client.call("GET", &path, None)?,
+    let v = change(client, &path, &args.change)?;
+    show(json, &v, details)
+}
+
+/// `weft group qos`: the same settings, on limits the group's members share.
+pub fn run_group(client: &ApiClient, args: GroupQosArgs, json: bool) -> anyhow::Result<()> {
+    let path = format!("/groups/{}/qos", seg(&args.name));
+    let v = change(client, &path, &args.change)?;
+    show(json, &v, group_details)
+}
+
+/// Show, clear, or change (read, overlay, write) the settings at `path`.
+fn change(client: &ApiClient, path: &str, args: &QosChange) -> anyhow::Result<Value> {
+    Ok(match (args.clear, args.flags.settings()) {
+        (true, _) => client.call("DELETE", path, None)?,
+        (false, None) => client.call("GET", path, None)?,
         (false, Some(given)) => {
             let mut settings = if args.replace {
                 Map::new()
             } else {
-                client.call("GET", &path, None)?["settings"]
+                client.call("GET", path, None)?["settings"]
                     .as_object()
                     .cloned()
                     .unwrap_or_default()
             };
             settings.extend(given.as_object().cloned().unwrap_or_default());
-            client.call("PUT", &path, Some(Value::Object(settings)))?
+            client.call("PUT", path, Some(Value::Object(settings)))?
         }
-    };
-    show(json, &v, details)
+    })
 }
 
 /// `2ms`, `500us`, `1.5ms`, `0.002s`.
@@ -185,6 +215,17 @@ fn latency(us: u64) -> String {
     }
 }
 
+fn group_details(v: &Value) {
+    println!("group:      {}", v["group"].as_str().unwrap_or(""));
+    println!("set:        {}", describe(&v["settings"]));
+    println!("in force:   {}", describe(&v["effective"]));
+    println!(
+        "throttled:  {} member I/Os by the group's limits, {:.3} s waited",
+        v["throttled_ios"].as_u64().unwrap_or(0),
+        v["throttled_wait_seconds"].as_f64().unwrap_or(0.0)
+    );
+}
+
 fn details(v: &Value) {
     println!("volume:     {}", v["volume"].as_str().unwrap_or(""));
     println!("set:        {}", describe(&v["settings"]));
@@ -194,6 +235,9 @@ fn details(v: &Value) {
         v["throttled_ios"].as_u64().unwrap_or(0),
         v["throttled_wait_seconds"].as_f64().unwrap_or(0.0)
     );
+    if let Some(p99) = v["latency_p99_us"].as_f64() {
+        println!("p99:        {p99:.0} us (last 100 ms window, as the target counts it)");
+    }
     if let Some(cap) = v["latency_cap_iops"].as_f64() {
         println!("capped:     {cap:.0} IOPS now, for another volume's latency target");
     }

@@ -1,5 +1,6 @@
-//! fio's libiscsi engine against `weft serve`: verified writes and reads over iSCSI, and kill -9
-//! of weft during verified writes with SYNCHRONIZE CACHE between them.
+//! fio's libiscsi engine against `weft serve`: verified writes and reads over iSCSI, kill -9
+//! of weft during verified writes with SYNCHRONIZE CACHE between them, and a volume's IOPS
+//! limit held over iSCSI (within 5%).
 //!
 //! Debian's fio has no libiscsi engine: `scripts/build-fio-libiscsi.sh` builds one from Debian's
 //! source package into a cache (`scripts/test.sh` and `.ci/run` run it and export
@@ -185,6 +186,54 @@ fn fio_libiscsi_writes_and_reads_back_verified() {
         2 * 96 * MIB,
         "verify_only over NBD read {verified} bytes"
     );
+}
+
+/// The QoS limit holds on iSCSI as on NBD: iSCSI pays in `QosExport` on its worker threads
+/// (NBD prepays on its connection task), so this is the other half of the throttle's paths.
+#[test]
+fn fio_libiscsi_holds_a_volumes_iops_limit() {
+    const LIMIT: f64 = 1000.0;
+    let fio_bin = fio_libiscsi();
+    let srv = Server::start_with("iscsi-fio-qos", ServeOpts::default().volume_size("64M"));
+    if srv.skip_without_api("fio_libiscsi_holds_a_volumes_iops_limit") {
+        return;
+    }
+    srv.cli_ok(&[
+        "volume",
+        "create",
+        "lim",
+        "--size",
+        LUN_SIZE,
+        "--iops-max",
+        &format!("{LIMIT}"),
+    ]);
+    let lun = lun_filename(&srv, "lim");
+    // After a 1 s ramp that spends the burst (0.1 s worth), 4 KiB random writes at QD16.
+    let args = strs(&[
+        "--name=qos",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--size=64M",
+        "--iodepth=16",
+        "--time_based",
+        "--runtime=5",
+        "--ramp_time=1",
+        "--thread",
+        "--output-format=json",
+    ]);
+    let out = run(
+        &mut libiscsi_cmd(&fio_bin, srv.scratch.path(), &lun, &args),
+        FIO_TIMEOUT,
+    );
+    fio_bytes(&out, "randwrite QD16 under a limit");
+    let iops = fio_json(&out)["jobs"][0]["write"]["iops"].as_f64().unwrap();
+    eprintln!("iSCSI: {iops:.0} IOPS under a limit of {LIMIT}");
+    assert!(
+        (iops - LIMIT).abs() <= LIMIT * 0.05,
+        "{iops:.0} IOPS over iSCSI, not within 5% of {LIMIT}"
+    );
+    let q = srv.api_json("GET", "/api/v1/volumes/lim/qos", None);
+    assert!(q["throttled_ios"].as_u64().unwrap() > 0, "{q}");
 }
 
 // ------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ use crate::units::{
 };
 
 mod group_names;
+mod group_qos;
 mod group_report;
 mod groups;
 mod qos;

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::qos_settings::QosSettings;
 use crate::units::VolumeId;
 
 /// A consistency group: volumes that are snapshotted, cloned, refreshed and rolled back
@@ -23,6 +24,10 @@ pub struct GroupRecord {
     /// Its group snapshots, oldest first.
     #[serde(default)]
     pub snapshots: Vec<GroupSnapshotRecord>,
+    /// QoS of the group as a whole (`weft group qos`): its limits are one set of buckets the
+    /// members share (absent in catalogs written before group QoS: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<QosSettings>,
 }
 
 /// A member volume of a group.
@@ -43,6 +48,15 @@ pub struct GroupSnapshotRecord {
     /// (member volume, its snapshot's id) for every member at the time.
     pub members: Vec<(VolumeId, VolumeId)>,
     pub created_unix_s: u64,
+}
+
+/// A group with settings, as the throttle follows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupQosListing {
+    pub group: String,
+    pub settings: QosSettings,
+    /// Its member volumes' names.
+    pub members: Vec<String>,
 }
 
 impl GroupRecord {

@@ -41,6 +41,7 @@ use types::{
 pub mod audit;
 mod cluster;
 mod cnodes;
+mod group_routes;
 mod groups;
 mod host_catalog;
 mod hosts;
@@ -194,6 +195,12 @@ pub fn router(state: ApiState) -> Router {
             "/api/v1/groups/{name}",
             get(groups::info).delete(groups::delete),
         )
+        .route(
+            "/api/v1/groups/{name}/qos",
+            get(qos::get_group)
+                .put(qos::put_group)
+                .delete(qos::clear_group),
+        )
         .route("/api/v1/groups/{name}/members", post(groups::add_members))
         .route(
             "/api/v1/groups/{name}/members/{volume}",
@@ -267,6 +274,11 @@ pub fn router(state: ApiState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             host_catalog::route,
+        ))
+        // Another shard's consistency groups to the owner whose catalog has them.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            group_routes::route,
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),

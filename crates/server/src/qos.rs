@@ -11,9 +11,11 @@
 pub mod bucket;
 pub mod controller;
 mod export;
+mod received;
 mod registry;
 mod volume;
 
 pub use export::QosExport;
+pub use received::serve_received;
 pub use registry::{QosRegistry, TICK};
 pub use volume::{Direction, QosState, VolumeQos};

@@ -83,6 +83,12 @@ const ASSETS: &[Asset] = &[
         cache_control: CACHE_REVALIDATE,
     },
     Asset {
+        name: "volume_qos.js",
+        body: include_bytes!("../../../ui/volume_qos.js"),
+        content_type: JS,
+        cache_control: CACHE_REVALIDATE,
+    },
+    Asset {
         name: "volume.js",
         body: include_bytes!("../../../ui/volume.js"),
         content_type: JS,

@@ -11,6 +11,7 @@ use super::report::{snapshot_info, volume_info};
 use crate::group_records::{GroupRecord, GroupSnapshotRecord};
 use crate::lock_timing::TimedMutex;
 use crate::metastore::ClusterState;
+use crate::qos_settings::QosSettings;
 use crate::state::State;
 use crate::units::FamilyId;
 
@@ -47,6 +48,9 @@ pub struct GroupInfo {
     /// Its group snapshots (full names `GROUP@SNAPSHOT`, oldest first).
     pub snapshots: Vec<GroupSnapshotInfo>,
     pub space: GroupSpace,
+    /// The group's QoS as set (`weft group qos`): limits its members share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<QosSettings>,
 }
 
 /// A group snapshot: one snapshot per member, cut at one point.
@@ -104,6 +108,7 @@ pub(super) fn group_info(
             .map(|gs| group_snapshot_info(state, st, g, gs, families))
             .collect(),
         space,
+        qos: g.qos.clone(),
     }
 }
 

@@ -55,6 +55,7 @@ impl Engine {
             created_unix_s: now_unix_s(),
             origin: None,
             snapshots: Vec::new(),
+            qos: None,
         });
         meta.commit(next)?;
         tracing::info!(group = name, members = ?volumes, "consistency group created");
@@ -421,6 +422,8 @@ impl Engine {
             created_unix_s: now_unix_s(),
             origin: Some(snapshot.to_string()),
             snapshots: Vec::new(),
+            // A clone group (dev, test) is not given the source's limits: set its own.
+            qos: None,
         });
         self.apply(&mut meta, next, switch)?;
         tracing::info!(snapshot, clone, members = ?names, "clone group created");
@@ -661,6 +664,14 @@ fn other_shard(meta: &ClusterStore, group: &str, name: &str) -> Option<EngineErr
             meta.shard()
         ),
     })
+}
+
+impl Engine {
+    /// Whether this shard's catalog has group `name` (the API routes by it).
+    pub fn has_group(&self, name: &str) -> bool {
+        let meta = self.shared.meta.lock();
+        meta.state.groups.iter().any(|g| g.name == name)
+    }
 }
 
 pub(super) fn find_group(state: &ClusterState, name: &str) -> Result<GroupRecord, EngineError> {

@@ -1,6 +1,7 @@
 //! Management of every shard's volumes through any c.node: a request about a volume or
 //! snapshot of another shard goes to that shard's owner's API, and the lists of volumes and
-//! snapshots gather every shard's.
+//! snapshots gather every shard's, and so does the list of consistency groups (requests about
+//! one group are routed by [`super::group_routes`]).
 //!
 //! - `/api/v1/volumes/{name}...` and `/api/v1/snapshots/{vol@snap}...`: a volume this c.node's
 //!   engine holds is answered here; for any other, its name claim (`weft/names/<name>`, see
@@ -174,7 +175,7 @@ pub async fn route(State(state): State<ApiState>, request: Request, next: Next) 
         };
     }
     let gathers = request.method() == Method::GET
-        && (path == "/api/v1/volumes" || path == "/api/v1/snapshots");
+        && (path == "/api/v1/volumes" || path == "/api/v1/snapshots" || path == "/api/v1/groups");
     if !gathers {
         return next.run(request).await;
     }

@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use parking_lot::Mutex;
@@ -40,6 +41,7 @@ use super::shared::{ConnError, Shared, READ_BUFFER_BYTES};
 use super::targets::Viewer;
 use super::{Portal, SharedLu};
 use crate::api::types::SessionProtocol;
+use crate::qos::serve_received;
 use crate::sessions::SessionOrigin;
 
 /// Commands a session may have in flight (received, response not yet sent): twice the
@@ -668,6 +670,9 @@ impl Reader<'_> {
 
     /// Run a whole command on the worker pool.
     fn dispatch(&mut self, c: ScsiCommand, permit: OwnedSemaphorePermit) {
+        // The command's latency, as the QoS latency target sees it, starts here (its data
+        // has all arrived).
+        let received = Instant::now();
         self.refresh_luns();
         let shared = Arc::clone(&self.shared);
         shared.executing.lock().insert(c.itt);
@@ -727,6 +732,7 @@ impl Reader<'_> {
             shared.answered.notify_waiters();
             drop(permit);
         };
+        let job = move || serve_received(received, job);
         if inline {
             // The session's only command and a small one: a hand-off to a worker and back
             // would cost two thread wake-ups, more than the command (QD1 latency).

@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
@@ -30,6 +30,7 @@ use super::NbdOptions;
 use crate::access::NbdClient;
 use crate::api::types::SessionProtocol;
 use crate::backend::{ExportBackend, ExportHandle};
+use crate::qos::serve_received;
 use crate::sessions::SessionOrigin;
 use crate::workers::WorkerPool;
 
@@ -332,6 +333,8 @@ where
                     return Ok(());
                 }
             };
+            // The request's latency, as the QoS latency target sees it, starts here.
+            let mut received = Instant::now();
             let classified = session.classify(&header);
             if classified == Ok(Command::Disconnect) {
                 debug!("nbd disconnect requested");
@@ -373,17 +376,21 @@ where
             if let (Some(qos), Some((dir, cost_bytes))) = (&qos, qos_cost(&command)) {
                 let wait = qos.prepay(dir, cost_bytes);
                 if !wait.is_zero() {
+                    let before = Instant::now();
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
                         () = stop.cancelled() => return Ok(()),
                         () = shutdown.cancelled() => return Ok(()),
                     }
+                    // The volume's own limit is not latency it missed.
+                    received += before.elapsed();
                 }
             }
             if runs_inline(&command, &requests, &buf) {
                 // The only request in flight and a small one: a hand-off to a worker and back
                 // would cost two thread wake-ups, more than the call itself (QD1 latency).
-                let (outcome, disposition) = execute(export.as_ref(), command, payload);
+                let (outcome, disposition) =
+                    serve_received(received, || execute(export.as_ref(), command, payload));
                 if disposition == Disposition::Disconnect {
                     stop.cancel();
                 }
@@ -407,6 +414,7 @@ where
                 permits,
                 tx: tx.clone(),
                 stop: stop.clone(),
+                received,
             };
             workers.submit(Box::new(move || job.run()));
         }
@@ -450,11 +458,15 @@ struct Job {
     permits: Permits,
     tx: mpsc::Sender<Completion>,
     stop: CancellationToken,
+    /// When the reader took the request (moved on by its throttle wait).
+    received: Instant,
 }
 
 impl Job {
     fn run(self) {
-        let (outcome, disposition) = execute(self.export.as_ref(), self.command, self.payload);
+        let (outcome, disposition) = serve_received(self.received, || {
+            execute(self.export.as_ref(), self.command, self.payload)
+        });
         if disposition == Disposition::Disconnect {
             self.stop.cancel();
         }

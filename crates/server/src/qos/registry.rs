@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
+use weft_engine::group_records::GroupQosListing;
 use weft_engine::qos_settings::QosSettings;
 use weft_engine::Engine;
 
@@ -26,11 +27,13 @@ struct Mark {
     units: u64,
 }
 
-/// The throttles of this c.node's volumes.
+/// The throttles of this c.node's volumes and of their consistency groups.
 #[derive(Debug)]
 pub struct QosRegistry {
     clock: Arc<dyn Clock>,
     volumes: RwLock<HashMap<String, Arc<VolumeQos>>>,
+    /// Groups with settings, by group name: the buckets their members share.
+    groups: RwLock<HashMap<String, Arc<VolumeQos>>>,
     controller: Mutex<(LatencyController, HashMap<String, Mark>)>,
 }
 
@@ -43,6 +46,7 @@ impl QosRegistry {
         Arc::new(QosRegistry {
             clock,
             volumes: RwLock::new(HashMap::new()),
+            groups: RwLock::new(HashMap::new()),
             controller: Mutex::new((LatencyController::default(), HashMap::new())),
         })
     }
@@ -61,27 +65,78 @@ impl QosRegistry {
     }
 
     /// Apply the catalog's settings: the listed volumes get theirs (resolved), every other
-    /// volume none. Throttles nobody holds and without settings are dropped.
-    pub fn apply(&self, listed: &[(String, QosSettings)]) {
-        let wanted: HashMap<&str, QosSettings> = listed
+    /// volume none; the listed groups' members pay their group's buckets too, and take its
+    /// latency target and minimum share where they have none of their own. Throttles nobody
+    /// holds, without settings and in no group are dropped.
+    pub fn apply(&self, listed: &[(String, QosSettings)], groups: &[GroupQosListing]) {
+        let mut wanted: HashMap<&str, QosSettings> = listed
             .iter()
             .map(|(n, s)| (n.as_str(), s.resolve()))
             .collect();
+        let mut member_of: HashMap<&str, Arc<VolumeQos>> = HashMap::new();
+        for g in groups {
+            let settings = g.settings.resolve();
+            let throttle = self.group_throttle(&g.group);
+            if throttle.settings() != settings {
+                throttle.set(&settings);
+            }
+            let inherited = QosSettings {
+                latency_target_us: settings.latency_target_us,
+                iops_min: settings.iops_min,
+                ..QosSettings::default()
+            };
+            for m in &g.members {
+                member_of.insert(m.as_str(), Arc::clone(&throttle));
+                if !inherited.is_empty() {
+                    let own = wanted.remove(m.as_str()).unwrap_or_default();
+                    wanted.insert(m.as_str(), own.overlay(&inherited));
+                }
+            }
+        }
+        self.groups
+            .write()
+            .retain(|name, _| groups.iter().any(|g| g.group == *name));
         for (name, settings) in &wanted {
             let v = self.volume(name);
             if v.settings() != *settings {
                 v.set(settings);
             }
         }
+        for name in member_of.keys() {
+            let _ = self.volume(name);
+        }
         let mut volumes = self.volumes.write();
         for (name, v) in volumes.iter() {
             if !wanted.contains_key(name.as_str()) && !v.settings().is_empty() {
                 v.set(&QosSettings::default());
             }
+            let group = member_of.get(name.as_str());
+            if group.is_some() || v.group().is_some() {
+                // Also when the group is the same: its limits may have changed.
+                v.set_group(group.cloned());
+            }
         }
         volumes.retain(|name, v| {
-            wanted.contains_key(name.as_str()) || Arc::strong_count(v) > 1 || v.cap().is_some()
+            wanted.contains_key(name.as_str())
+                || member_of.contains_key(name.as_str())
+                || Arc::strong_count(v) > 1
+                || v.cap().is_some()
         });
+    }
+
+    /// The shared throttle of group `name`, made (unlimited) if it has none yet.
+    fn group_throttle(&self, name: &str) -> Arc<VolumeQos> {
+        let mut groups = self.groups.write();
+        Arc::clone(
+            groups
+                .entry(name.to_string())
+                .or_insert_with(|| Arc::new(VolumeQos::new(name, Arc::clone(&self.clock)))),
+        )
+    }
+
+    /// Group `name`'s shared throttle: its settings in force and what it throttled.
+    pub fn group_state(&self, name: &str) -> Option<QosState> {
+        self.groups.read().get(name).map(|g| g.state())
     }
 
     /// Close the window of `elapsed` and let the controller set caps.
@@ -104,6 +159,9 @@ impl QosRegistry {
                 }
                 _ => (None, 0.0),
             };
+            if let Some(p99) = p99_us {
+                v.measured_p99(p99);
+            }
             marks.insert(v.name().to_string(), Mark { latency, units });
             let s = v.settings();
             windows.push(Window {
@@ -144,7 +202,7 @@ impl QosRegistry {
             .spawn(move || {
                 let mut last = registry.clock.now();
                 while !stop.load(std::sync::atomic::Ordering::Acquire) {
-                    registry.apply(&engine.volumes_qos());
+                    registry.apply(&engine.volumes_qos(), &engine.groups_qos());
                     std::thread::sleep(TICK);
                     let now = registry.clock.now();
                     registry.tick(now.saturating_sub(last));
@@ -164,20 +222,23 @@ mod tests {
     fn settings_follow_the_catalog_and_classes_resolve() {
         let r = QosRegistry::with_clock(Arc::new(SimClock::default()));
         let held = r.volume("a");
-        r.apply(&[(
-            "a".into(),
-            QosSettings {
-                class: Some("bronze".into()),
-                ..QosSettings::default()
-            },
-        )]);
+        r.apply(
+            &[(
+                "a".into(),
+                QosSettings {
+                    class: Some("bronze".into()),
+                    ..QosSettings::default()
+                },
+            )],
+            &[],
+        );
         assert_eq!(held.settings().iops_max, Some(5_000));
         // Cleared in the catalog: the held throttle is lifted.
-        r.apply(&[]);
+        r.apply(&[], &[]);
         assert!(held.settings().is_empty());
         // Unheld and unlimited: dropped.
         let _ = r.volume("b");
-        r.apply(&[]);
+        r.apply(&[], &[]);
         assert_eq!(r.states().len(), 1);
     }
 
@@ -193,7 +254,7 @@ mod tests {
         }
         r.tick(TICK);
         drop(first);
-        r.apply(&[]); // unheld and unlimited: dropped
+        r.apply(&[], &[]); // unheld and unlimited: dropped
         let again = r.volume("vol0");
         again.completed(4096, Duration::from_micros(100));
         clock.advance(TICK);
@@ -203,18 +264,59 @@ mod tests {
     }
 
     #[test]
+    fn group_members_share_buckets_and_inherit_its_target() {
+        let r = QosRegistry::with_clock(Arc::new(SimClock::default()));
+        let a = r.volume("a");
+        let group = |members: &[&str]| GroupQosListing {
+            group: "g".into(),
+            settings: QosSettings {
+                iops_max: Some(1_000),
+                iops_burst: Some(1),
+                latency_target_us: Some(2_000),
+                ..QosSettings::default()
+            },
+            members: members.iter().map(|m| (*m).to_string()).collect(),
+        };
+        let own = QosSettings {
+            latency_target_us: Some(500),
+            ..QosSettings::default()
+        };
+        r.apply(&[("b".into(), own.clone())], &[group(&["a", "b"])]);
+        let b = r.volume("b");
+        assert_eq!(a.group().as_deref(), Some("g"));
+        assert_eq!(a.settings().latency_target_us, Some(2_000));
+        assert_eq!(b.settings(), own, "its own target wins");
+        assert!(a.admit(Direction::Write, 4096).is_zero());
+        assert!(
+            !b.admit(Direction::Write, 4096).is_zero(),
+            "one bucket for both"
+        );
+        assert_eq!(r.group_state("g").map(|s| s.throttled_ios), Some(1));
+        // `a` leaves the group, then the group loses its settings.
+        r.apply(&[("b".into(), own.clone())], &[group(&["b"])]);
+        assert_eq!(a.group(), None);
+        assert!(a.settings().is_empty());
+        r.apply(&[], &[]);
+        assert_eq!(b.group(), None);
+        assert!(r.group_state("g").is_none());
+    }
+
+    #[test]
     fn a_missed_target_caps_the_neighbour() {
         let clock = Arc::new(SimClock::default());
         let r = QosRegistry::with_clock(clock.clone());
         let db = r.volume("db");
         let noisy = r.volume("noisy");
-        r.apply(&[(
-            "db".into(),
-            QosSettings {
-                latency_target_us: Some(1_000),
-                ..QosSettings::default()
-            },
-        )]);
+        r.apply(
+            &[(
+                "db".into(),
+                QosSettings {
+                    latency_target_us: Some(1_000),
+                    ..QosSettings::default()
+                },
+            )],
+            &[],
+        );
         r.tick(TICK); // the first window only marks
         for _ in 0..100 {
             db.completed(4096, Duration::from_millis(5));

@@ -111,16 +111,24 @@ pub struct QosState {
     pub cap_units_per_s: Option<f64>,
     pub throttled_ios: u64,
     pub throttled_wait_seconds: f64,
+    /// The p99 latency of the last window with enough I/O to tell (what the latency
+    /// target is held to), in microseconds.
+    pub latency_p99_us: Option<f64>,
 }
 
-/// A volume's throttle.
+/// A volume's throttle. A consistency group's shared buckets are one too (named after the
+/// group, with no group of its own and never capped): each member's throttle points at it.
 #[derive(Debug)]
 pub struct VolumeQos {
     name: String,
     clock: Arc<dyn Clock>,
-    /// Whether any bucket exists: the fast path reads only this.
+    /// Whether any bucket of its own exists.
+    own_limited: AtomicBool,
+    /// Whether any bucket of its own or of its group's exists: the fast path reads only this.
     limited: AtomicBool,
     buckets: Mutex<Buckets>,
+    /// The throttle of the group it is a member of: every I/O pays both.
+    group: Mutex<Option<Arc<VolumeQos>>>,
     settings: Mutex<QosSettings>,
     /// Units and bytes paid by a front end ahead of the call ([`VolumeQos::prepay`]), per
     /// direction, not yet used by one.
@@ -130,8 +138,11 @@ pub struct VolumeQos {
     throttled_wait_ns: AtomicU64,
     /// I/O units completed: the controller's measure of the volume's rate.
     completed_units: AtomicU64,
-    /// Completion latencies (the time in the engine, not the throttle's wait).
+    /// Completion latencies as the client sees them, from the front end's receipt of the
+    /// request to its reply, less the volume's own throttle wait (`super::received`).
     latency: AtomicHistogram,
+    /// [`QosState::latency_p99_us`] as f64 bits; `u64::MAX`: none yet.
+    last_p99_us: AtomicU64,
 }
 
 impl VolumeQos {
@@ -139,8 +150,10 @@ impl VolumeQos {
         VolumeQos {
             name: name.to_string(),
             clock,
+            own_limited: AtomicBool::new(false),
             limited: AtomicBool::new(false),
             buckets: Mutex::new(Buckets::default()),
+            group: Mutex::new(None),
             settings: Mutex::new(QosSettings::default()),
             prepaid_units: [AtomicU64::new(0), AtomicU64::new(0)],
             prepaid_bytes: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -148,6 +161,7 @@ impl VolumeQos {
             throttled_wait_ns: AtomicU64::new(0),
             completed_units: AtomicU64::new(0),
             latency: AtomicHistogram::default(),
+            last_p99_us: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -177,8 +191,29 @@ impl VolumeQos {
             s.bytes_burst,
             now,
         );
-        self.limited.store(b.any(), Ordering::Release);
+        self.own_limited.store(b.any(), Ordering::Release);
+        drop(b);
+        self.update_limited();
         *self.settings.lock() = settings.clone();
+    }
+
+    /// Make I/O pay `group`'s buckets as well (`None`: no group's).
+    pub fn set_group(&self, group: Option<Arc<VolumeQos>>) {
+        *self.group.lock() = group;
+        self.update_limited();
+    }
+
+    /// The name of the group whose buckets it pays, if any.
+    pub fn group(&self) -> Option<String> {
+        self.group.lock().as_ref().map(|g| g.name.clone())
+    }
+
+    /// Bring the fast path's flag up to date with its own buckets and its group's (a group's
+    /// settings change: the registry calls this through [`VolumeQos::set_group`]).
+    fn update_limited(&self) {
+        let group = self.group.lock().as_ref().is_some_and(|g| g.is_limited());
+        let own = self.own_limited.load(Ordering::Acquire);
+        self.limited.store(own || group, Ordering::Release);
     }
 
     /// Whether any limit or cap applies now (else I/O passes without a lock).
@@ -203,7 +238,9 @@ impl VolumeQos {
                 *cap = Some(TokenBucket::new(rate, rate * DEFAULT_BURST_SECONDS, now));
             }
         }
-        self.limited.store(b.any(), Ordering::Release);
+        self.own_limited.store(b.any(), Ordering::Release);
+        drop(b);
+        self.update_limited();
     }
 
     pub fn cap(&self) -> Option<f64> {
@@ -214,16 +251,20 @@ impl VolumeQos {
             .map(TokenBucket::rate_per_s)
     }
 
-    /// Take an I/O's cost; how long it must wait before it runs.
+    /// Take an I/O's cost from its own buckets and its group's; how long it must wait
+    /// before it runs (the longer of the two).
     fn charge(&self, dir: Direction, units: u64, bytes: u64) -> Duration {
         if units == 0 && bytes == 0 {
             return Duration::ZERO;
         }
         let now = self.clock.now();
-        let wait = self
+        let own = self
             .buckets
             .lock()
             .take(dir, units as f64, bytes as f64, now);
+        let group = self.group.lock().clone();
+        let shared = group.map_or(Duration::ZERO, |g| g.charge(dir, units, bytes));
+        let wait = own.max(shared);
         if !wait.is_zero() {
             self.throttled_ios.fetch_add(1, Ordering::Relaxed);
             let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
@@ -256,7 +297,8 @@ impl VolumeQos {
         self.charge(dir, units, bytes)
     }
 
-    /// An I/O completed after `latency` in the engine.
+    /// An I/O completed `latency` after its front end received it (its own throttle wait
+    /// excluded).
     pub fn completed(&self, bytes: u64, latency: Duration) {
         self.completed_units
             .fetch_add(io_units(bytes), Ordering::Relaxed);
@@ -272,6 +314,16 @@ impl VolumeQos {
         &self.latency
     }
 
+    /// The controller measured a window's p99 (the registry, each tick with enough I/O).
+    pub fn measured_p99(&self, p99_us: f64) {
+        self.last_p99_us.store(p99_us.to_bits(), Ordering::Relaxed);
+    }
+
+    fn last_p99(&self) -> Option<f64> {
+        let bits = self.last_p99_us.load(Ordering::Relaxed);
+        (bits != u64::MAX).then(|| f64::from_bits(bits))
+    }
+
     pub fn state(&self) -> QosState {
         QosState {
             name: self.name.clone(),
@@ -279,6 +331,7 @@ impl VolumeQos {
             cap_units_per_s: self.cap(),
             throttled_ios: self.throttled_ios.load(Ordering::Relaxed),
             throttled_wait_seconds: self.throttled_wait_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            latency_p99_us: self.last_p99(),
         }
     }
 }
@@ -347,6 +400,41 @@ mod tests {
         for _ in 0..1000 {
             assert!(q.admit(Direction::Read, 4096).is_zero(), "reads are free");
         }
+    }
+
+    #[test]
+    fn members_share_their_groups_buckets() {
+        let clock = Arc::new(SimClock::default());
+        let group = Arc::new(VolumeQos::new("g", clock.clone()));
+        group.set(&QosSettings {
+            iops_max: Some(1000),
+            iops_burst: Some(1),
+            ..QosSettings::default()
+        });
+        let a = VolumeQos::new("a", clock.clone());
+        let b = VolumeQos::new("b", clock.clone());
+        assert!(!a.is_limited());
+        a.set_group(Some(Arc::clone(&group)));
+        b.set_group(Some(Arc::clone(&group)));
+        assert!(a.is_limited(), "the group's limit makes the member limited");
+        // One unit of burst between them: the second member's I/O owes 1 ms, the third 2 ms.
+        assert_eq!(a.admit(Direction::Write, 4096), Duration::ZERO);
+        assert_eq!(b.admit(Direction::Read, 4096), Duration::from_millis(1));
+        assert_eq!(a.admit(Direction::Write, 4096), Duration::from_millis(2));
+        assert_eq!(group.state().throttled_ios, 2);
+        assert_eq!(a.state().throttled_ios, 1);
+        // Its own limit binds too: the longer wait wins.
+        b.set(&QosSettings {
+            iops_max: Some(100),
+            iops_burst: Some(1),
+            ..QosSettings::default()
+        });
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(b.admit(Direction::Write, 4096), Duration::ZERO);
+        assert_eq!(b.admit(Direction::Write, 4096), Duration::from_millis(10));
+        // Out of the group: only its own.
+        a.set_group(None);
+        assert!(!a.is_limited());
     }
 
     #[test]

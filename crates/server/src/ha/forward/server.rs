@@ -11,6 +11,7 @@
 //! forwarder sends those requests to the next owner.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -21,6 +22,7 @@ use super::local::LocalSlot;
 use super::wire::{self, Answer, Op};
 use crate::api::types::SessionProtocol;
 use crate::backend::{ExportHandle, ExportIoError};
+use crate::qos::serve_received;
 use crate::sessions::{SessionOrigin, Sessions};
 
 /// Requests of one connection running at once; more wait to be read.
@@ -143,6 +145,8 @@ async fn connection(
         if kind != wire::REQUEST {
             break Err(invalid("expected REQUEST"));
         }
+        // The owner's QoS latency target counts from here.
+        let received = Instant::now();
         let permit = Arc::clone(&slots)
             .acquire_owned()
             .await
@@ -153,7 +157,7 @@ async fn connection(
             let Ok((head, data)) = wire::parse_request(&body) else {
                 return;
             };
-            let result = execute(&*handle, head, data);
+            let result = serve_received(received, || execute(&*handle, head, data));
             // A stopping owner does not answer: the forwarder asks the next owner.
             if shutdown.is_cancelled() && result.is_err() {
                 return;
