@@ -724,11 +724,16 @@ impl Link {
                 return;
             }
             let wait = if st.mirrored {
+                // Look every IDLE_READ_EVERY, not more often: after a read too.
+                drop(st);
+                std::thread::sleep(IDLE_READ_EVERY);
+                st = self.st.lock();
+                if st.connection != connection {
+                    return;
+                }
                 let idle = !st.reading && st.waiting.is_empty() && st.waits == waits_seen;
                 waits_seen = st.waits;
                 if !idle {
-                    drop(st);
-                    std::thread::sleep(IDLE_READ_EVERY);
                     continue;
                 }
                 ReadWait::No
