@@ -39,6 +39,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -220,11 +221,124 @@ def nbd_read_ok(port: int, export: str = "vol0", timeout: float = 1.0) -> bool:
 # --------------------------------------------------------------------------
 
 
+# --------------------------------------------------------------------------
+# --profile: perf on each c.node during a job
+# --------------------------------------------------------------------------
+
+PERF_EVENTS = "task-clock,context-switches,raw_syscalls:sys_enter"
+
+
+def fio_child_started() -> bool:
+    """A fio child of this script is running (run_job started the job's fio)."""
+    me = str(os.getpid())
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        ppid = stat[stat.rindex(")") + 2:].split()[1]
+        if comm == "fio" and ppid == me:
+            return True
+    return False
+
+
+def profile_job(t: Target, args: argparse.Namespace, name: str, out: dict) -> None:
+    """Once the job's fio runs and its ramp is over, `perf stat` per thread (CPU, context
+    switches, system calls) or `perf record -g` of each c.node for --profile-seconds."""
+    deadline = time.monotonic() + args.drain_wait + args.wait_idle + 60
+    while not fio_child_started():
+        if time.monotonic() > deadline:
+            out["error"] = "fio never started"
+            return
+        time.sleep(0.05)
+    time.sleep(args.ramp + 0.5)
+    secs = min(args.profile_seconds, max(1.0, args.runtime - 1.5))
+    out["seconds"] = secs
+    procs = []
+    for role, c in (("owner", t.owner), ("partner", t.partner)):
+        if c is None or not c.alive():
+            continue
+        f = args.profile_dir / f"{name}-{role}.{args.profile}"
+        if args.profile == "stat":
+            cmd = ["perf", "stat", "--per-thread", "-x,", "-e", PERF_EVENTS, "-o", str(f),
+                   "-p", str(c.pid), "--", "sleep", str(secs)]
+        else:
+            cmd = ["perf", "record", "-F", "999", "-g", "-o", str(f), "-p", str(c.pid),
+                   "--", "sleep", str(secs)]
+        procs.append((role, f, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+    for role, f, p in procs:
+        try:
+            p.wait(timeout=secs + 30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        out[role] = {"file": str(f)}
+        if args.profile == "stat" and f.exists():
+            out[role]["threads"] = perf_stat_threads(f)
+
+
+def perf_stat_threads(f: Path) -> dict:
+    """`perf stat --per-thread -x,` output: {thread name: {event: total over its threads}}."""
+    by_name: dict = {}
+    for line in f.read_text().splitlines():
+        cols = line.split(",")
+        if len(cols) < 4 or "-" not in cols[0]:
+            continue
+        comm = cols[0].rsplit("-", 1)[0]
+        try:
+            value = float(cols[1])
+        except ValueError:
+            continue
+        ev = by_name.setdefault(comm, {})
+        ev[cols[3]] = ev.get(cols[3], 0) + value
+    return by_name
+
+
+def profile_per_op(prof: dict, r: dict) -> None:
+    """Per role: CPU µs, context switches and system calls per I/O of the job (its IOPS over
+    the profiled seconds)."""
+    ops = (r.get("iops") or 0) * prof.get("seconds", 0)
+    if not ops:
+        return
+    for role in ("owner", "partner"):
+        threads = (prof.get(role) or {}).get("threads")
+        if not threads:
+            continue
+        total = {"cpu_us": 0.0, "switches": 0.0, "syscalls": 0.0}
+        per_thread = {}
+        for comm, ev in threads.items():
+            row = {"cpu_us": ev.get("task-clock", 0) * 1e3 / ops,
+                   "switches": ev.get("context-switches", 0) / ops,
+                   "syscalls": ev.get("raw_syscalls:sys_enter", 0) / ops}
+            per_thread[comm] = {k: round(v, 2) for k, v in row.items()}
+            for k in total:
+                total[k] += row[k]
+        prof[role]["per_op"] = {k: round(v, 2) for k, v in total.items()}
+        prof[role]["per_op_by_thread"] = per_thread
+
+
 def run_jobs(t: Target, jobs: list, args: argparse.Namespace, tag: str = "") -> dict:
     out: dict = {}
     for job in jobs:
+        prof: dict = {}
+        profiler = None
+        if args.profile and job in COST_JOBS:
+            profiler = threading.Thread(target=profile_job, args=(t, args, f"{job.name}{tag}", prof),
+                                        daemon=True)
+            profiler.start()
         try:
             r = cc.run_job(t, job, args, tag=tag)
+            if profiler is not None:
+                profiler.join(timeout=60)
+                profile_per_op(prof, r)
+                r["profile"] = prof
+                for role in ("owner", "partner"):
+                    if (prof.get(role) or {}).get("per_op"):
+                        log(f"{t.name}: {job.name}{tag}: {role} per I/O {prof[role]['per_op']}")
             r["cnode_cpu_cores"] = r["server_cpu_cores"]
             r["dnodes_etcd_cpu_cores"] = r.pop("etcd_cpu_cores", None)
             written_gb = r["bw_MBps"] / 1e3 if job.is_write else 0  # GB per second
@@ -579,6 +693,13 @@ def main() -> int:
     ap.add_argument("--idle-threshold", type=float, default=0.25)
     ap.add_argument("--drain-wait", type=float, default=None,
                     help="before each job wait up to this long for the c.nodes to go idle (default 30; --quick 5)")
+    ap.add_argument("--profile", choices=["stat", "record"], default=None,
+                    help="during each cost job, after the ramp: `perf stat` per thread (CPU, context "
+                         "switches, system calls per I/O, in the JSON and the log) or `perf record -g` "
+                         "of each c.node, for --profile-seconds; files in --profile-dir")
+    ap.add_argument("--profile-seconds", type=float, default=5)
+    ap.add_argument("--profile-dir", type=Path, default=None,
+                    help="where the perf files go (default: a profile-* dir in the work dir, kept)")
     benchlib.add_run_args(ap)
     args = ap.parse_args()
 
@@ -607,6 +728,13 @@ def main() -> int:
     # bound by both c.nodes).  The lease is added per c.node (Cnode.lease_ttl).
 
     run_dir = Path(tempfile.mkdtemp(prefix=time.strftime("run-%Y%m%d-%H%M%S-"), dir=args.workdir))
+    if args.profile:
+        if not shutil.which("perf"):
+            log("error: --profile needs perf")
+            return 2
+        args.profile_dir = args.profile_dir or args.workdir / time.strftime("profile-%Y%m%d-%H%M%S")
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
+        log(f"perf files in {args.profile_dir}")
     now = dt.datetime.now().astimezone()
     with open("/proc/loadavg") as f:
         loadavg = f.read().split()[0]

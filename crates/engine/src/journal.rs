@@ -273,14 +273,15 @@ impl Journal {
         Ok(on_written(seq))
     }
 
-    /// Append `records` in order under one lock, each under the journal's next seq, with one
-    /// write per journal file they land in (a partner mirroring an owner's stream appends
-    /// what arrived together this way); returns the last seq, 0 for none.
-    pub fn append_batch(&self, records: &[JournalRecord]) -> Result<u64, IoFailure> {
+    /// Append `records` (header and payload) in order under one lock, each under the
+    /// journal's next seq, with one write per journal file they land in (a partner mirroring
+    /// an owner's stream appends what arrived together this way, from its read buffer);
+    /// returns the last seq, 0 for none.
+    pub fn append_batch(&self, records: &[(RecordHeader, &[u8])]) -> Result<u64, IoFailure> {
         let mut inner = self.inner.lock();
         let mut rest = records;
         while !rest.is_empty() {
-            let first_bytes = (RECORD_HEADER_BYTES + rest[0].payload.len()) as u64;
+            let first_bytes = (RECORD_HEADER_BYTES + rest[0].1.len()) as u64;
             if inner.write_offset > 0 && inner.write_offset + first_bytes > self.options.file_bytes
             {
                 self.rotate(&mut inner)?;
@@ -290,8 +291,8 @@ impl Journal {
             let mut bytes = 0u64;
             let fit = rest
                 .iter()
-                .take_while(|r| {
-                    bytes += (RECORD_HEADER_BYTES + r.payload.len()) as u64;
+                .take_while(|(_, payload)| {
+                    bytes += (RECORD_HEADER_BYTES + payload.len()) as u64;
                     bytes <= room
                 })
                 .count()
@@ -299,8 +300,8 @@ impl Journal {
             let (now, later) = rest.split_at(fit);
             inner.record.clear();
             let first_seq = inner.next_seq;
-            for (i, r) in now.iter().enumerate() {
-                Self::encode(&mut inner, first_seq + i as u64, r.header, &r.payload);
+            for (i, (header, payload)) in now.iter().enumerate() {
+                Self::encode(&mut inner, first_seq + i as u64, *header, payload);
             }
             self.write_encoded(&mut inner, now.len() as u64)?;
             rest = later;
@@ -694,12 +695,11 @@ mod tests {
     #[test]
     fn a_batch_spanning_files_replays_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let records: Vec<JournalRecord> = (0..700u64)
-            .map(|i| JournalRecord {
-                seq: 0,
-                header: header(RecordKind::Write, i, 1),
-                payload: vec![(i % 251) as u8; 4096],
-            })
+        let payloads: Vec<Vec<u8>> = (0..700u64).map(|i| vec![(i % 251) as u8; 4096]).collect();
+        let records: Vec<(RecordHeader, &[u8])> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (header(RecordKind::Write, i as u64, 1), &p[..]))
             .collect();
         {
             let (j, _) = Journal::open(dir.path(), 10, TEST_OPTIONS).unwrap();
@@ -720,7 +720,7 @@ mod tests {
         for (i, r) in replayed.iter().take(700).enumerate() {
             assert_eq!(r.seq, 10 + i as u64);
             assert_eq!(r.header.lba, i as u64);
-            assert_eq!(r.payload, records[i].payload);
+            assert_eq!(r.payload, payloads[i]);
         }
         assert_eq!(replayed[700].header.lba, 9999);
     }

@@ -11,7 +11,10 @@ use parking_lot::{Condvar, Mutex};
 /// (issuing the write in the append itself measured 40 µs per record). Small ranges wait up
 /// to [`WRITEBACK_LINGER`] for more: one `sync_file_range` per 4 KiB record was a quarter of
 /// a mirrored c.node pair's CPU at QD32 (a context switch and a virtio doorbell each, on both
-/// journals), and a FLUSH writes what is left itself.
+/// journals), and a FLUSH writes what is left itself. While records keep coming the thread
+/// keeps lingering (it looks every [`WRITEBACK_LINGER`]) and an append does not wake it: at
+/// queue depth 1 with a FLUSH after each write (which writes the range itself) waking it for
+/// every record was two context switches per write on each journal, for nothing.
 #[derive(Debug, Default)]
 pub(super) struct Writeback {
     state: Mutex<WritebackState>,
@@ -27,6 +30,10 @@ const WRITEBACK_LINGER: std::time::Duration = std::time::Duration::from_millis(2
 struct WritebackState {
     /// File and byte range appended since the last write-out was started.
     pending: Option<(Arc<File>, u64, u64)>,
+    /// A range was noted since the thread last looked.
+    noted: bool,
+    /// The thread is in a timed wait: it will look without being woken.
+    lingering: bool,
     stop: bool,
 }
 
@@ -39,8 +46,10 @@ impl Writeback {
 
     pub(super) fn note(&self, file: &Arc<File>, offset: u64, len: u64) {
         let mut st = self.state.lock();
-        // Wake the thread only when it has something new to wait on or to write: not for
-        // every record it is lingering over.
+        st.noted = true;
+        let lingering = st.lingering;
+        // Wake the thread only when it has something to write, or something new to wait on
+        // and is not going to look anyway: not for every record it is lingering over.
         let wake = match &mut st.pending {
             Some((f, start, end)) if Arc::ptr_eq(f, file) => {
                 let before = *end - *start;
@@ -49,7 +58,7 @@ impl Writeback {
             }
             pending => {
                 *pending = Some((file.clone(), offset, offset + len));
-                true
+                !lingering
             }
         };
         drop(st);
@@ -77,24 +86,29 @@ impl Writeback {
         loop {
             let (file, start, end) = {
                 let mut st = self.state.lock();
+                // A whole linger went by since the range (or the last write-out) began.
                 let mut lingered = false;
                 loop {
                     if st.stop {
                         return;
                     }
                     match &st.pending {
-                        None => {
-                            lingered = false;
-                            self.wake.wait(&mut st);
-                        }
                         Some((_, start, end))
                             if lingered || end - start >= WRITEBACK_BATCH_BYTES =>
                         {
                             break st.pending.take().expect("just matched");
                         }
-                        Some(_) => {
-                            self.wake.wait_for(&mut st, WRITEBACK_LINGER);
-                            lingered = true;
+                        // Nothing noted since the last look (a FLUSH wrote what was): sleep
+                        // until a note wakes the thread.
+                        None if !st.noted => {
+                            st.lingering = false;
+                            self.wake.wait(&mut st);
+                            lingered = false;
+                        }
+                        _ => {
+                            st.noted = false;
+                            st.lingering = true;
+                            lingered = self.wake.wait_for(&mut st, WRITEBACK_LINGER).timed_out();
                         }
                     }
                 }

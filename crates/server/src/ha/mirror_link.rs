@@ -1,24 +1,33 @@
 //! The owner's link to its partner c.node (see [`super::mirror`]): one connection at a time;
 //! each starts a new mirror (the journal resent from disk, then `CAUGHT_UP`), then the live
-//! stream, where the threads that append, sync and release send their frames themselves. A
-//! thread reads the partner's answers and wakes the writers they complete; a partner that
-//! does not answer in time degrades the mirror ([`MirrorStatus`]).
+//! stream, where the threads that append, sync and release send their frames themselves, and
+//! the writers waiting for the partner's answers read them themselves. A partner that does
+//! not answer in time degrades the mirror ([`MirrorStatus`]).
 //!
 //! On the live stream a record is copied into [`Pending`] under the journal's lock (no
 //! system call there) and sent once the lock is released ([`Link::flush_pending`]): the first
-//! writer to reach the socket sends what every writer queued meanwhile, in one `write`, so at
-//! queue depth 32 records cross the loopback in batches and the partner answers them with one
-//! `RECEIVED`.
+//! writer to reach the socket becomes the sender and sends what every writer queued, in one
+//! `write` per batch, until the queue is empty; the others go on to wait without blocking on
+//! the socket. So at queue depth 32 records cross the loopback in batches and the partner
+//! answers each batch with one `RECEIVED`.
+//!
+//! Answers: one waiting writer at a time holds the reader role ([`LinkState::reading`]) and
+//! reads the socket itself, so at queue depth 1 the partner's answer wakes the writer that
+//! waits for it, with no thread in between; it wakes the writers the answer completes and,
+//! once its own record is answered, hands the role to a writer still waiting. The connection's
+//! answer thread reads until the mirror caught up (nobody waits before that), then only what
+//! no writer reads (answers to records nobody waits for, a closed connection), at most every
+//! [`IDLE_READ_EVERY`].
 
 use std::collections::VecDeque;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, ErrorKind, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use weft_engine::journal::{Journal, JournalRecord};
 use weft_engine::write_log::RecordHeader;
 
@@ -29,6 +38,16 @@ use super::wire;
 pub const MIRROR_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+/// A reader blocked on the socket wakes this often to look at its deadline (so the mirror
+/// degrades within this much after [`MIRROR_ACK_TIMEOUT`]).
+const ANSWER_READ_SLICE: Duration = Duration::from_millis(100);
+/// How often the answer thread reads what no writer did, once the mirror caught up; only
+/// when no writer waited meanwhile, and only what has arrived (it never blocks a writer
+/// that wants to read).
+const IDLE_READ_EVERY: Duration = Duration::from_millis(20);
+/// The answers' read buffer (answers are 13 bytes each).
+const ANSWERS_BUFFER_BYTES: usize = 64 << 10;
+const _: () = assert!(ANSWER_READ_SLICE.as_millis() < MIRROR_ACK_TIMEOUT.as_millis());
 
 /// What the mirror is doing, for status and metrics.
 #[derive(Debug, Default)]
@@ -70,7 +89,7 @@ pub(super) enum Out {
     Release(u64),
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Wait {
     Received,
     Synced,
@@ -93,6 +112,22 @@ struct LinkState {
     outbox: VecDeque<Out>,
     received: u64,
     synced: u64,
+    /// A thread holds the reader role: it alone reads [`Link::answers`].
+    reading: bool,
+    /// What the writers asleep until an answer wait for (they are not reading): the reader
+    /// hands its role to one of them still unanswered when it stops.
+    waiting: Vec<(u64, Wait)>,
+    /// Waits begun, ever: the answer thread reads only when none began since it last looked.
+    waits: u64,
+}
+
+impl LinkState {
+    fn answered(&self, seq: u64, what: Wait) -> bool {
+        match what {
+            Wait::Received => self.received >= seq,
+            Wait::Synced => self.synced >= seq,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -107,10 +142,15 @@ pub(super) struct Link {
     /// this, then `pending`).
     direct: Mutex<Option<Direct>>,
     /// Frames of the live stream not sent yet, in seq order (appends hold the journal's
-    /// lock); whoever holds `direct` next sends them before its own frame.
+    /// lock); the thread sending sends them before it stops.
     pending: Mutex<Pending>,
+    /// The partner's answers on the current connection, read by the thread holding the
+    /// reader role (lock order: this, then `st`; `st` is never held while waiting for it).
+    answers: Mutex<Option<Answers>>,
     /// The sender waits here for the outbox.
     outbox_ready: Condvar,
+    /// The answer thread waits here for the reader role, before the mirror caught up.
+    reader_free: Condvar,
     /// A writer waiting for seq `s` waits on `answered[s % ANSWER_SLOTS]`, so an answer wakes
     /// the writers it completes, not all of them (at QD32 waking every waiter on every
     /// answer cost more CPU than the mirror's I/O).
@@ -124,9 +164,7 @@ const ANSWER_SLOTS: usize = 64;
 #[derive(Debug)]
 struct Direct {
     connection: u64,
-    out: BufWriter<TcpStream>,
-    /// The buffer [`Pending`] gets back after a send (no allocation per batch).
-    spare: Vec<u8>,
+    stream: TcpStream,
 }
 
 /// Frames queued for connection `connection`'s live stream.
@@ -134,6 +172,62 @@ struct Direct {
 struct Pending {
     connection: u64,
     bytes: Vec<u8>,
+    /// A thread is sending for `connection`: it sends what is queued before it stops.
+    sending: bool,
+    /// The sender's buffer between sends (no allocation per batch).
+    spare: Vec<u8>,
+}
+
+/// The reading side of connection `connection`.
+#[derive(Debug)]
+struct Answers {
+    connection: u64,
+    stream: TcpStream,
+    frames: wire::FrameReader,
+    /// Whether the socket's read time-out is set (once: no system call per read).
+    timeout_set: bool,
+}
+
+/// How a read of the answers waits.
+#[derive(Debug, Clone, Copy)]
+enum ReadWait {
+    /// Up to [`ANSWER_READ_SLICE`] for the first byte.
+    Slice,
+    /// Not at all: what has arrived.
+    No,
+}
+
+/// Reads a socket without blocking (`MSG_DONTWAIT`; the socket itself stays blocking, for
+/// the writers and the readers that wait).
+struct DontWait<'a>(&'a TcpStream);
+
+impl std::io::Read for DontWait<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `buf` is a valid, writable buffer of `buf.len()` bytes for the call's
+        // duration, and the descriptor is kept open by the borrowed stream.
+        #[allow(unsafe_code)]
+        let n = unsafe {
+            libc::recv(
+                self.0.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(usize::try_from(n).expect("not negative"))
+    }
+}
+
+/// What one read of the partner's answers said.
+#[derive(Debug, Default)]
+struct Answered {
+    partner_id: Option<String>,
+    received: Option<u64>,
+    synced: Option<u64>,
 }
 
 impl Link {
@@ -155,7 +249,9 @@ impl Link {
             st: Mutex::new(LinkState::default()),
             direct: Mutex::new(None),
             pending: Mutex::new(Pending::default()),
+            answers: Mutex::new(None),
             outbox_ready: Condvar::new(),
+            reader_free: Condvar::new(),
             answered: std::array::from_fn(|_| Condvar::new()),
         });
         let runner = Arc::clone(&link);
@@ -177,19 +273,9 @@ impl Link {
         if st.direct {
             let connection = st.connection;
             drop(st);
-            let mut pending = self.pending.lock();
-            if pending.connection > connection {
-                // Connection `connection` ended after this thread looked: the next one
-                // resends this record from the journal (it was on disk before that one's
-                // scan), and its own queued records must not be dropped for it.
-                return;
-            }
-            if pending.connection < connection {
-                pending.connection = connection;
-                pending.bytes.clear();
-            }
-            wire::write_record_parts(&mut pending.bytes, seq, header, payload)
-                .expect("writing to a Vec does not fail");
+            self.queue(connection, |bytes| {
+                wire::write_record_parts(bytes, seq, header, payload)
+            });
             return;
         }
         st.outbox.push_back(Out::Record(JournalRecord {
@@ -209,11 +295,14 @@ impl Link {
         if st.direct {
             let connection = st.connection;
             drop(st);
-            self.send_direct(connection, |w| match &out {
-                Out::Record(r) => wire::write_record(w, r),
-                Out::Sync(s) => wire::write_seq(w, wire::SYNC, *s),
-                Out::Release(s) => wire::write_seq(w, wire::RELEASE, *s),
+            // After every record queued before it: a SYNC reaches the partner after the
+            // records it covers.
+            self.queue(connection, |bytes| match &out {
+                Out::Record(r) => wire::write_record(bytes, r),
+                Out::Sync(s) => wire::write_seq(bytes, wire::SYNC, *s),
+                Out::Release(s) => wire::write_seq(bytes, wire::RELEASE, *s),
             });
+            self.send_pending(connection);
             return true;
         }
         st.outbox.push_back(out);
@@ -221,8 +310,26 @@ impl Link {
         true
     }
 
-    /// Send the records queued on the live stream, if another writer has not sent them
-    /// yet: called after appending, once the journal's lock is released.
+    /// Queue a frame for connection `connection`'s live stream.
+    fn queue(&self, connection: u64, write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) {
+        let mut pending = self.pending.lock();
+        if pending.connection > connection {
+            // Connection `connection` ended after this thread looked: the next one resends
+            // this record from the journal (it was on disk before that one's scan), and its
+            // own queued records must not be dropped for it.
+            return;
+        }
+        if pending.connection < connection {
+            pending.connection = connection;
+            pending.bytes.clear();
+            // A sender of the old connection leaves without sending for this one.
+            pending.sending = false;
+        }
+        write(&mut pending.bytes).expect("writing to a Vec does not fail");
+    }
+
+    /// Send the records queued on the live stream, unless another writer is sending: called
+    /// after appending, once the journal's lock is released.
     pub(super) fn flush_pending(&self) {
         let connection = {
             let st = self.st.lock();
@@ -231,46 +338,57 @@ impl Link {
             }
             st.connection
         };
-        if self.pending.lock().bytes.is_empty() {
-            return;
-        }
-        self.send_direct(connection, |_| Ok(()));
+        self.send_pending(connection);
     }
 
-    /// Write the queued records and then a frame on the live stream of `connection`, and
-    /// flush; a failure ends the connection (the mirror degrades; the next connection resends
-    /// the journal from disk, where these records already are).
-    fn send_direct(
-        &self,
-        connection: u64,
-        write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>,
-    ) {
+    /// Become the sender of connection `connection` and send what is queued, one `write` per
+    /// batch, until nothing is; at once if another thread is the sender (it sends what this
+    /// one queued). A failure ends the connection (the mirror degrades; the next connection
+    /// resends the journal from disk, where these records already are).
+    fn send_pending(&self, connection: u64) {
+        let mut batch = {
+            let mut pending = self.pending.lock();
+            if pending.connection != connection || pending.sending || pending.bytes.is_empty() {
+                return;
+            }
+            pending.sending = true;
+            let spare = std::mem::take(&mut pending.spare);
+            std::mem::replace(&mut pending.bytes, spare)
+        };
+        loop {
+            let sent = self.write_direct(connection, &batch);
+            batch.clear();
+            let mut pending = self.pending.lock();
+            if pending.connection != connection {
+                // The connection ended and the next one started: its queue is not ours.
+                return;
+            }
+            if sent.is_err() || pending.bytes.is_empty() {
+                pending.sending = false;
+                pending.spare = batch;
+                drop(pending);
+                if let Err(e) = sent {
+                    let mut st = self.st.lock();
+                    if st.connection == connection {
+                        self.end_connection(&mut st, &format!("sending to the partner: {e}"));
+                    }
+                }
+                return;
+            }
+            std::mem::swap(&mut pending.bytes, &mut batch);
+        }
+    }
+
+    fn write_direct(&self, connection: u64, bytes: &[u8]) -> std::io::Result<()> {
         let mut direct = self.direct.lock();
         let Some(d) = direct.as_mut().filter(|d| d.connection == connection) else {
-            return;
+            return Err(std::io::Error::other("the connection ended"));
         };
-        let mut batch = std::mem::take(&mut d.spare);
-        batch.clear();
-        {
-            let mut pending = self.pending.lock();
-            if pending.connection == connection {
-                std::mem::swap(&mut pending.bytes, &mut batch);
-            }
-        }
-        // One system call for the queued records and the frame (the buffered writer is
-        // empty on the live stream: every send flushes it).
-        let sent = write(&mut batch)
-            .and_then(|()| d.out.flush())
-            .and_then(|()| d.out.get_mut().write_all(&batch));
-        d.spare = batch;
-        if let Err(e) = sent {
+        let sent = d.stream.write_all(bytes);
+        if sent.is_err() {
             *direct = None;
-            drop(direct);
-            let mut st = self.st.lock();
-            if st.connection == connection {
-                self.end_connection(&mut st, &format!("sending to the partner: {e}"));
-            }
         }
+        sent
     }
 
     /// What the partner holds on the current connection, once it caught up.
@@ -285,30 +403,173 @@ impl Link {
     /// Wait until the partner holds (or synced) `seq`: true once it does; false at once when
     /// the mirror is degraded, and after degrading it when the partner does not answer in
     /// time. For `Wait::Synced` the caller has pushed `Out::Sync(seq)` first, and it was
-    /// taken.
+    /// taken. While no other thread reads the partner's answers, this one does.
     pub(super) fn wait(&self, seq: u64, what: Wait) -> bool {
         let mut st = self.st.lock();
         if !st.mirrored {
             return false;
         }
+        st.waits += 1;
         let connection = st.connection;
-        let deadline = std::time::Instant::now() + MIRROR_ACK_TIMEOUT;
+        let deadline = Instant::now() + MIRROR_ACK_TIMEOUT;
         loop {
-            let done = match what {
-                Wait::Received => st.received >= seq,
-                Wait::Synced => st.synced >= seq,
-            };
-            if done {
+            if st.answered(seq, what) {
                 return true;
             }
             if !st.mirrored || st.connection != connection {
                 return false;
             }
-            let slot = &self.answered[(seq % ANSWER_SLOTS as u64) as usize];
-            if slot.wait_until(&mut st, deadline).timed_out() {
+            if Instant::now() >= deadline {
                 self.end_connection(&mut st, "no answer within the acknowledgement time-out");
                 return false;
             }
+            if !st.reading {
+                st.reading = true;
+                let read = MutexGuard::unlocked(&mut st, || {
+                    self.read_answers(connection, ReadWait::Slice)
+                });
+                self.stop_reading(&mut st);
+                if let Err(why) = read {
+                    if st.connection == connection {
+                        self.end_connection(&mut st, &why);
+                    }
+                    return false;
+                }
+                continue;
+            }
+            st.waiting.push((seq, what));
+            let slot = &self.answered[(seq % ANSWER_SLOTS as u64) as usize];
+            slot.wait_until(&mut st, deadline);
+            let at = st
+                .waiting
+                .iter()
+                .position(|w| *w == (seq, what))
+                .expect("a waiter stays listed until it wakes");
+            st.waiting.swap_remove(at);
+        }
+    }
+
+    /// Give the reader role up: to a writer still waiting for an answer, if any (else to the
+    /// answer thread, should it want it). Not to one already answered: it would return
+    /// without reading and leave the others asleep.
+    fn stop_reading(&self, st: &mut LinkState) {
+        st.reading = false;
+        match st
+            .waiting
+            .iter()
+            .find(|(seq, what)| !st.answered(*seq, *what))
+        {
+            Some((seq, _)) => {
+                self.answered[(seq % ANSWER_SLOTS as u64) as usize].notify_all();
+            }
+            None => {
+                self.reader_free.notify_one();
+            }
+        }
+    }
+
+    /// One read of connection `connection`'s answers, applied: `Err` when the connection is
+    /// over (and why).
+    fn read_answers(&self, connection: u64, wait: ReadWait) -> Result<(), String> {
+        let mut answers = self.answers.lock();
+        let Some(a) = answers.as_mut().filter(|a| a.connection == connection) else {
+            return Err("the connection ended".into());
+        };
+        if !a.timeout_set {
+            a.stream
+                .set_read_timeout(Some(ANSWER_READ_SLICE))
+                .map_err(|e| format!("reading the partner's answers: {e}"))?;
+            a.timeout_set = true;
+        }
+        let filled = match wait {
+            ReadWait::Slice => a.frames.fill(&mut a.stream),
+            ReadWait::No => a.frames.fill(&mut DontWait(&a.stream)),
+        };
+        match filled {
+            Ok(0) => return Err("the partner closed the connection".into()),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(()),
+            Err(e) => return Err(format!("reading the partner's answers: {e}")),
+        }
+        let mut got = Answered::default();
+        let malformed = |e: std::io::Error| format!("a malformed answer: {e}");
+        while let Some(frame) = a.frames.next_frame().map_err(malformed)? {
+            let body = a.frames.body(&frame);
+            match frame.kind {
+                wire::RECEIVED => {
+                    let seq = wire::seq_of(body).map_err(malformed)?;
+                    got.received = got.received.max(Some(seq));
+                }
+                wire::SYNCED => {
+                    let seq = wire::seq_of(body).map_err(malformed)?;
+                    got.synced = got.synced.max(Some(seq));
+                }
+                wire::HELLO => got.partner_id = Some(String::from_utf8_lossy(body).into_owned()),
+                wire::REFUSED => {
+                    return Err(format!(
+                        "the partner refused: {}",
+                        String::from_utf8_lossy(body)
+                    ))
+                }
+                other => return Err(format!("unexpected frame {other} from the partner")),
+            }
+        }
+        drop(answers);
+        self.apply(connection, got);
+        Ok(())
+    }
+
+    /// Take in what the partner answered on connection `connection`: wake the writers it
+    /// completes; its first `SYNCED` (the answer to `CAUGHT_UP`) makes the mirror caught up.
+    fn apply(&self, connection: u64, got: Answered) {
+        let mut st = self.st.lock();
+        if st.connection != connection {
+            return;
+        }
+        if let Some(id) = got.partner_id {
+            st.partner_id = id;
+        }
+        if let Some(seq) = got.received {
+            let before = st.received;
+            st.received = before.max(seq);
+            self.wake_answered(before, st.received);
+        }
+        if let Some(seq) = got.synced {
+            let before = st.synced;
+            st.synced = before.max(seq);
+            self.wake_answered(before, st.synced);
+            // The first SYNCED answers CAUGHT_UP: the partner holds the whole journal; from
+            // now on acknowledgements wait for it.
+            if !st.mirrored {
+                st.mirrored = true;
+                self.status.mirrored.store(true, Ordering::Release);
+                *self.status.degraded_why.lock() = None;
+                tracing::info!(partner = %self.partner, "write-buffer mirror caught up: writes are acknowledged in two c.nodes");
+                self.wake_all();
+                let partner_id = st.partner_id.clone();
+                drop(st);
+                // Lock order: the handover's, then the link's.
+                self.handover.mirror_caught_up(&partner_id, &|| {
+                    let st = self.st.lock();
+                    (st.mirrored && st.connection == connection).then_some(Coverage {
+                        received: st.received,
+                        synced: st.synced,
+                    })
+                });
+                return;
+            }
+        }
+        // The journal state waits for the partner to hold everything acknowledged (lock
+        // order: the handover's, then the link's).
+        if (got.received.is_some() || got.synced.is_some())
+            && st.mirrored
+            && self.handover.upgrade_wanted()
+        {
+            drop(st);
+            self.handover.try_mirrored(&|| self.coverage());
         }
     }
 
@@ -345,6 +606,7 @@ impl Link {
     /// The mirror's state changed: every waiter looks again.
     fn wake_all(&self) {
         self.outbox_ready.notify_all();
+        self.reader_free.notify_all();
         self.answered.iter().for_each(|c| {
             c.notify_all();
         });
@@ -385,13 +647,19 @@ impl Link {
             st.synced = 0;
             st.connection
         };
-        let reader = stream.try_clone()?;
+        // However this connection ends, the partner and its readers see it closed.
+        let _closer = Closer(stream.try_clone()?);
+        // Waits for a reader of the last connection to let go (its socket is shut down).
+        *self.answers.lock() = Some(Answers {
+            connection,
+            stream: stream.try_clone()?,
+            frames: wire::FrameReader::new(ANSWERS_BUFFER_BYTES),
+            timeout_set: false,
+        });
         let acks = Arc::clone(self);
         std::thread::Builder::new()
             .name("weft-mirror-acks".into())
-            .spawn(move || acks.read_acks(reader, connection))?;
-        // However this connection ends, the partner and the ack reader see it closed.
-        let _closer = Closer(stream.try_clone()?);
+            .spawn(move || acks.read_acks(connection))?;
         let mut out = BufWriter::with_capacity(1 << 20, stream);
         wire::write_frame(&mut out, wire::HELLO, self.owner_id.as_bytes())?;
         // Everything on disk now; what is appended from here on is also in the outbox.
@@ -416,11 +684,8 @@ impl Link {
                     // A partner that stops reading must not hold the appending threads (and
                     // the journal's lock) for ever: its connection ends instead.
                     out.get_ref().set_write_timeout(Some(MIRROR_ACK_TIMEOUT))?;
-                    *self.direct.lock() = Some(Direct {
-                        connection,
-                        out,
-                        spare: Vec::new(),
-                    });
+                    let stream = out.into_inner().map_err(|e| e.into_error())?;
+                    *self.direct.lock() = Some(Direct { connection, stream });
                     st.direct = true;
                     loop {
                         self.outbox_ready
@@ -447,71 +712,47 @@ impl Link {
         }
     }
 
-    fn read_acks(&self, stream: TcpStream, connection: u64) {
-        let mut r = BufReader::new(stream);
-        let why = loop {
-            let (kind, body) = match wire::read_frame(&mut r) {
-                Ok(f) => f,
-                Err(e) => break format!("reading the partner's answers: {e}"),
-            };
+    /// The answer thread of connection `connection`: it reads until the mirror caught up
+    /// (nobody waits for an answer before that), then what no writer reads, every
+    /// [`IDLE_READ_EVERY`] when no writer began waiting meanwhile (answers to records nobody
+    /// waits for must not fill the socket; a closed connection must degrade the mirror).
+    fn read_acks(&self, connection: u64) {
+        let mut waits_seen = u64::MAX;
+        loop {
             let mut st = self.st.lock();
             if st.connection != connection {
                 return;
             }
-            match kind {
-                wire::RECEIVED | wire::SYNCED => {
-                    let Ok(seq) = wire::seq_of(&body) else {
-                        break "a malformed answer".to_string();
-                    };
-                    if kind == wire::RECEIVED {
-                        let before = st.received;
-                        st.received = before.max(seq);
-                        self.wake_answered(before, st.received);
-                    } else {
-                        let before = st.synced;
-                        st.synced = before.max(seq);
-                        self.wake_answered(before, st.synced);
-                        // The first SYNCED answers CAUGHT_UP: the partner holds the whole
-                        // journal; from now on acknowledgements wait for it.
-                        if !st.mirrored {
-                            st.mirrored = true;
-                            self.status.mirrored.store(true, Ordering::Release);
-                            *self.status.degraded_why.lock() = None;
-                            tracing::info!(partner = %self.partner, "write-buffer mirror caught up: writes are acknowledged in two c.nodes");
-                            self.wake_all();
-                            let partner_id = st.partner_id.clone();
-                            drop(st);
-                            // Lock order: the handover's, then the link's.
-                            self.handover.mirror_caught_up(&partner_id, &|| {
-                                let st = self.st.lock();
-                                (st.mirrored && st.connection == connection).then_some(Coverage {
-                                    received: st.received,
-                                    synced: st.synced,
-                                })
-                            });
-                            continue;
-                        }
-                    }
-                    // The journal state waits for the partner to hold everything acknowledged
-                    // (lock order: the handover's, then the link's).
-                    if st.mirrored && self.handover.upgrade_wanted() {
-                        drop(st);
-                        self.handover.try_mirrored(&|| self.coverage());
-                        continue;
-                    }
+            let wait = if st.mirrored {
+                // Look every IDLE_READ_EVERY, not more often: after a read too.
+                drop(st);
+                std::thread::sleep(IDLE_READ_EVERY);
+                st = self.st.lock();
+                if st.connection != connection {
+                    return;
                 }
-                wire::HELLO => {
-                    st.partner_id = String::from_utf8_lossy(&body).into_owned();
+                let idle = !st.reading && st.waiting.is_empty() && st.waits == waits_seen;
+                waits_seen = st.waits;
+                if !idle {
+                    continue;
                 }
-                wire::REFUSED => {
-                    break format!("the partner refused: {}", String::from_utf8_lossy(&body));
+                ReadWait::No
+            } else {
+                if st.reading {
+                    self.reader_free.wait_for(&mut st, ANSWER_READ_SLICE);
+                    continue;
                 }
-                other => break format!("unexpected frame {other} from the partner"),
+                ReadWait::Slice
+            };
+            st.reading = true;
+            let read = MutexGuard::unlocked(&mut st, || self.read_answers(connection, wait));
+            self.stop_reading(&mut st);
+            if let Err(why) = read {
+                if st.connection == connection {
+                    self.end_connection(&mut st, &why);
+                }
+                return;
             }
-        };
-        let mut st = self.st.lock();
-        if st.connection == connection {
-            self.end_connection(&mut st, &why);
         }
     }
 }

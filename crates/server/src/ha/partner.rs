@@ -9,7 +9,7 @@
 //! the new one holds everything they did that is not yet in stripes. At takeover the newest
 //! complete generation becomes the new owner's journal, and recovery replays it.
 
-use std::io::{BufReader, BufWriter, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use parking_lot::Mutex;
-use weft_engine::journal::{Journal, JournalOptions, JournalRecord};
+use weft_engine::journal::{Journal, JournalOptions, RecordHeader};
 
 use super::wire;
 
@@ -25,6 +25,9 @@ use super::wire;
 const COMPLETE_FILE: &str = "complete";
 /// Records that arrived together are appended once they reach this many payload bytes.
 const BATCH_BYTES_MAX: usize = 4 << 20;
+/// The connection's read buffer: one `read` takes in this much of the owner's stream (it
+/// grows for a larger record, up to the protocol's frame limit).
+const READ_BUFFER_BYTES: usize = 1 << 20;
 
 #[derive(Debug)]
 pub struct Partner {
@@ -116,11 +119,20 @@ impl Partner {
 
     /// One owner connection: a new generation.
     fn mirror(&self, conn: TcpStream) -> anyhow::Result<()> {
-        let mut out = BufWriter::new(conn.try_clone()?);
-        let mut input = BufReader::with_capacity(1 << 20, conn);
-        let (kind, body) = wire::read_frame(&mut input)?;
-        anyhow::ensure!(kind == wire::HELLO, "the owner did not say hello");
-        let owner = String::from_utf8(body)?;
+        let mut out = conn.try_clone()?;
+        let mut input = conn;
+        let mut frames = wire::FrameReader::new(READ_BUFFER_BYTES);
+        let hello = loop {
+            if let Some(f) = frames.next_frame()? {
+                break f;
+            }
+            anyhow::ensure!(
+                frames.fill(&mut input)? > 0,
+                "the owner closed the connection"
+            );
+        };
+        anyhow::ensure!(hello.kind == wire::HELLO, "the owner did not say hello");
+        let owner = String::from_utf8(frames.body(&hello).to_vec())?;
         anyhow::ensure!(
             !owner.is_empty()
                 && owner.len() <= 64
@@ -129,161 +141,168 @@ impl Partner {
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-'),
             "bad owner id {owner:?}"
         );
+        let mut answers = Vec::new();
         if self.took_over.load(Ordering::Acquire) {
             wire::write_frame(
-                &mut out,
+                &mut answers,
                 wire::REFUSED,
                 b"this c.node took over; it mirrors no more",
             )?;
-            out.flush()?;
+            out.write_all(&answers)?;
             return Ok(());
         }
-        wire::write_frame(&mut out, wire::HELLO, self.id.as_bytes())?;
-        out.flush()?;
+        wire::write_frame(&mut answers, wire::HELLO, self.id.as_bytes())?;
+        out.write_all(&answers)?;
+        answers.clear();
         let owner_dir = self.dir.join(&owner);
         std::fs::create_dir_all(&owner_dir)?;
         let generation = next_generation(&owner_dir)?;
-        let gen_dir = owner_dir.join(format!("{generation:016x}"));
-        tracing::info!(%owner, dir = %gen_dir.display(), "mirroring an owner's write buffer");
-        let mut journal: Option<Journal> = None;
+        let mut mirror = Generation {
+            dir: owner_dir.join(format!("{generation:016x}")),
+            options: self.options,
+            journal: None,
+        };
+        tracing::info!(%owner, dir = %mirror.dir.display(), "mirroring an owner's write buffer");
         let mut received = 0u64;
         let mut answered = 0u64;
-        // Records that arrived together, appended with one write before they are answered
-        // or any other frame is handled.
-        let mut batch: Vec<JournalRecord> = Vec::new();
+        // The records of one read, appended with one write before they are answered or any
+        // other frame is handled: (seq, header, the frame whose body holds it).
+        let mut batch: Vec<(u64, RecordHeader, wire::Frame)> = Vec::new();
         let mut batch_bytes = 0usize;
         loop {
             if self.took_over.load(Ordering::Acquire) {
                 anyhow::bail!("took over");
             }
-            let (kind, body) = wire::read_frame(&mut input)?;
-            if kind != wire::RECORD {
-                append_all(&mut journal, &gen_dir, self.options, &mut batch)?;
-                batch_bytes = 0;
-            }
-            match kind {
-                wire::RECORD => {
-                    let r = wire::record_of(body)?;
-                    received = r.seq;
-                    batch_bytes += r.payload.len();
-                    batch.push(r);
+            while let Some(frame) = frames.next_frame()? {
+                let body = frames.body(&frame);
+                if frame.kind == wire::RECORD {
+                    let (seq, header, payload) = wire::record_parts(body)?;
+                    received = seq;
+                    batch_bytes += payload.len();
+                    batch.push((seq, header, frame));
                     if batch_bytes >= BATCH_BYTES_MAX {
-                        append_all(&mut journal, &gen_dir, self.options, &mut batch)?;
+                        mirror.append(&frames, &mut batch)?;
                         batch_bytes = 0;
                     }
+                    continue;
                 }
-                wire::CAUGHT_UP => {
-                    let seq = wire::seq_of(&body)?;
-                    let j = open_if_needed(&mut journal, &gen_dir, self.options, seq.max(1))?;
-                    j.sync(j.written_seq())?;
-                    crate::data_files::write_atomically(&gen_dir, COMPLETE_FILE, owner.as_bytes())?;
-                    remove_older(&owner_dir, generation);
-                    tracing::info!(%owner, through = seq, "write-buffer mirror complete");
-                    wire::write_seq(&mut out, wire::SYNCED, seq)?;
-                }
-                wire::SYNC => {
-                    let seq = wire::seq_of(&body)?;
-                    if let Some(j) = &journal {
-                        j.sync(seq.min(j.written_seq()))?;
-                    }
-                    wire::write_seq(&mut out, wire::SYNCED, seq)?;
-                }
-                wire::RELEASE => {
-                    let seq = wire::seq_of(&body)?;
-                    if let Some(j) = &journal {
-                        j.release_upto(seq)?;
-                    }
-                }
-                other => anyhow::bail!("unexpected frame {other} from the owner"),
-            }
-            // Answer once the frames that arrived together are in the journal.
-            if input.buffer().is_empty() {
-                append_all(&mut journal, &gen_dir, self.options, &mut batch)?;
+                mirror.append(&frames, &mut batch)?;
                 batch_bytes = 0;
-                if received > answered {
-                    wire::write_seq(&mut out, wire::RECEIVED, received)?;
-                    answered = received;
+                match frame.kind {
+                    wire::CAUGHT_UP => {
+                        let seq = wire::seq_of(body)?;
+                        let j = mirror.open(seq.max(1))?;
+                        j.sync(j.written_seq())?;
+                        crate::data_files::write_atomically(
+                            &mirror.dir,
+                            COMPLETE_FILE,
+                            owner.as_bytes(),
+                        )?;
+                        remove_older(&owner_dir, generation);
+                        tracing::info!(%owner, through = seq, "write-buffer mirror complete");
+                        wire::write_seq(&mut answers, wire::SYNCED, seq)?;
+                    }
+                    wire::SYNC => {
+                        let seq = wire::seq_of(body)?;
+                        if let Some(j) = &mirror.journal {
+                            j.sync(seq.min(j.written_seq()))?;
+                        }
+                        wire::write_seq(&mut answers, wire::SYNCED, seq)?;
+                    }
+                    wire::RELEASE => {
+                        let seq = wire::seq_of(body)?;
+                        if let Some(j) = &mirror.journal {
+                            j.release_upto(seq)?;
+                        }
+                    }
+                    other => anyhow::bail!("unexpected frame {other} from the owner"),
                 }
-                out.flush()?;
             }
-        }
-    }
-}
-
-fn open_if_needed<'a>(
-    journal: &'a mut Option<Journal>,
-    dir: &Path,
-    options: JournalOptions,
-    first_seq: u64,
-) -> anyhow::Result<&'a Journal> {
-    if journal.is_none() {
-        let (j, _) = Journal::open(dir, first_seq, options)?;
-        *journal = Some(j);
-    }
-    Ok(journal.as_ref().expect("just opened"))
-}
-
-/// Append the records of `batch` (emptied) under their own seqs: each run of consecutive
-/// seqs with one write, its first record through [`append`] (which opens the journal, or
-/// reopens it past a gap).
-fn append_all(
-    journal: &mut Option<Journal>,
-    dir: &Path,
-    options: JournalOptions,
-    batch: &mut Vec<JournalRecord>,
-) -> anyhow::Result<()> {
-    let mut start = 0;
-    while start < batch.len() {
-        append(journal, dir, options, &batch[start])?;
-        let first = batch[start].seq;
-        let run = batch[start + 1..]
-            .iter()
-            .enumerate()
-            .take_while(|(i, r)| r.seq == first + 1 + *i as u64)
-            .count();
-        let end = start + 1 + run;
-        if run > 0 {
-            let j = journal.as_ref().expect("append opened it");
-            let last = j.append_batch(&batch[start + 1..end])?;
+            // Answer once the frames of this read are in the journal: one RECEIVED for all
+            // its records, with the other answers in one write.
+            mirror.append(&frames, &mut batch)?;
+            batch_bytes = 0;
+            if received > answered {
+                wire::write_seq(&mut answers, wire::RECEIVED, received)?;
+                answered = received;
+            }
+            if !answers.is_empty() {
+                out.write_all(&answers)?;
+                answers.clear();
+            }
             anyhow::ensure!(
-                last == batch[end - 1].seq,
-                "mirror journal gave seq {last} to record {}",
-                batch[end - 1].seq
+                frames.fill(&mut input)? > 0,
+                "the owner closed the connection"
             );
         }
-        start = end;
     }
-    batch.clear();
-    Ok(())
 }
 
-/// Append `r` under its own seq (a gap in the owner's seqs reopens the journal past it).
-fn append(
-    journal: &mut Option<Journal>,
-    dir: &Path,
+/// The mirror generation one connection writes.
+struct Generation {
+    dir: PathBuf,
     options: JournalOptions,
-    r: &JournalRecord,
-) -> anyhow::Result<()> {
-    let expected = journal.as_ref().map(|j| j.written_seq() + 1);
-    if expected.is_some_and(|e| e > r.seq) {
-        anyhow::bail!(
-            "record {} arrived after {}",
-            r.seq,
-            expected.unwrap_or(0) - 1
-        );
+    /// Opened at the first record (under its seq) or at `CAUGHT_UP`.
+    journal: Option<Journal>,
+}
+
+impl Generation {
+    fn open(&mut self, first_seq: u64) -> anyhow::Result<&Journal> {
+        if self.journal.is_none() {
+            let (j, _) = Journal::open(&self.dir, first_seq, self.options)?;
+            self.journal = Some(j);
+        }
+        Ok(self.journal.as_ref().expect("just opened"))
     }
-    if expected.is_some_and(|e| e < r.seq) {
-        // Drop first: the journal's files are reopened, continuing after the gap.
-        *journal = None;
+
+    /// Append the records of `batch` (emptied; their payloads are in `frames`) under their
+    /// own seqs: each run of consecutive seqs with one write (a gap in the owner's seqs
+    /// reopens the journal past it).
+    fn append(
+        &mut self,
+        frames: &wire::FrameReader,
+        batch: &mut Vec<(u64, RecordHeader, wire::Frame)>,
+    ) -> anyhow::Result<()> {
+        let mut run: Vec<(RecordHeader, &[u8])> = Vec::with_capacity(batch.len());
+        let mut start = 0;
+        while start < batch.len() {
+            let first = batch[start].0;
+            let len = 1 + batch[start + 1..]
+                .iter()
+                .enumerate()
+                .take_while(|(i, (seq, _, _))| *seq == first + 1 + *i as u64)
+                .count();
+            run.clear();
+            for (_, header, frame) in &batch[start..start + len] {
+                let (_, _, payload) = wire::record_parts(frames.body(frame))?;
+                run.push((*header, payload));
+            }
+            let j = self.at(first)?;
+            let last = j.append_batch(&run)?;
+            let expected = first + len as u64 - 1;
+            anyhow::ensure!(
+                last == expected,
+                "mirror journal gave seq {last} to record {expected}"
+            );
+            start += len;
+        }
+        batch.clear();
+        Ok(())
     }
-    let j = open_if_needed(journal, dir, options, r.seq)?;
-    let seq = j.append(r.header, &r.payload, |s| s)?;
-    anyhow::ensure!(
-        seq == r.seq,
-        "mirror journal gave seq {seq} to record {}",
-        r.seq
-    );
-    Ok(())
+
+    /// The journal, where the next record is `seq` (a gap in the owner's seqs reopens it
+    /// past the gap).
+    fn at(&mut self, seq: u64) -> anyhow::Result<&Journal> {
+        let expected = self.journal.as_ref().map(|j| j.written_seq() + 1);
+        if let Some(e) = expected {
+            anyhow::ensure!(e <= seq, "record {seq} arrived after {}", e - 1);
+            if e < seq {
+                // Drop first: the journal's files are reopened, continuing after the gap.
+                self.journal = None;
+            }
+        }
+        self.open(seq)
+    }
 }
 
 fn generations(owner_dir: &Path) -> anyhow::Result<Vec<(u64, PathBuf)>> {
