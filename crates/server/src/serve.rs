@@ -395,11 +395,23 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         }
     };
     let iscsi_addr = iscsi_addrs.first().copied();
-    let sampler = if config.io_stats {
-        let engine = engine.clone();
-        Some(io.start_sampler(move || engine.list_images().into_iter().map(|i| i.name).collect())?)
-    } else {
-        None
+    // The front ends count every export they serve: in a cluster also the other shards'
+    // (forwarded, or owned here besides the own shard), so those are kept at the pruning.
+    let sampler = match (config.io_stats, &early_parts) {
+        (false, _) => None,
+        (true, Some((_, router, _, _))) => {
+            let router = Arc::clone(router);
+            Some(io.start_sampler(move || {
+                use crate::backend::ExportBackend;
+                router.list_exports().into_iter().map(|e| e.name).collect()
+            })?)
+        }
+        (true, None) => {
+            let engine = engine.clone();
+            Some(io.start_sampler(move || {
+                engine.list_images().into_iter().map(|i| i.name).collect()
+            })?)
+        }
     };
     let audit = Arc::new(
         api::audit::AuditLog::open(&data_dir)
