@@ -16,7 +16,9 @@
 //!
 //! An extra shard has no partner: its acknowledged writes not yet in stripes are in this
 //! c.node's journal alone (the status says `single` for it, as for any shard without one).
-//! It is given up only with the process (a drain hands it to another c.node first).
+//! It is given up by a drain (handed to another c.node, then the process stops), or while
+//! the process runs ([`ShardHost::give_up`]), which the spread policy does when another owner
+//! has two or more shards fewer ([`ShardHost::spread_once`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
