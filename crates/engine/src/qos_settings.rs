@@ -82,6 +82,18 @@ pub fn class_template(name: &str) -> Option<QosSettings> {
 }
 
 impl QosSettings {
+    /// Settings as a catalog stores them: empty ones are none, others must validate.
+    pub(crate) fn checked(
+        settings: Option<QosSettings>,
+    ) -> Result<Option<QosSettings>, crate::EngineError> {
+        let settings = settings.filter(|s| !s.is_empty());
+        if let Some(s) = &settings {
+            s.validate()
+                .map_err(|reason| crate::EngineError::InvalidQos { reason })?;
+        }
+        Ok(settings)
+    }
+
     /// Nothing set: the same as no QoS.
     pub fn is_empty(&self) -> bool {
         *self == QosSettings::default()

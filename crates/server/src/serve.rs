@@ -353,17 +353,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     } else {
         engine_backend
     });
-    let heat_thread = {
-        let engine = engine.clone();
-        tiering.start(move || {
-            engine
-                .list_images()
-                .into_iter()
-                .filter(|i| !i.read_only)
-                .map(|i| i.name)
-                .collect()
-        })?
-    };
+    let heat_thread = tiering.start_for(engine.clone())?;
     let early_parts = early.as_ref().map(|e| {
         (
             Arc::clone(&e.kv),

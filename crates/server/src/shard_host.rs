@@ -260,17 +260,7 @@ impl ShardHost {
             let t = Arc::clone(&tiering);
             tokio::task::spawn_blocking(move || t.attach_etcd(mirror)).await?;
         }
-        let heat_thread = {
-            let engine = Arc::clone(&engine);
-            tiering.start(move || {
-                engine
-                    .list_images()
-                    .into_iter()
-                    .filter(|i| !i.read_only)
-                    .map(|i| i.name)
-                    .collect()
-            })?
-        };
+        let heat_thread = tiering.start_for(Arc::clone(&engine))?;
         let backend: Arc<dyn ExportBackend> = Arc::new(
             EngineBackend::with_qos(Arc::clone(&engine), Arc::clone(&qos))
                 .with_heat(Arc::clone(&tiering)),

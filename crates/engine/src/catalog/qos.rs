@@ -16,11 +16,7 @@ impl Engine {
         name: &str,
         settings: Option<QosSettings>,
     ) -> Result<Option<QosSettings>, EngineError> {
-        let settings = settings.filter(|s| !s.is_empty());
-        if let Some(s) = &settings {
-            s.validate()
-                .map_err(|reason| EngineError::InvalidQos { reason })?;
-        }
+        let settings = QosSettings::checked(settings)?;
         let mut meta = self.shared.meta.lock();
         let record = find_volume(&meta.state, name)?;
         if record.qos == settings {

@@ -295,6 +295,21 @@ impl Tiering {
     }
 
     /// Stops the thread (within 100 ms); the caller persists once more after joining it.
+    /// [`Tiering::start`] over the writable volumes of `engine`.
+    pub fn start_for(
+        self: &Arc<Self>,
+        engine: Arc<weft_engine::Engine>,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        self.start(move || {
+            engine
+                .list_images()
+                .into_iter()
+                .filter(|i| !i.read_only)
+                .map(|i| i.name)
+                .collect()
+        })
+    }
+
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
     }
