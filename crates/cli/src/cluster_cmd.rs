@@ -78,7 +78,8 @@ pub struct CnodeClusterArgs {
     /// the others. Each shard has one owner at a time, so several c.nodes own volumes at once;
     /// a volume is served by the c.nodes of its shard. Volume names are unique across shards.
     /// `--shard 0,2`: this c.node's own shard is the first (its partner and standby are that
-    /// shard's); it owns the others too, each with an engine of its own and no partner,
+    /// shard's); it owns the others too, each with an engine of its own whose write buffer
+    /// is mirrored to another running c.node (which takes it over should this one die),
     /// unless another live c.node owns them. A c.node also takes back at start the shards
     /// it owned besides its own when it stopped, and adopts shards a drained c.node hands it.
     #[arg(long, value_delimiter = ',', default_value = "0")]

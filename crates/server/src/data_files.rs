@@ -13,6 +13,16 @@ pub const TOKEN_FILE: &str = "api-token";
 /// created at first start.
 pub const READ_ONLY_TOKEN_FILE: &str = "api-token-read-only";
 
+/// Where a c.node keeps the journals of the shards it owns besides its own, and the
+/// mirrors of other c.nodes' (`crate::shard_host`, `crate::ha::shard_mirrors`).
+pub const SHARDS_DIR: &str = "shards";
+
+/// The dir of shard `shard` in the data dir `data_dir` of a c.node that does not own it as
+/// its own shard.
+pub fn shard_dir(data_dir: &Path, shard: weft_engine::ShardId) -> std::path::PathBuf {
+    data_dir.join(SHARDS_DIR).join(shard.to_string())
+}
+
 /// What `path` keeps, trimmed; `None` when it is missing or empty (to be made).
 fn read_kept(path: &Path) -> anyhow::Result<Option<String>> {
     match std::fs::read_to_string(path) {

@@ -24,6 +24,7 @@ pub mod partner;
 pub mod port_groups;
 pub mod registry;
 pub mod shard_handover;
+pub mod shard_mirrors;
 pub mod takeover;
 mod wire;
 

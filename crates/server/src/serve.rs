@@ -593,6 +593,15 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
             Some(placement),
             Some(compute),
         ) => {
+            let mirrors = crate::ha::shard_mirrors::ShardMirrors::start(
+                forward_addr.ip(),
+                &data_dir,
+                engine_config_for_shards.journal,
+                compute.registration.id(),
+            )?;
+            compute
+                .registration
+                .set_shard_mirror(mirrors.addr().to_string());
             let host = crate::shard_host::ShardHost::new(crate::shard_host::HostContext {
                 kv: Arc::clone(kv),
                 placement: Arc::clone(placement),
@@ -609,6 +618,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
                 forward_ip: forward_addr.ip(),
                 secret: secret.clone(),
                 shutdown: shutdown.clone(),
+                mirrors: Arc::clone(&mirrors),
             });
             for shard in crate::shard_host::shards_at_start(&data_dir, &c.ha) {
                 match host.take_at_start(shard).await {
@@ -617,7 +627,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
                 }
             }
             let adopter = host.adopt_handovers();
-            Some((host, adopter))
+            Some((host, adopter, mirrors))
         }
         _ => {
             drop(api_template);
@@ -642,9 +652,10 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     tracing::info!("shutting down: destaging and checkpointing");
     shutdown.cancel();
     front_ends.join().await;
-    if let Some((host, adopter)) = shard_host {
+    if let Some((host, adopter, mirrors)) = shard_host {
         let _ = adopter.await;
         host.stop().await;
+        let _ = tokio::task::spawn_blocking(move || mirrors.close()).await;
     }
     let _ = api_task.await;
     let _ = capacity_sampler.await;

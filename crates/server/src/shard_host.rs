@@ -14,15 +14,17 @@
 //!  weft CLI --> API (own shard) --shard_routes: name claim says n--> shard n's API -----> engine n
 //! ```
 //!
-//! An extra shard has no partner: its acknowledged writes not yet in stripes are in this
-//! c.node's journal alone (the status says `single` for it, as for any shard without one).
-//! It is given up by a drain (handed to another c.node, then the process stops), or while
+//! An extra shard mirrors its write buffer to a partner it picks when it is opened: another
+//! c.node's shard-mirror service (`super::ha::shard_mirrors`), so its acknowledged writes not
+//! yet in stripes are on two machines, as the own shard's are. When this c.node dies, that
+//! partner takes the shard over on its mirror ([`ShardHost::adopt_handovers`] runs the
+//! rescue on every c.node). With no other c.node to pick, the shard runs without a partner
+//! (the status says `single` for it). It is given up by a drain (handed to another c.node, then the process stops), or while
 //! the process runs ([`ShardHost::give_up`]), which the spread policy does when another owner
 //! has two or more shards fewer ([`ShardHost::spread_once`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,12 +45,12 @@ use crate::ha::forward::shards::ShardRouter;
 use crate::ha::ownership::Ownership;
 use crate::ha::registry::Registration;
 use crate::ha::shard_handover;
+use crate::ha::shard_mirrors::{choose_partner, rescue_candidates, ShardMirrors};
 use crate::ha::takeover::{exit_when_ownership_lost, own_the_cluster, HaConfig, Owned, Who};
 
 /// The key of the c.node epoch counter.
 pub const EPOCH_KEY: &str = "weft/cnode/epoch";
-/// Where a c.node keeps the journals of the shards it owns besides its own.
-pub const SHARDS_DIR: &str = "shards";
+pub use crate::data_files::{shard_dir, SHARDS_DIR};
 /// How often the handover requests are read.
 const ADOPT_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -131,6 +133,8 @@ pub(crate) struct HostContext {
     pub forward_ip: IpAddr,
     pub secret: String,
     pub shutdown: CancellationToken,
+    /// This c.node's shard-mirror service: the shards it may rescue are those it mirrors.
+    pub mirrors: Arc<ShardMirrors>,
 }
 
 /// One shard this process owns besides its own (see the module doc).
@@ -212,8 +216,26 @@ impl ShardHost {
             data_dir: dir.clone(),
             ..ctx.engine.clone()
         };
+        let me = ctx.registration.id();
+        let kv = Arc::clone(&ctx.kv);
+        let partner = tokio::task::spawn_blocking(move || {
+            let mut records = crate::ha::registry::list(&*kv)?;
+            // Not one that is handing its shards over: it is about to stop.
+            let leaving: Vec<String> = shard_handover::list(&*kv)?
+                .into_iter()
+                .map(|(r, _)| r.from)
+                .collect();
+            records.retain(|r| !leaving.contains(&r.id));
+            Ok::<_, anyhow::Error>(choose_partner(&records, &me))
+        })
+        .await?
+        .context("reading the c.nodes to pick the shard's partner")?;
+        match &partner {
+            Some(p) => tracing::info!(shard = shard.0, partner = %p, "the shard's write buffer is mirrored to another c.node"),
+            None => tracing::warn!(shard = shard.0, "no other c.node to mirror the shard's write buffer to: its acknowledged writes not yet in stripes live only in this c.node's journal"),
+        }
         let ha = HaConfig {
-            partner: None,
+            partner,
             mirror_listen: None,
             forward_listen: None,
             lease_ttl: ctx.lease_ttl,
@@ -344,6 +366,7 @@ impl ShardHost {
                     () = tokio::time::sleep(ADOPT_INTERVAL) => {}
                 }
                 host.adopt_once().await;
+                host.rescue_once().await;
                 if tokio::time::Instant::now() >= spread_at {
                     spread_at = tokio::time::Instant::now() + SPREAD_INTERVAL;
                     host.spread_once().await;
@@ -402,6 +425,34 @@ impl ShardHost {
         }
     }
 
+    /// Take over the shards whose owner died and whose mirror this c.node keeps (see
+    /// `shard_mirrors::rescue_candidates`): their partner here stops first, then the shard
+    /// opens on the mirror, as a standby takes its own shard over.
+    async fn rescue_once(self: &Arc<Self>) {
+        let mut skip = self.owned().await;
+        skip.push(self.ctx.own_shard);
+        skip.extend(self.opening.lock().iter().copied());
+        let (kv, me) = (Arc::clone(&self.ctx.kv), self.ctx.registration.id());
+        let dir = self.ctx.engine.data_dir.clone();
+        let found =
+            tokio::task::spawn_blocking(move || rescue_candidates(&*kv, &dir, &me, &skip)).await;
+        let Ok(Ok(shards)) = found else {
+            return;
+        };
+        for shard in shards {
+            tracing::warn!(shard = shard.0, "the shard's owner is gone and this c.node holds its write-buffer mirror: taking it over");
+            let mirrors = Arc::clone(&self.ctx.mirrors);
+            let _ = tokio::task::spawn_blocking(move || mirrors.hold(shard)).await;
+            let host = Arc::clone(self);
+            tokio::spawn(async move {
+                if let Err(e) = host.take(shard).await {
+                    host.ctx.mirrors.release(shard);
+                    tracing::error!(shard = shard.0, error = %format!("{e:#}"), "could not take the shard over; trying again");
+                }
+            });
+        }
+    }
+
     /// Stop every extra shard: its listeners, then its engine (destaged, checkpointed), then
     /// its lease, so whoever adopts it next recovers nothing.
     pub async fn stop(&self) {
@@ -431,6 +482,8 @@ impl ShardHost {
         let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
         extra.ownership.release();
         self.ctx.registration.set_extra_shard(shard, false);
+        // Whoever owns it next may mirror it here.
+        self.ctx.mirrors.release(shard);
         tracing::info!(
             shard = shard.0,
             "shard stopped: destaged, checkpointed, lease released"
@@ -526,12 +579,18 @@ fn now_unix_s() -> u64 {
 /// The shards a c.node takes besides its own at start: those `--shard` lists after its own,
 /// and every one it kept a journal for in its data dir (a shard it owned besides its own
 /// when it stopped: after a crash, its acknowledged writes not yet in stripes are in that
-/// journal alone, and only this c.node may recover them).
+/// journal, and in its partner's mirror when it had one; the journal state says which of
+/// the two may recover them).
 pub fn shards_at_start(data_dir: &std::path::Path, ha: &HaConfig) -> Vec<ShardId> {
     let mut shards = ha.also.clone();
     if let Ok(entries) = std::fs::read_dir(data_dir.join(SHARDS_DIR)) {
         for entry in entries.flatten() {
-            let kept = entry.path().join("journal").exists();
+            // Its journal, or the mirror it took the shard over on (`journal-dir`).
+            let kept = entry.path().join("journal").exists()
+                || entry
+                    .path()
+                    .join(crate::ha::takeover::JOURNAL_DIR_FILE)
+                    .exists();
             match entry.file_name().to_str().map(str::parse::<u16>) {
                 Some(Ok(n)) if kept => shards.push(ShardId(n)),
                 _ => {}
@@ -542,9 +601,4 @@ pub fn shards_at_start(data_dir: &std::path::Path, ha: &HaConfig) -> Vec<ShardId
     shards.sort_unstable();
     shards.dedup();
     shards
-}
-
-/// The data dir of an extra shard of a c.node whose data dir is `data_dir`.
-pub fn shard_dir(data_dir: &std::path::Path, shard: ShardId) -> PathBuf {
-    data_dir.join(SHARDS_DIR).join(shard.to_string())
 }

@@ -34,6 +34,9 @@ pub struct CnodeStatus {
     pub nbd: String,
     pub iscsi: String,
     pub mirror_listen: Option<String>,
+    /// Where it keeps the write-buffer mirrors of shards other c.nodes own besides their
+    /// own (each such shard mirrors to one c.node's).
+    pub shard_mirror: Option<String>,
     /// Its forward listener: where the owner takes other c.nodes' forwarded requests.
     pub forward: Option<String>,
     /// Its ALUA target port group and that group's state for every LU:
@@ -144,6 +147,7 @@ pub(super) async fn list(
                 nbd: r.nbd,
                 iscsi: r.iscsi,
                 mirror_listen: r.mirror_listen,
+                shard_mirror: r.shard_mirror,
                 forward: r.forward,
                 alua_state: r.port_group.map(|_| {
                     if is_owner {

@@ -37,6 +37,9 @@ pub struct OwnedLogSource {
     /// The partner's mirror address (`None`: no partner; one copy).
     pub partner: Option<String>,
     pub owner_id: String,
+    /// What the partner is told this mirror is: the owner's id, or `<id>@<shard>` for a
+    /// shard owned besides the own one (the partner keeps it in that shard's dir).
+    pub mirror_name: String,
     pub ownership: Arc<Ownership>,
     pub status: Arc<MirrorStatus>,
     /// Where the journal's state goes (see [`super::handover`]).
@@ -71,7 +74,7 @@ impl WriteLogSource for OwnedLogSource {
         let link = self.partner.as_ref().map(|partner| {
             Link::start(
                 partner.clone(),
-                self.owner_id.clone(),
+                self.mirror_name.clone(),
                 self.dir.clone(),
                 Arc::clone(&self.status),
                 Arc::clone(&handover),

@@ -161,13 +161,14 @@ fn run(seed: u64) -> Outcome {
     )
     .unwrap();
     let mut partner = start_partner(partner_dir.path());
-    let proxy = Proxy::start(partner.addr());
+    let proxy = Proxy::start(partner.addr().expect("a listening partner"));
     let status = Arc::new(MirrorStatus::default());
     let source = OwnedLogSource {
         dir: owner_dir.path().to_path_buf(),
         options: OPTIONS,
         partner: Some(proxy.addr.to_string()),
         owner_id: "A".into(),
+        mirror_name: "A".into(),
         ownership,
         status: Arc::clone(&status),
         kv: Arc::clone(&kv),
@@ -242,7 +243,7 @@ fn run(seed: u64) -> Outcome {
                 // The partner process restarts on its data dir, on a new port.
                 partner.stop();
                 partner = start_partner(partner_dir.path());
-                *proxy.target.lock() = partner.addr();
+                *proxy.target.lock() = partner.addr().expect("a listening partner");
                 proxy.cut();
                 events.push("partner restarts".into());
             }

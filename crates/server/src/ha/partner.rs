@@ -35,7 +35,8 @@ pub struct Partner {
     id: String,
     dir: PathBuf,
     options: JournalOptions,
-    addr: SocketAddr,
+    /// Its own listener's address (`None`: detached, see [`Partner::detached`]).
+    addr: Option<SocketAddr>,
     /// Set at takeover: no more mirroring; the current connection is cut.
     took_over: AtomicBool,
     current: Mutex<Option<TcpStream>>,
@@ -58,7 +59,7 @@ impl Partner {
             id,
             dir: data_dir.join("mirror"),
             options,
-            addr: listener.local_addr()?,
+            addr: Some(listener.local_addr()?),
             took_over: AtomicBool::new(false),
             current: Mutex::new(None),
             active: std::sync::atomic::AtomicUsize::new(0),
@@ -70,7 +71,23 @@ impl Partner {
         Ok(partner)
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    /// A partner without a listener of its own: the connections of one shard's owner are
+    /// handed to it ([`Partner::serve`]) by [`super::shard_mirrors`]; mirrors go under
+    /// `data_dir/mirror` (the shard's dir).
+    pub fn detached(data_dir: &Path, options: JournalOptions, id: String) -> Arc<Partner> {
+        Arc::new(Partner {
+            id,
+            dir: data_dir.join("mirror"),
+            options,
+            addr: None,
+            took_over: AtomicBool::new(false),
+            current: Mutex::new(None),
+            active: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// The listener's address (a detached partner has none).
+    pub fn addr(&self) -> Option<SocketAddr> {
         self.addr
     }
 
@@ -81,7 +98,9 @@ impl Partner {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         // Wake the accept loop so it sees the flag and closes the listener.
-        let _ = TcpStream::connect(self.addr);
+        if let Some(addr) = self.addr {
+            let _ = TcpStream::connect(addr);
+        }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while self.active.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -94,26 +113,32 @@ impl Partner {
                 return;
             }
             let Ok(conn) = conn else { continue };
-            let _ = conn.set_nodelay(true);
-            if let Ok(clone) = conn.try_clone() {
-                if let Some(old) = self.current.lock().replace(clone) {
-                    let _ = old.shutdown(std::net::Shutdown::Both);
+            self.serve(conn);
+        }
+    }
+
+    /// Mirror what the owner on `conn` sends, on a thread of its own; a new connection
+    /// replaces (cuts) the one before it.
+    pub fn serve(self: &Arc<Self>, conn: TcpStream) {
+        let _ = conn.set_nodelay(true);
+        if let Ok(clone) = conn.try_clone() {
+            if let Some(old) = self.current.lock().replace(clone) {
+                let _ = old.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        let me = Arc::clone(self);
+        self.active.fetch_add(1, Ordering::AcqRel);
+        let spawned = std::thread::Builder::new()
+            .name("weft-partner-conn".into())
+            .spawn(move || {
+                let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+                if let Err(e) = me.mirror(conn) {
+                    tracing::warn!(owner = %peer, error = %e, "write-buffer mirror connection ended");
                 }
-            }
-            let me = Arc::clone(&self);
-            self.active.fetch_add(1, Ordering::AcqRel);
-            let spawned = std::thread::Builder::new()
-                .name("weft-partner-conn".into())
-                .spawn(move || {
-                    let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                    if let Err(e) = me.mirror(conn) {
-                        tracing::warn!(owner = %peer, error = %e, "write-buffer mirror connection ended");
-                    }
-                    me.active.fetch_sub(1, Ordering::AcqRel);
-                });
-            if spawned.is_err() {
-                self.active.fetch_sub(1, Ordering::AcqRel);
-            }
+                me.active.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            self.active.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -132,7 +157,13 @@ impl Partner {
             );
         };
         anyhow::ensure!(hello.kind == wire::HELLO, "the owner did not say hello");
-        let owner = String::from_utf8(frames.body(&hello).to_vec())?;
+        let name = String::from_utf8(frames.body(&hello).to_vec())?;
+        // `<owner id>@<shard>` for a shard owned besides the owner's own (the shard chose
+        // this partner, see `super::shard_mirrors`); the owner id alone names the mirror.
+        let owner = name
+            .split_once('@')
+            .map_or(name.as_str(), |(o, _)| o)
+            .to_string();
         anyhow::ensure!(
             !owner.is_empty()
                 && owner.len() <= 64

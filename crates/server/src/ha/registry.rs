@@ -61,6 +61,10 @@ pub struct CnodeRecord {
     pub mirror_listen: Option<String>,
     /// The mirror address of the partner it mirrors its write buffer to (`--partner`).
     pub partner: Option<String>,
+    /// Where it keeps the write-buffer mirrors of shards other c.nodes own besides their
+    /// own (`super::shard_mirrors`): such a shard's owner mirrors to one c.node listed here.
+    #[serde(default)]
+    pub shard_mirror: Option<String>,
     pub pid: u32,
     pub version: String,
     /// When this process started (Unix seconds).
@@ -116,6 +120,14 @@ impl Registration {
                 record.shards.sort_unstable();
             }
         }
+        if let Err(e) = self.put() {
+            tracing::warn!(error = %e, "could not update this c.node's registration; retrying");
+        }
+    }
+
+    /// Name the address of this process's shard-mirror service in its registration.
+    pub fn set_shard_mirror(&self, addr: String) {
+        self.record.lock().shard_mirror = Some(addr);
         if let Err(e) = self.put() {
             tracing::warn!(error = %e, "could not update this c.node's registration; retrying");
         }
@@ -222,6 +234,7 @@ mod tests {
             relative_ports: Vec::new(),
             mirror_listen: None,
             partner: None,
+            shard_mirror: None,
             pid: 1,
             version: "test".into(),
             started_unix_s: 0,

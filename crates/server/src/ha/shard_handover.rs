@@ -131,6 +131,7 @@ mod tests {
             relative_ports: Vec::new(),
             mirror_listen: None,
             partner: None,
+            shard_mirror: None,
             pid: 1,
             version: "test".into(),
             started_unix_s: 0,

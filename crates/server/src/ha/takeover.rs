@@ -103,7 +103,7 @@ pub(crate) fn own_the_cluster(
     let partner = match (someone_else, ha.mirror_listen) {
         (Some(owner), Some(listen)) => {
             let p = Partner::start(listen, data_dir, config.journal, id.clone())?;
-            tracing::info!(owner = %owner.id, mirror = %p.addr(), "standby: another c.node owns the cluster; this one keeps its write-buffer mirror and takes over when its lease expires");
+            tracing::info!(owner = %owner.id, mirror = ?p.addr(), "standby: another c.node owns the cluster; this one keeps its write-buffer mirror and takes over when its lease expires");
             Some(p)
         }
         _ => None,
@@ -132,6 +132,7 @@ pub(crate) fn own_the_cluster(
                     .unwrap_or_default(),
                 mirror_listen: ha.mirror_listen.map(|a| a.to_string()),
                 partner: ha.partner.clone(),
+                shard_mirror: None,
                 pid: std::process::id(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 started_unix_s: record.since_unix_s,
@@ -204,7 +205,7 @@ pub(crate) fn own_the_cluster(
         _ => data_dir.join("journal"),
     };
     let status = Arc::new(crate::ha::mirror::MirrorStatus::default());
-    if ha.partner.is_none() {
+    if ha.partner.is_none() && !extra {
         tracing::warn!("no partner c.node (--partner): acknowledged writes not yet in stripes live only in this c.node's journal; losing this machine loses them");
     }
     let info = Arc::new(crate::ha::ComputeInfo {
@@ -220,6 +221,13 @@ pub(crate) fn own_the_cluster(
         dir: journal_dir,
         options: config.journal,
         partner: ha.partner.clone(),
+        // A shard owned besides the own one is mirrored under its number, so one partner
+        // can keep the mirrors of several shards of this c.node (`super::shard_mirrors`).
+        mirror_name: if extra {
+            format!("{id}@{}", ha.shard)
+        } else {
+            id.clone()
+        },
         owner_id: id,
         ownership: Arc::clone(&ownership),
         status,
