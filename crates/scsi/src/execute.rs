@@ -1,7 +1,8 @@
-//! Command execution: [`execute`] decodes a CDB, checks it against the LU's geometry and the
-//! reservations, and dispatches it; this file also runs the block data commands (READ, WRITE,
-//! WRITE AND VERIFY, VERIFY, SYNCHRONIZE CACHE, COMPARE AND WRITE). Provisioning commands live
-//! in [`crate::provisioning`], INQUIRY in [`crate::inquiry`], mode pages in [`crate::mode`],
+//! Command execution: [`execute_decoded`] checks a decoded CDB ([`DecodedCdb`]) against the
+//! LU's geometry and the reservations, and dispatches it ([`execute`] decodes the bytes
+//! first); this file also runs the block data commands (READ, WRITE, WRITE AND VERIFY, VERIFY,
+//! SYNCHRONIZE CACHE, COMPARE AND WRITE). Provisioning commands live in
+//! [`crate::provisioning`], INQUIRY in [`crate::inquiry`], mode pages in [`crate::mode`],
 //! reservations in [`crate::reservations`] and the `persistent_reserve_*` modules.
 //!
 //! Order of checks, as SBC-3 4.2 and the Linux and libiscsi test suites expect: CDB fields and
@@ -18,7 +19,8 @@
 use crate::alua;
 use crate::block_io::{byte_range, data_out_prefix, write_through};
 use crate::capacity;
-use crate::cdb::{decode, Blocks, ByteCheck, Command};
+use crate::cdb::{Blocks, ByteCheck, Command};
+use crate::decoded::DecodedCdb;
 use crate::inquiry;
 use crate::lun::{Geometry, LogicalUnit, LunState};
 use crate::maintenance_in::{self, RsocRequest};
@@ -29,70 +31,6 @@ use crate::persistent_reserve_out::{persistent_reserve_out, reserve_release_6, P
 use crate::provisioning;
 use crate::reservations::Access;
 use crate::sense::{asc, key, medium_error_sense, IoKind, Response, Sense};
-
-/// A CDB decoded and checked against the LU's geometry once: the transport asks it how much
-/// data-out the command carries (and may cut a WRITE to what the initiator sends), then
-/// [`execute_decoded`] runs it, without decoding the bytes again.
-#[derive(Debug, Clone)]
-pub struct DecodedCdb {
-    opcode: u8,
-    geometry: Geometry,
-    /// The command, or the sense that refuses its CDB.
-    command: Result<Command, Sense>,
-}
-
-impl DecodedCdb {
-    pub fn new(cdb: &[u8], geometry: &Geometry) -> DecodedCdb {
-        DecodedCdb {
-            opcode: cdb.first().copied().unwrap_or(0),
-            geometry: *geometry,
-            command: decode(cdb).and_then(|c| c.check_limits(geometry).map(|()| c)),
-        }
-    }
-
-    pub fn opcode(&self) -> u8 {
-        self.opcode
-    }
-
-    /// How many data-out bytes the command carries, from the CDB alone, so the transport can
-    /// check it against the initiator's expected transfer length. `None` when the CDB is
-    /// unknown or invalid for this geometry: then [`execute_decoded`] answers with the right
-    /// sense without reading any data-out.
-    pub fn data_out_len(&self) -> Option<u64> {
-        self.command
-            .as_ref()
-            .ok()
-            .map(|c| c.data_out_len_bytes(&self.geometry))
-    }
-
-    /// The same WRITE or WRITE AND VERIFY for its first `blocks` blocks only (the initiator
-    /// sends no more); `None` for any other command.
-    pub fn truncated(&self, blocks: u32) -> Option<DecodedCdb> {
-        let command = match self.command.as_ref().ok()? {
-            Command::Write { range, fua } => Command::Write {
-                range: Blocks {
-                    count: blocks.min(range.count),
-                    ..*range
-                },
-                fua: *fua,
-            },
-            Command::WriteAndVerify(range) => Command::WriteAndVerify(Blocks {
-                count: blocks.min(range.count),
-                ..*range
-            }),
-            _ => return None,
-        };
-        Some(DecodedCdb {
-            command: Ok(command),
-            ..self.clone()
-        })
-    }
-}
-
-/// [`DecodedCdb::data_out_len`] of `cdb`.
-pub fn data_out_len(cdb: &[u8], geometry: &Geometry) -> Option<u64> {
-    DecodedCdb::new(cdb, geometry).data_out_len()
-}
 
 /// Execute one command from `nexus` against a logical unit. `data_out` is the whole data-out
 /// buffer the transport gathered. The response's data-in is already cut to the CDB's
@@ -109,16 +47,11 @@ pub fn execute(
     cdb: &[u8],
     data_out: &[u8],
 ) -> Response {
-    execute_decoded(
-        state,
-        lu,
-        nexus,
-        &DecodedCdb::new(cdb, &lu.geometry()),
-        data_out,
-    )
+    execute_decoded(state, lu, nexus, &DecodedCdb::decode(cdb), data_out)
 }
 
-/// [`execute`] of a CDB the transport decoded already (against this LU's geometry).
+/// [`execute`] of a CDB the transport decoded already: its transfer limits are checked
+/// against the LU's geometry of now.
 pub fn execute_decoded(
     state: &LunState,
     lu: &dyn LogicalUnit,
@@ -133,14 +66,9 @@ pub fn execute_decoded(
             asc::INTERNAL_TARGET_FAILURE,
         ));
     }
-    let command = match &decoded.command {
-        // The LU changed since the transport decoded (a resize): its limits again.
-        Ok(command) if geometry != decoded.geometry => match command.check_limits(&geometry) {
-            Ok(()) => *command,
-            Err(sense) => return Response::check(sense),
-        },
-        Ok(command) => *command,
-        Err(sense) => return Response::check(sense.clone()),
+    let command = match decoded.checked(&geometry) {
+        Ok(command) => command,
+        Err(sense) => return Response::check(sense),
     };
     let access = command.access();
     // A target port in a state that serves only the commands every reservation allows
@@ -854,30 +782,6 @@ mod tests {
         );
         let r = run(&broken, &build::rw10(opcode::READ_10, 0, 0, 1), &[]);
         assert_sense(&r, key::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
-    }
-
-    #[test]
-    fn data_out_len_from_the_cdb() {
-        let g = MemLun::with_blocks(4096, 16).geometry();
-        assert_eq!(
-            data_out_len(&build::rw10(opcode::WRITE_10, 0, 0, 2), &g),
-            Some(8192)
-        );
-        assert_eq!(
-            data_out_len(&build::rw10(opcode::READ_10, 0, 0, 2), &g),
-            Some(0)
-        );
-        assert_eq!(
-            data_out_len(&build::compare_and_write(0, 1), &g),
-            Some(8192)
-        );
-        assert_eq!(
-            data_out_len(&build::compare_and_write(0, 5), &g),
-            None,
-            "over limit"
-        );
-        assert_eq!(data_out_len(&[0x7e; 10], &g), None);
-        assert_eq!(data_out_len(&[opcode::WRITE_10], &g), None);
     }
 
     #[test]
