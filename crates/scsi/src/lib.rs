@@ -26,8 +26,10 @@
 //! - `decoded`: [`DecodedCdb`], the decoded command a transport carries to execution, and
 //!   what it implies: data-out length and data-in limit, transfer limits, how its data-out
 //!   meets the initiator's expected length ([`DataOutTransfer`]).
-//! - `execute`: dispatch, and the block data commands (READ, WRITE, WRITE AND VERIFY, VERIFY,
-//!   SYNCHRONIZE CACHE, COMPARE AND WRITE).
+//! - `execute`: dispatch, and the block data commands (READ, WRITE, WRITE AND VERIFY,
+//!   SYNCHRONIZE CACHE).
+//! - `compare`: the commands that compare data-out with the medium: VERIFY and COMPARE AND
+//!   WRITE.
 //! - `provisioning`: UNMAP, WRITE SAME, GET LBA STATUS.
 //! - `block_io`: block ranges to byte ranges, data-out prefixes, write-through: what
 //!   `execute`, `provisioning` and `persistent_reserve_out` share.
@@ -73,6 +75,7 @@ mod block_io;
 pub mod build;
 mod capacity;
 mod cdb;
+mod compare;
 mod decoded;
 mod execute;
 pub mod fuzzing;
