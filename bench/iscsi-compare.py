@@ -23,6 +23,14 @@ Per job: throughput, mean latency, the server's CPU (cores, from /proc/PID/stat 
 sampled over the measured window after --ramp) and CPU per 100k IOPS; the ratios weft/tgt and
 weft iSCSI/NBD against issue 9's goals. Results: bench/results/iscsi-compare-*.{json,md}.
 
+--ab BIN_A BIN_B (issue 19): weft only, no tgt and no iscsi-perf rows. Two weft binaries
+(before and after a change), alternating A, B, A, B, ... for --rounds rounds; each round starts
+a fresh `weft serve` with one 4 GiB volume, prefills its first --fio-size through iSCSI, then
+runs each job (default 4k randread QD32 and 1M sequential read QD8) with fio's libiscsi engine
+and with its nbd engine on the same volume, back to back. Per row: IOPS, MB/s, server CPU
+seconds per GB moved and per 100k I/Os, and iSCSI/NBD; then the median of the rounds per
+binary against issue 19's goal (iSCSI at least 1.0x NBD).
+
 Python 3.11 standard library only.  See bench/README.md.
 """
 from __future__ import annotations
@@ -33,6 +41,8 @@ import json
 import os
 import re
 import shlex
+import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -277,6 +287,108 @@ def render_fio(rows: dict) -> list[str]:
     return L
 
 
+AB_JOBS = "randread-qd32,seqread-qd8"
+# Issue 19: weft iSCSI at least as fast as weft NBD on the same volume.
+AB_GOAL = 1.0
+
+
+def ab_round(args, fio: str, binary: Path, run_dir: Path) -> dict:
+    """One fresh `weft serve` of `binary`: prefill the volume, then every job over iSCSI and
+    over NBD, back to back."""
+    nbd, api, portal = bl.free_port(), bl.free_port(), bl.free_port()
+    weft_dir = run_dir / "weft"
+    weft = bl.Proc("weft", [str(binary), "serve", "--data-dir", str(weft_dir),
+                            "--nbd-listen", f"127.0.0.1:{nbd}", "--api-listen", f"127.0.0.1:{api}",
+                            "--iscsi-listen", f"127.0.0.1:{portal}"], run_dir)
+    try:
+        weft.wait_ready(60)
+        p = bl.weft_cli(binary, weft_dir, "volume", "create", FIO_VOLUME, "--size",
+                        bl.human_size(FIO_LUN))
+        if p.returncode != 0:
+            raise RuntimeError(f"weft volume create failed: {p.stderr.strip()[-500:]}")
+        targets = {
+            "iscsi": fio_target("iscsi", f"iscsi://127.0.0.1:{portal}/{IQN_WEFT}{FIO_VOLUME}/0"),
+            "nbd": fio_target("nbd", f"nbd://127.0.0.1:{nbd}/{FIO_VOLUME}"),
+        }
+        fio_prefill(fio, targets["iscsi"], args.fio_size, run_dir / "prefill.json")
+        bl.weft_cli(binary, weft_dir, "sync", timeout=600)
+        rows: dict = {}
+        for job in FIO_JOBS:
+            if job.name not in args.fio_jobs.split(","):
+                continue
+            rows[job.name] = {}
+            for name, target in targets.items():
+                out = run_dir / f"fio-{job.name}-{name}.json"
+                r = fio_job(fio, target, job, args, [weft.pid], out)
+                gb_s = r["bw_MBps"] / 1e3
+                r["server_cpu_s_per_gb"] = r["server_cpu_cores"] / gb_s if gb_s else None
+                rows[job.name][name] = r
+            bl.log(f"{binary.name} {job.title}: " + ", ".join(
+                f"{n} {fmt_tput(job, r)} {r['server_cpu_cores']:.2f} cores"
+                for n, r in rows[job.name].items()))
+        return rows
+    finally:
+        weft.stop()
+        shutil.rmtree(weft_dir, ignore_errors=True)
+
+
+def render_ab(rounds: list[dict], names: list[str]) -> list[str]:
+    """Every round's rows, then the median per binary with the iSCSI/NBD ratio."""
+    jobs = {j.name: j for j in FIO_JOBS}
+    cell = lambda r: (f"{r['iops']:.0f} · {r['bw_MBps']:.0f} · {r['server_cpu_s_per_gb']:.2f} · "
+                      f"{r['server_cpu_per_100k_iops']:.2f}")
+    L = ["", "Cell: IOPS · MB/s · server CPU-s per GB · server CPU-s per 100k I/Os.", "",
+         "| round | binary | job | iSCSI | NBD | iSCSI/NBD |", "|---:|---|---|---:|---:|---:|"]
+    for rd in rounds:
+        for jname, row in rd["rows"].items():
+            i, n = row["iscsi"], row["nbd"]
+            L.append(f"| {rd['round']} | {rd['binary']} | {jobs[jname].title} | {cell(i)} | {cell(n)} "
+                     f"| {i['iops'] / n['iops']:.2f}x |")
+    L += ["", "Median of the rounds (each column's own median):", "",
+          "| binary | job | iSCSI | NBD | iSCSI/NBD (median of rounds) | ≥ 1.0x |",
+          "|---|---|---:|---:|---:|---|"]
+    med = lambda xs: statistics.median(xs)
+    for b in names:
+        mine = [rd for rd in rounds if rd["binary"] == b]
+        for jname in mine[0]["rows"] if mine else []:
+            rs = {k: [rd["rows"][jname][k] for rd in mine] for k in ("iscsi", "nbd")}
+            m = {k: {f: med([r[f] for r in v]) for f in ("iops", "bw_MBps", "server_cpu_s_per_gb",
+                                                        "server_cpu_per_100k_iops")}
+                 for k, v in rs.items()}
+            ratio_ = med([i["iops"] / n["iops"] for i, n in zip(rs["iscsi"], rs["nbd"])])
+            L.append(f"| {b} | {jobs[jname].title} | {cell(m['iscsi'])} | {cell(m['nbd'])} | "
+                     f"{ratio_:.2f}x | {'yes' if ratio_ >= AB_GOAL else '**no**'} |")
+    return L
+
+
+def run_ab(args, fio: str) -> None:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    bins = [Path(b).resolve() for b in args.ab]
+    names = [f"{'AB'[i]}:{b.name}" for i, b in enumerate(bins)]
+    args.fio_jobs = args.fio_jobs or AB_JOBS
+    meta: dict = {"machine": bl.machine_info(), "git": bl.git_info(), "binaries": [str(b) for b in bins],
+                  "params": {"runtime": args.runtime, "ramp": args.ramp, "fio_size": args.fio_size,
+                             "fio_lun": FIO_LUN, "rounds": args.rounds, "jobs": args.fio_jobs},
+                  "loadavg_start": os.getloadavg(),
+                  "fio_libiscsi": {"path": fio, "version": bl.run_out([fio, "--version"])}}
+    rounds: list[dict] = []
+    run_dir = Path(tempfile.mkdtemp(prefix="iscsi-ab-", dir="/var/tmp"))
+    try:
+        for r in range(1, args.rounds + 1):
+            for name, binary in zip(names, bins):
+                load = os.getloadavg()
+                rows = ab_round(args, fio, binary, run_dir)
+                rounds.append({"round": r, "binary": name, "loadavg": load, "rows": rows})
+    finally:
+        bl.finish_run(run_dir, args.keep)
+    meta["loadavg_end"] = os.getloadavg()
+    lines = [f"### weft iSCSI vs weft NBD, same volume, A/B ({now.isoformat(timespec='seconds')})", "",
+             f"A = {bins[0]}, B = {bins[1]}; {args.rounds} rounds alternating; load average "
+             f"{meta['loadavg_start'][0]:.2f} at the start, {meta['loadavg_end'][0]:.2f} at the end."]
+    lines += render_ab(rounds, names)
+    bl.write_results(args, "iscsi-ab", now, False, meta, {"rounds": rounds}, "\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -290,8 +402,15 @@ def main() -> None:
     ap.add_argument("--drain-wait", type=float, default=30,
                     help="before each fio job, wait up to this long for the server to go idle")
     ap.add_argument("--weft-bin", type=Path, default=bl.REPO / "target/release/weft")
+    ap.add_argument("--ab", nargs=2, type=Path, metavar=("BIN_A", "BIN_B"),
+                    help="A/B of two weft binaries, weft iSCSI vs weft NBD only (see above)")
+    ap.add_argument("--rounds", type=int, default=3, help="--ab: rounds, A then B in each")
     bl.add_run_args(ap)
     args = ap.parse_args()
+    if args.ab:
+        bl.apply_nice(args)
+        run_ab(args, find_fio_libiscsi())
+        return
     args.weft_bin = args.weft_bin.resolve()  # the servers run in the run dir
     fio = None if args.no_fio_libiscsi else find_fio_libiscsi()
     bl.apply_nice(args)

@@ -1,7 +1,7 @@
 //! What the command modules share to turn CDB fields into storage I/O: the byte range of a
-//! block range (checked against the LU), the part of the data-out buffer a command names, and
-//! whether a write must be durable on return. Below [`crate::execute`], the
-//! `provisioning` and `persistent_reserve_out` modules; it calls none of them.
+//! block range (checked against the LU), the part of the data-out buffer a command names, a
+//! data-in buffer, and whether a write must be durable on return. Below [`crate::execute`],
+//! the `compare`, `provisioning` and `persistent_reserve_out` modules; it calls none of them.
 
 use crate::lun::LunState;
 use crate::medium::Geometry;
@@ -16,6 +16,13 @@ pub(crate) fn byte_range(geometry: &Geometry, lba: u64, count: u64) -> Result<(u
     let offset = geometry.offset_bytes(lba);
     let len = geometry.len_bytes(count);
     offset.zip(len).ok_or_else(Sense::lba_out_of_range)
+}
+
+/// A buffer for `len` bytes of data-in; `len` is bounded by the transfer limits.
+pub(crate) fn buffer(len: u64) -> Result<Vec<u8>, Sense> {
+    usize::try_from(len)
+        .map(|len| vec![0u8; len])
+        .map_err(|_| Sense::illegal_request(asc::INVALID_FIELD_IN_CDB))
 }
 
 /// The first `len` bytes of the data-out buffer, or INVALID FIELD IN CDB (pointing at the

@@ -1,18 +1,14 @@
 //! CDB decoding: bytes from the initiator become a [`Command`], a plain value that execution
-//! consumes, or the sense data that rejects them. Also what a command implies about the data
-//! phase: how many data-out bytes it carries ([`Command::data_out_len_bytes`]) and the most
-//! data-in it may return ([`Command::data_in_limit_bytes`]).
+//! consumes, or the sense data that rejects them. What a command implies about the data phase
+//! and its transfer limits against the LU's geometry is [`crate::decoded`]'s.
 //!
 //! Checked here, from the CDB alone: the opcode and service action are known, the CDB is as
 //! long as its opcode group says, the control byte asks for nothing we lack (NACA, LINK),
 //! protection-information fields are zero (we report PROTECT=0), reserved code values are not
-//! used. Checked in [`Command::check_limits`], against the LU's geometry: transfer lengths
-//! against the Block Limits VPD page. Range checks against the LU's size happen at execution,
-//! after the write-protect check, as SBC orders them. No I/O here, and no panics: every byte
-//! index is below the fixed 16-byte copy the CDB is read through.
+//! used. Range checks against the LU's size happen at execution, after the write-protect
+//! check, as SBC orders them. No I/O here, and no panics: every byte index is below the fixed
+//! 16-byte copy the CDB is read through.
 
-use crate::limits::{max_transfer_blocks, max_write_same_blocks, MAX_COMPARE_AND_WRITE_BLOCKS};
-use crate::medium::Geometry;
 use crate::opcode;
 use crate::reservations::Access;
 use crate::sense::{asc, Sense};
@@ -231,75 +227,6 @@ impl Command {
                 Access::PersistentReserve
             }
             Command::Reserve6 | Command::Release6 => Access::Reserve6,
-        }
-    }
-
-    /// Checks that need the LU's block size: transfer lengths against the Block Limits page.
-    pub(crate) fn check_limits(&self, geometry: &Geometry) -> Result<(), Sense> {
-        let too_long = |range: &Blocks, max: u32| {
-            if range.count > max {
-                Err(Sense::invalid_cdb_field(range.count_at, None))
-            } else {
-                Ok(())
-            }
-        };
-        match self {
-            Command::Read(range)
-            | Command::Write { range, .. }
-            | Command::WriteAndVerify(range)
-            | Command::Verify { range, .. } => too_long(range, max_transfer_blocks(geometry)),
-            Command::WriteSame { range, .. } => too_long(range, max_write_same_blocks(geometry)),
-            Command::CompareAndWrite { range, .. } => {
-                too_long(range, u32::from(MAX_COMPARE_AND_WRITE_BLOCKS))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Data-out bytes the command carries, from the CDB alone.
-    pub(crate) fn data_out_len_bytes(&self, geometry: &Geometry) -> u64 {
-        let block = u64::from(geometry.block_size_bytes);
-        match *self {
-            Command::Write { range, .. } | Command::WriteAndVerify(range) => {
-                u64::from(range.count) * block
-            }
-            Command::Verify { range, byte_check } => match byte_check {
-                ByteCheck::None => 0,
-                ByteCheck::All => u64::from(range.count) * block,
-                ByteCheck::OneBlock if range.count > 0 => block,
-                ByteCheck::OneBlock => 0,
-            },
-            Command::WriteSame { no_data_out, .. } => {
-                if no_data_out {
-                    0
-                } else {
-                    block
-                }
-            }
-            Command::CompareAndWrite { range, .. } => 2 * u64::from(range.count) * block,
-            Command::Unmap { parameter_len }
-            | Command::ModeSelect { parameter_len, .. }
-            | Command::PersistentReserveOut { parameter_len, .. } => u64::from(parameter_len),
-            _ => 0,
-        }
-    }
-
-    /// The most data-in bytes the command may return: its allocation length, its transfer
-    /// length for reads, the fixed size of READ CAPACITY(10)'s data, else zero.
-    pub(crate) fn data_in_limit_bytes(&self, geometry: &Geometry) -> u64 {
-        match *self {
-            Command::RequestSense { allocation_len, .. }
-            | Command::Inquiry { allocation_len, .. }
-            | Command::ModeSense { allocation_len, .. }
-            | Command::ReadCapacity16 { allocation_len }
-            | Command::GetLbaStatus { allocation_len, .. }
-            | Command::ReportSupportedOperationCodes { allocation_len, .. }
-            | Command::ReportTargetPortGroups { allocation_len, .. }
-            | Command::ReportLuns { allocation_len, .. }
-            | Command::PersistentReserveIn { allocation_len, .. } => u64::from(allocation_len),
-            Command::ReadCapacity10 => crate::capacity::READ_CAPACITY_10_LEN_BYTES as u64,
-            Command::Read(range) => u64::from(range.count) * u64::from(geometry.block_size_bytes),
-            _ => 0,
         }
     }
 }
@@ -686,6 +613,7 @@ fn invalid_service_action() -> Sense {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::medium::Geometry;
 
     fn geometry(block_size_bytes: u32) -> Geometry {
         Geometry {
@@ -844,51 +772,6 @@ mod tests {
         assert_eq!((s.asc, s.field.map(|f| f.byte)), (0x20, Some(1)));
         let s = decode(&cdb(&[(0, opcode::MAINTENANCE_IN), (1, 0x05)], 12)).unwrap_err();
         assert_eq!(s.asc, 0x20);
-    }
-
-    #[test]
-    fn data_out_lengths_follow_the_cdb() {
-        let g = geometry(512);
-        let len = |bytes: Vec<u8>| decode(&bytes).map(|c| c.data_out_len_bytes(&g));
-        assert_eq!(len(cdb(&[(0, opcode::WRITE_6)], 6)), Ok(256 * 512));
-        assert_eq!(len(cdb(&[(0, opcode::WRITE_10), (8, 4)], 10)), Ok(2048));
-        assert_eq!(len(cdb(&[(0, opcode::VERIFY_16), (13, 4)], 16)), Ok(0));
-        assert_eq!(
-            len(cdb(&[(0, opcode::VERIFY_16), (1, 2), (13, 4)], 16)),
-            Ok(2048)
-        );
-        assert_eq!(
-            len(cdb(&[(0, opcode::VERIFY_16), (1, 6), (13, 4)], 16)),
-            Ok(512)
-        );
-        assert_eq!(
-            len(cdb(&[(0, opcode::WRITE_SAME_16), (13, 9)], 16)),
-            Ok(512)
-        );
-        assert_eq!(
-            len(cdb(&[(0, opcode::WRITE_SAME_16), (1, 1), (13, 9)], 16)),
-            Ok(0)
-        );
-        assert_eq!(
-            len(cdb(&[(0, opcode::COMPARE_AND_WRITE), (13, 1)], 16)),
-            Ok(1024)
-        );
-        assert_eq!(len(cdb(&[(0, opcode::UNMAP), (8, 24)], 10)), Ok(24));
-        assert_eq!(len(cdb(&[(0, opcode::MODE_SELECT_6), (4, 28)], 6)), Ok(28));
-        assert_eq!(len(cdb(&[(0, opcode::INQUIRY), (4, 96)], 6)), Ok(0));
-    }
-
-    #[test]
-    fn transfer_limits_depend_on_block_size() {
-        let c = decode(&cdb(&[(0, opcode::READ_16), (12, 0x04), (13, 0x01)], 16)).expect("read");
-        assert!(
-            c.check_limits(&geometry(4096)).is_err(),
-            "1025 blocks of 4 KiB"
-        );
-        assert!(c.check_limits(&geometry(512)).is_ok());
-        let caw = decode(&cdb(&[(0, opcode::COMPARE_AND_WRITE), (13, 2)], 16)).expect("caw");
-        let s = caw.check_limits(&geometry(512)).unwrap_err();
-        assert_eq!(s.field.map(|f| f.byte), Some(13));
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! Command execution: [`execute`] decodes a CDB, checks it against the LU's geometry and the
-//! reservations, and dispatches it; this file also runs the block data commands (READ, WRITE,
-//! WRITE AND VERIFY, VERIFY, SYNCHRONIZE CACHE, COMPARE AND WRITE). Provisioning commands live
-//! in [`crate::provisioning`], INQUIRY in [`crate::inquiry`], mode pages in [`crate::mode`],
+//! Command execution: [`execute_decoded`] checks a decoded CDB ([`DecodedCdb`]) against the
+//! LU's geometry and the reservations, and dispatches it ([`execute`] decodes the bytes
+//! first); this file also runs the block data commands (READ, WRITE, WRITE AND VERIFY,
+//! SYNCHRONIZE CACHE). VERIFY and COMPARE AND WRITE live in [`crate::compare`], provisioning
+//! commands in [`crate::provisioning`], INQUIRY in [`crate::inquiry`], mode pages in [`crate::mode`],
 //! reservations in [`crate::reservations`] and the `persistent_reserve_*` modules.
 //!
 //! Order of checks, as SBC-3 4.2 and the Linux and libiscsi test suites expect: CDB fields and
@@ -16,9 +17,11 @@
 //! transport reports the residual); shorter is INVALID FIELD IN CDB, as Linux LIO answers.
 
 use crate::alua;
-use crate::block_io::{byte_range, data_out_prefix, write_through};
+use crate::block_io::{buffer, byte_range, data_out_prefix, write_through};
 use crate::capacity;
-use crate::cdb::{decode, Blocks, ByteCheck, Command};
+use crate::cdb::{Blocks, Command};
+use crate::compare::{compare_and_write, verify};
+use crate::decoded::DecodedCdb;
 use crate::inquiry;
 use crate::lun::{Geometry, LogicalUnit, LunState};
 use crate::maintenance_in::{self, RsocRequest};
@@ -29,70 +32,6 @@ use crate::persistent_reserve_out::{persistent_reserve_out, reserve_release_6, P
 use crate::provisioning;
 use crate::reservations::Access;
 use crate::sense::{asc, key, medium_error_sense, IoKind, Response, Sense};
-
-/// A CDB decoded and checked against the LU's geometry once: the transport asks it how much
-/// data-out the command carries (and may cut a WRITE to what the initiator sends), then
-/// [`execute_decoded`] runs it, without decoding the bytes again.
-#[derive(Debug, Clone)]
-pub struct DecodedCdb {
-    opcode: u8,
-    geometry: Geometry,
-    /// The command, or the sense that refuses its CDB.
-    command: Result<Command, Sense>,
-}
-
-impl DecodedCdb {
-    pub fn new(cdb: &[u8], geometry: &Geometry) -> DecodedCdb {
-        DecodedCdb {
-            opcode: cdb.first().copied().unwrap_or(0),
-            geometry: *geometry,
-            command: decode(cdb).and_then(|c| c.check_limits(geometry).map(|()| c)),
-        }
-    }
-
-    pub fn opcode(&self) -> u8 {
-        self.opcode
-    }
-
-    /// How many data-out bytes the command carries, from the CDB alone, so the transport can
-    /// check it against the initiator's expected transfer length. `None` when the CDB is
-    /// unknown or invalid for this geometry: then [`execute_decoded`] answers with the right
-    /// sense without reading any data-out.
-    pub fn data_out_len(&self) -> Option<u64> {
-        self.command
-            .as_ref()
-            .ok()
-            .map(|c| c.data_out_len_bytes(&self.geometry))
-    }
-
-    /// The same WRITE or WRITE AND VERIFY for its first `blocks` blocks only (the initiator
-    /// sends no more); `None` for any other command.
-    pub fn truncated(&self, blocks: u32) -> Option<DecodedCdb> {
-        let command = match self.command.as_ref().ok()? {
-            Command::Write { range, fua } => Command::Write {
-                range: Blocks {
-                    count: blocks.min(range.count),
-                    ..*range
-                },
-                fua: *fua,
-            },
-            Command::WriteAndVerify(range) => Command::WriteAndVerify(Blocks {
-                count: blocks.min(range.count),
-                ..*range
-            }),
-            _ => return None,
-        };
-        Some(DecodedCdb {
-            command: Ok(command),
-            ..self.clone()
-        })
-    }
-}
-
-/// [`DecodedCdb::data_out_len`] of `cdb`.
-pub fn data_out_len(cdb: &[u8], geometry: &Geometry) -> Option<u64> {
-    DecodedCdb::new(cdb, geometry).data_out_len()
-}
 
 /// Execute one command from `nexus` against a logical unit. `data_out` is the whole data-out
 /// buffer the transport gathered. The response's data-in is already cut to the CDB's
@@ -109,16 +48,11 @@ pub fn execute(
     cdb: &[u8],
     data_out: &[u8],
 ) -> Response {
-    execute_decoded(
-        state,
-        lu,
-        nexus,
-        &DecodedCdb::new(cdb, &lu.geometry()),
-        data_out,
-    )
+    execute_decoded(state, lu, nexus, &DecodedCdb::decode(cdb), data_out)
 }
 
-/// [`execute`] of a CDB the transport decoded already (against this LU's geometry).
+/// [`execute`] of a CDB the transport decoded already: its transfer limits are checked
+/// against the LU's geometry of now.
 pub fn execute_decoded(
     state: &LunState,
     lu: &dyn LogicalUnit,
@@ -133,14 +67,9 @@ pub fn execute_decoded(
             asc::INTERNAL_TARGET_FAILURE,
         ));
     }
-    let command = match &decoded.command {
-        // The LU changed since the transport decoded (a resize): its limits again.
-        Ok(command) if geometry != decoded.geometry => match command.check_limits(&geometry) {
-            Ok(()) => *command,
-            Err(sense) => return Response::check(sense),
-        },
-        Ok(command) => *command,
-        Err(sense) => return Response::check(sense.clone()),
+    let command = match decoded.checked(&geometry) {
+        Ok(command) => command,
+        Err(sense) => return Response::check(sense),
     };
     let access = command.access();
     // A target port in a state that serves only the commands every reservation allows
@@ -335,13 +264,6 @@ pub(crate) fn request_sense(sense: &Sense, descriptor: bool, allocation_len: u32
     Response::good_cut(data, allocation_len)
 }
 
-/// A buffer for `len` bytes of data-in; `len` is bounded by the transfer limits.
-fn buffer(len: u64) -> Result<Vec<u8>, Sense> {
-    usize::try_from(len)
-        .map(|len| vec![0u8; len])
-        .map_err(|_| Sense::illegal_request(asc::INVALID_FIELD_IN_CDB))
-}
-
 fn read(
     state: &LunState,
     lu: &dyn LogicalUnit,
@@ -379,45 +301,6 @@ fn write(
     Ok(Response::good(Vec::new()))
 }
 
-fn verify(
-    state: &LunState,
-    lu: &dyn LogicalUnit,
-    geometry: &Geometry,
-    range: Blocks,
-    byte_check: ByteCheck,
-    data_out: &[u8],
-) -> Result<Response, Sense> {
-    let (offset, len) = byte_range(geometry, range.lba, u64::from(range.count))?;
-    if byte_check == ByteCheck::None || len == 0 {
-        return Ok(Response::good(Vec::new()));
-    }
-    let block = u64::from(geometry.block_size_bytes);
-    let expected = match byte_check {
-        ByteCheck::OneBlock => data_out_prefix(data_out, block, None)?,
-        _ => data_out_prefix(data_out, len, Some(range.count_at))?,
-    };
-    let mut medium = buffer(len)?;
-    {
-        let _io = state.shared_io();
-        lu.read(offset, &mut medium)
-            .map_err(|e| medium_error_sense(&e, IoKind::Read))?;
-    }
-    // With BYTCHK=11b the one block stands for every block, as WRITE SAME's does; the offset
-    // reported is into that replicated buffer.
-    let block_len = expected.len().max(1);
-    let difference = match byte_check {
-        ByteCheck::OneBlock => medium
-            .chunks(block_len)
-            .enumerate()
-            .find_map(|(i, chunk)| first_difference(chunk, expected).map(|at| i * block_len + at)),
-        _ => first_difference(&medium, expected),
-    };
-    match difference {
-        Some(at) => Err(Sense::miscompare(at as u64)),
-        None => Ok(Response::good(Vec::new())),
-    }
-}
-
 fn synchronize_cache(
     lu: &dyn LogicalUnit,
     geometry: &Geometry,
@@ -431,40 +314,6 @@ fn synchronize_cache(
     lu.flush()
         .map_err(|e| medium_error_sense(&e, IoKind::Other))?;
     Ok(Response::good(Vec::new()))
-}
-
-/// COMPARE AND WRITE (SBC-3 5.2): data-out is `count` blocks to compare then `count` blocks to
-/// write. The exclusive I/O lock is held from the read to the write, so no other command
-/// through this crate on the same `LunState` reads or writes in between.
-fn compare_and_write(
-    state: &LunState,
-    lu: &dyn LogicalUnit,
-    geometry: &Geometry,
-    range: Blocks,
-    fua: bool,
-    data_out: &[u8],
-) -> Result<Response, Sense> {
-    if geometry.read_only {
-        return Err(Sense::write_protected());
-    }
-    let (offset, len) = byte_range(geometry, range.lba, u64::from(range.count))?;
-    if len == 0 {
-        return Ok(Response::good(Vec::new()));
-    }
-    let data = data_out_prefix(data_out, 2 * len, Some(range.count_at))?;
-    let (compare, new) = data.split_at(data.len() / 2);
-    let _io = state.exclusive_io();
-    match lu
-        .compare_and_write(offset, compare, new, write_through(state, fua))
-        .map_err(|e| medium_error_sense(&e, IoKind::Write))?
-    {
-        Some(at) => Err(Sense::miscompare(at)),
-        None => Ok(Response::good(Vec::new())),
-    }
-}
-
-fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
-    a.iter().zip(b).position(|(x, y)| x != y)
 }
 
 #[cfg(test)]
@@ -662,41 +511,6 @@ mod tests {
     }
 
     #[test]
-    fn verify_checks_range_or_compares() {
-        let lu = MemLun::with_blocks(512, 16);
-        let data = pattern(1024, 3);
-        assert_good(&run(&lu, &build::rw10(opcode::WRITE_10, 0, 4, 2), &data));
-        // BYTCHK=0: range check only, no data-out.
-        assert_good(&run(&lu, &build::rw10(opcode::VERIFY_10, 0, 4, 2), &[]));
-        let r = run(&lu, &build::rw10(opcode::VERIFY_10, 0, 15, 2), &[]);
-        assert_sense(&r, key::ILLEGAL_REQUEST, asc::LBA_OUT_OF_RANGE);
-        // BYTCHK=01b: compare.
-        let bytchk = 0x02;
-        assert_good(&run(
-            &lu,
-            &build::rw16(opcode::VERIFY_16, bytchk, 4, 2),
-            &data,
-        ));
-        let mut wrong = data.clone();
-        wrong[700] ^= 0xff;
-        let r = run(&lu, &build::rw16(opcode::VERIFY_16, bytchk, 4, 2), &wrong);
-        assert_sense(&r, key::MISCOMPARE, asc::MISCOMPARE_DURING_VERIFY);
-        assert_eq!(r.sense.as_ref().and_then(|s| s.information), Some(700));
-        assert_eq!(&r.sense_bytes()[3..7], &700u32.to_be_bytes());
-        // BYTCHK=11b: one block against each.
-        assert_good(&run(
-            &lu,
-            &build::rw10(opcode::VERIFY_10, 0x06, 8, 3),
-            &[0; 512],
-        ));
-        let r = run(&lu, &build::rw10(opcode::VERIFY_10, 0x06, 3, 2), &[0; 512]);
-        assert_eq!(r.sense.and_then(|s| s.information), Some(512));
-        // BYTCHK=10b is reserved.
-        let r = run(&lu, &build::rw10(opcode::VERIFY_10, 0x04, 0, 1), &[0; 512]);
-        assert_sense(&r, key::ILLEGAL_REQUEST, asc::INVALID_FIELD_IN_CDB);
-    }
-
-    #[test]
     fn write_and_verify_writes_durably() {
         let lu = MemLun::with_blocks(4096, 8);
         let data = pattern(4096, 9);
@@ -721,76 +535,6 @@ mod tests {
         let r = run(&lu, &build::sync_cache16(8, 9), &[]);
         assert_sense(&r, key::ILLEGAL_REQUEST, asc::LBA_OUT_OF_RANGE);
         assert_eq!(lu.take_calls(), vec![Call::Flush, Call::Flush]);
-    }
-
-    #[test]
-    fn compare_and_write_swaps_on_match_only() {
-        let lu = MemLun::with_blocks(512, 16);
-        let old = pattern(512, 1);
-        let new = pattern(512, 2);
-        assert_good(&run(&lu, &build::rw10(opcode::WRITE_10, 0, 3, 1), &old));
-        let mut data = old.clone();
-        data.extend(&new);
-        assert_good(&run(&lu, &build::compare_and_write(3, 1), &data));
-        assert_eq!(lu.bytes(3 * 512, 512), new);
-        // The medium now holds `new`: comparing against `old` fails at byte 0... or wherever.
-        let r = run(&lu, &build::compare_and_write(3, 1), &data);
-        assert_sense(&r, key::MISCOMPARE, asc::MISCOMPARE_DURING_VERIFY);
-        let at = first_difference(&new, &old).expect("patterns differ") as u64;
-        assert_eq!(r.sense.and_then(|s| s.information), Some(at));
-        assert_eq!(lu.bytes(3 * 512, 512), new, "miscompare writes nothing");
-    }
-
-    #[test]
-    fn compare_and_write_limits_and_zero_blocks() {
-        let lu = MemLun::with_blocks(512, 16);
-        assert_good(&run(&lu, &build::compare_and_write(0, 0), &[]));
-        let r = run(&lu, &build::compare_and_write(0, 2), &[0; 2048]);
-        assert_sense(&r, key::ILLEGAL_REQUEST, asc::INVALID_FIELD_IN_CDB);
-        let r = run(&lu, &build::compare_and_write(16, 1), &[0; 1024]);
-        assert_sense(&r, key::ILLEGAL_REQUEST, asc::LBA_OUT_OF_RANGE);
-        let r = run(&lu, &build::compare_and_write(0, 1), &[0; 1000]);
-        assert_sense(&r, key::ILLEGAL_REQUEST, asc::INVALID_FIELD_IN_CDB);
-    }
-
-    #[test]
-    fn compare_and_write_is_atomic_against_concurrent_writes() {
-        // Many threads race CAW "increments" of one block; with atomic CAW every successful
-        // swap sees the value the previous one wrote, so successes equal the final counter.
-        let lu = MemLun::with_blocks(512, 4);
-        let state = LunState::new();
-        let successes = std::sync::atomic::AtomicU32::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..4 {
-                s.spawn(|| {
-                    for _ in 0..200 {
-                        let current = execute(
-                            &state,
-                            &lu,
-                            &nexus(),
-                            &build::rw10(opcode::READ_10, 0, 0, 1),
-                            &[],
-                        );
-                        let n = u32::from_be_bytes(current.data_in[0..4].try_into().expect("4"));
-                        let mut data = current.data_in.clone();
-                        data.extend((n + 1).to_be_bytes());
-                        data.resize(1024, 0);
-                        let r = execute(
-                            &state,
-                            &lu,
-                            &nexus(),
-                            &build::compare_and_write(0, 1),
-                            &data,
-                        );
-                        if r.status == Status::Good {
-                            successes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                    }
-                });
-            }
-        });
-        let final_value = u32::from_be_bytes(lu.bytes(0, 4).try_into().expect("4"));
-        assert_eq!(final_value, successes.into_inner());
     }
 
     #[test]
@@ -854,30 +598,6 @@ mod tests {
         );
         let r = run(&broken, &build::rw10(opcode::READ_10, 0, 0, 1), &[]);
         assert_sense(&r, key::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
-    }
-
-    #[test]
-    fn data_out_len_from_the_cdb() {
-        let g = MemLun::with_blocks(4096, 16).geometry();
-        assert_eq!(
-            data_out_len(&build::rw10(opcode::WRITE_10, 0, 0, 2), &g),
-            Some(8192)
-        );
-        assert_eq!(
-            data_out_len(&build::rw10(opcode::READ_10, 0, 0, 2), &g),
-            Some(0)
-        );
-        assert_eq!(
-            data_out_len(&build::compare_and_write(0, 1), &g),
-            Some(8192)
-        );
-        assert_eq!(
-            data_out_len(&build::compare_and_write(0, 5), &g),
-            None,
-            "over limit"
-        );
-        assert_eq!(data_out_len(&[0x7e; 10], &g), None);
-        assert_eq!(data_out_len(&[opcode::WRITE_10], &g), None);
     }
 
     #[test]

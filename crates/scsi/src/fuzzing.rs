@@ -10,8 +10,8 @@
 //! through [`report_luns`] and [`execute_no_lun`].
 
 use crate::build;
-use crate::cdb::decode;
-use crate::execute::{data_out_len, execute};
+use crate::decoded::DecodedCdb;
+use crate::execute::execute;
 use crate::lun::{LogicalUnit, LunState, MediumError};
 use crate::luns::{execute_no_lun, report_luns};
 use crate::mem_lun::{Call, MemLun};
@@ -93,9 +93,10 @@ pub fn fuzz_cdb(data: &[u8]) {
 
     let response = execute(&state, &lu, &nexus, cdb, data_out);
     check_status_and_sense(&response);
-    let decoded = decode(cdb).and_then(|c| c.check_limits(&geometry).map(|()| c));
+    let command = DecodedCdb::decode(cdb);
+    let decoded = command.checked(&geometry);
     assert_eq!(
-        data_out_len(cdb, &geometry).is_some(),
+        command.data_out_len(&geometry).is_some(),
         decoded.is_ok(),
         "data_out_len is Some exactly for CDBs execute accepts"
     );
@@ -129,9 +130,9 @@ pub fn fuzz_cdb(data: &[u8]) {
     // Whatever the command did, the unit attention queue answers without panicking.
     let _ = state.unit_attention(&other, &[opcode::TEST_UNIT_READY]);
 
-    let luns = report_luns(cdb, &FUZZ_LUNS);
+    let luns = report_luns(&command, &FUZZ_LUNS);
     check_status_and_sense(&luns);
-    let no_lun = execute_no_lun(cdb);
+    let no_lun = execute_no_lun(&command);
     check_status_and_sense(&no_lun);
 }
 

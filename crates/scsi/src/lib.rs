@@ -3,8 +3,10 @@
 //! This crate is the SCSI layer of the iSCSI target: it decodes CDBs, executes them against a
 //! [`LogicalUnit`] trait object that stores the data, and builds data-in buffers and sense
 //! data. It never touches a socket, a thread or a clock; the iSCSI PDU/login crate and the
-//! tokio listener call [`data_out_len`], [`execute`], [`report_luns`] and [`execute_no_lun`],
-//! and on each LU's [`LunState`]: [`LunState::unit_attention`] before every command,
+//! tokio listener decode each CDB once into a [`DecodedCdb`] (its data-out length, how it
+//! meets the initiator's expected length) and pass it to [`execute_decoded`], [`report_luns`]
+//! and [`execute_no_lun`], and on each LU's [`LunState`]: [`LunState::unit_attention_decoded`]
+//! before every command,
 //! [`LunState::logical_unit_reset`] on LUN and target resets, [`LunState::nexus_joined`] when
 //! a session starts reaching the LU and [`LunState::nexus_lost`] when it ends, and
 //! [`LunState::heard`] when another process serving the LU stored a change with news for
@@ -20,9 +22,14 @@
 //! - [`sense`]: [`Status`], [`Sense`] (fixed and descriptor formats), [`Response`], the named
 //!   sense keys and codes, and the one mapping from [`MediumError`] to sense.
 //! - [`opcode`]: operation codes and service actions.
-//! - `cdb`: CDB decoding into a plain command value, data-out length and data-in limit.
-//! - `execute`: dispatch, and the block data commands (READ, WRITE, WRITE AND VERIFY, VERIFY,
-//!   SYNCHRONIZE CACHE, COMPARE AND WRITE).
+//! - `cdb`: CDB decoding into a plain command value.
+//! - `decoded`: [`DecodedCdb`], the decoded command a transport carries to execution, and
+//!   what it implies: data-out length and data-in limit, transfer limits, how its data-out
+//!   meets the initiator's expected length ([`DataOutTransfer`]).
+//! - `execute`: dispatch, and the block data commands (READ, WRITE, WRITE AND VERIFY,
+//!   SYNCHRONIZE CACHE).
+//! - `compare`: the commands that compare data-out with the medium: VERIFY and COMPARE AND
+//!   WRITE.
 //! - `provisioning`: UNMAP, WRITE SAME, GET LBA STATUS.
 //! - `block_io`: block ranges to byte ranges, data-out prefixes, write-through: what
 //!   `execute`, `provisioning` and `persistent_reserve_out` share.
@@ -68,6 +75,8 @@ mod block_io;
 pub mod build;
 mod capacity;
 mod cdb;
+mod compare;
+mod decoded;
 mod execute;
 pub mod fuzzing;
 mod inquiry;
@@ -89,7 +98,8 @@ pub mod sense;
 mod unit_attention;
 
 pub use alua::{AccessState, AluaProvider, PortGroup, PortGroups};
-pub use execute::{data_out_len, execute, execute_decoded, DecodedCdb};
+pub use decoded::{DataOutTransfer, DecodedCdb};
+pub use execute::{execute, execute_decoded};
 pub use lun::{Identity, LogicalUnit, LunState};
 pub use luns::{decode_lun, encode_lun, execute_no_lun, report_luns, LUN_MAX};
 pub use medium::{Geometry, MediumError};

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::alua::{AccessState, AluaProvider, PortGroups};
+use crate::decoded::DecodedCdb;
 pub use crate::medium::{Geometry, MediumError};
 use crate::nexus::Nexus;
-use crate::opcode;
 use crate::reservation_store::{MemReservationStore, RecordNews, ReservationStore, StoreError};
 use crate::reservations::{Attention, Refusal, Reservations};
 use crate::sense::{asc, key, Response, Sense};
@@ -223,20 +223,22 @@ impl LunState {
     }
 
     /// The next unit attention pending for `nexus` (one a persistent reservation change on
-    /// another nexus established), as the CHECK CONDITION to answer this command with, and
+    /// another nexus established), as the CHECK CONDITION to answer `command` with, and
     /// removed from the queue. `None` when nothing is pending, and for INQUIRY, REPORT LUNS
     /// and REQUEST SENSE, which SPC-4 answers without it (REQUEST SENSE returns it as its
     /// parameter data instead, through [`crate::execute`]). The transport calls this before
     /// each command, after its own reset unit attention, which has the higher priority.
-    pub fn unit_attention(&self, nexus: &Nexus, cdb: &[u8]) -> Option<Response> {
-        if matches!(
-            cdb.first(),
-            Some(&(opcode::INQUIRY | opcode::REPORT_LUNS | opcode::REQUEST_SENSE))
-        ) {
+    pub fn unit_attention_decoded(&self, nexus: &Nexus, command: &DecodedCdb) -> Option<Response> {
+        if command.answered_without_unit_attention() {
             return None;
         }
         let code = self.take_attention(nexus)?;
         Some(Response::check(Sense::new(key::UNIT_ATTENTION, code)))
+    }
+
+    /// [`LunState::unit_attention_decoded`] before the CDB `cdb`.
+    pub fn unit_attention(&self, nexus: &Nexus, cdb: &[u8]) -> Option<Response> {
+        self.unit_attention_decoded(nexus, &DecodedCdb::decode(cdb))
     }
 
     /// A LUN reset, target warm reset or target cold reset happened: the RESERVE(6)

@@ -3,7 +3,8 @@
 //! 8-byte LUN encoding ([`encode_lun`], [`decode_lun`]; SAM-5 4.7): single-level peripheral
 //! device addressing below 256, flat space addressing up to 16383.
 
-use crate::cdb::{decode, Command};
+use crate::cdb::Command;
+use crate::decoded::DecodedCdb;
 use crate::execute::request_sense;
 use crate::inquiry::{standard_no_lun, supported_pages_no_lun, PAGE_SUPPORTED};
 use crate::sense::{asc, Response, Sense};
@@ -57,14 +58,14 @@ pub fn decode_lun(bytes: [u8; 8]) -> Option<u64> {
 /// REPORT LUNS parameter data for the LUNs the initiator may see (8-byte header, 8 bytes per
 /// LUN, in the order given), cut to the CDB's allocation length. LUNs above [`LUN_MAX`] cannot
 /// be addressed and are left out. A CDB that is not a valid REPORT LUNS gets the sense that says why.
-pub fn report_luns(cdb: &[u8], luns: &[u64]) -> Response {
-    let (select_report, allocation_len) = match decode(cdb) {
+pub fn report_luns(command: &DecodedCdb, luns: &[u64]) -> Response {
+    let (select_report, allocation_len) = match &command.command {
         Ok(Command::ReportLuns {
             select_report,
             allocation_len,
-        }) => (select_report, allocation_len),
+        }) => (*select_report, *allocation_len),
         Ok(_) => return Response::check(Sense::invalid_opcode()),
-        Err(sense) => return Response::check(sense),
+        Err(sense) => return Response::check(sense.clone()),
     };
     let listed: &[u64] = match select_report {
         SELECT_ALL_BUT_WELL_KNOWN | SELECT_ALL => luns,
@@ -84,9 +85,9 @@ pub fn report_luns(cdb: &[u8], luns: &[u64]) -> Response {
 /// INQUIRY returns peripheral qualifier 011b / device type 1Fh with GOOD, REQUEST SENSE returns
 /// LOGICAL UNIT NOT SUPPORTED as parameter data with GOOD, anything else is CHECK CONDITION,
 /// ILLEGAL REQUEST, LOGICAL UNIT NOT SUPPORTED. (REPORT LUNS goes to [`report_luns`].)
-pub fn execute_no_lun(cdb: &[u8]) -> Response {
+pub fn execute_no_lun(command: &DecodedCdb) -> Response {
     let not_supported = Sense::illegal_request(asc::LOGICAL_UNIT_NOT_SUPPORTED);
-    match decode(cdb) {
+    match command.command.clone() {
         Ok(Command::Inquiry {
             evpd: false,
             allocation_len,
@@ -98,7 +99,7 @@ pub fn execute_no_lun(cdb: &[u8]) -> Response {
             allocation_len,
         }) => Response::good_cut(supported_pages_no_lun(), allocation_len),
         Ok(Command::Inquiry { .. }) => Response::check(Sense::invalid_cdb_field(2, Some(7))),
-        Err(sense) if cdb.first() == Some(&crate::opcode::INQUIRY) => Response::check(sense),
+        Err(sense) if command.opcode() == crate::opcode::INQUIRY => Response::check(sense),
         Ok(Command::RequestSense {
             descriptor,
             allocation_len,
@@ -135,7 +136,10 @@ mod tests {
 
     #[test]
     fn report_luns_lists_and_cuts() {
-        let r = report_luns(&build::report_luns(1024), &[0, 3, 300, 20_000]);
+        let r = report_luns(
+            &DecodedCdb::decode(&build::report_luns(1024)),
+            &[0, 3, 300, 20_000],
+        );
         assert_eq!(r.status, Status::Good);
         let d = r.data_in;
         assert_eq!(&d[0..4], &24u32.to_be_bytes());
@@ -143,7 +147,7 @@ mod tests {
         assert_eq!(&d[8..10], &[0, 0]);
         assert_eq!(&d[16..18], &[0, 3]);
         assert_eq!(&d[24..26], &[0x41, 0x2c]);
-        let r = report_luns(&build::report_luns(16), &[0, 1, 2]);
+        let r = report_luns(&DecodedCdb::decode(&build::report_luns(16)), &[0, 1, 2]);
         assert_eq!(r.data_in.len(), 16);
         assert_eq!(&r.data_in[0..4], &24u32.to_be_bytes());
     }
@@ -152,37 +156,57 @@ mod tests {
     fn report_luns_select_report_and_bad_cdbs() {
         let mut cdb = build::report_luns(64);
         cdb[2] = SELECT_WELL_KNOWN;
-        assert_eq!(report_luns(&cdb, &[0]).data_in, vec![0; 8]);
+        assert_eq!(
+            report_luns(&DecodedCdb::decode(&cdb), &[0]).data_in,
+            vec![0; 8]
+        );
         cdb[2] = 0x10;
-        assert_eq!(report_luns(&cdb, &[0]).sense.map(|s| s.asc), Some(0x24));
-        let r = report_luns(&build::report_luns(15), &[0]);
+        assert_eq!(
+            report_luns(&DecodedCdb::decode(&cdb), &[0])
+                .sense
+                .map(|s| s.asc),
+            Some(0x24)
+        );
+        let r = report_luns(&DecodedCdb::decode(&build::report_luns(15)), &[0]);
         assert_eq!(
             r.sense.map(|s| s.asc),
             Some(0x24),
             "allocation length below 16"
         );
-        let r = report_luns(&build::inquiry(false, 0, 36), &[0]);
+        let r = report_luns(&DecodedCdb::decode(&build::inquiry(false, 0, 36)), &[0]);
         assert_eq!(r.sense.map(|s| s.asc), Some(0x20));
     }
 
     #[test]
     fn no_lun_inquiry_request_sense_and_the_rest() {
-        let r = execute_no_lun(&build::inquiry(false, 0, 36));
+        let r = execute_no_lun(&DecodedCdb::decode(&build::inquiry(false, 0, 36)));
         assert_eq!(
             (r.status, r.data_in.len(), r.data_in[0]),
             (Status::Good, 36, 0x7f)
         );
-        let r = execute_no_lun(&build::inquiry(true, 0, 36));
+        let r = execute_no_lun(&DecodedCdb::decode(&build::inquiry(true, 0, 36)));
         assert_eq!(r.data_in, vec![0x7f, 0, 0, 1, 0]);
-        let r = execute_no_lun(&build::inquiry(true, 0x83, 255));
+        let r = execute_no_lun(&DecodedCdb::decode(&build::inquiry(true, 0x83, 255)));
         assert_eq!(r.sense.map(|s| s.asc), Some(0x24));
-        let r = execute_no_lun(&[crate::opcode::REQUEST_SENSE, 0, 0, 0, 18, 0]);
+        let r = execute_no_lun(&DecodedCdb::decode(&[
+            crate::opcode::REQUEST_SENSE,
+            0,
+            0,
+            0,
+            18,
+            0,
+        ]));
         assert_eq!(r.status, Status::Good);
         assert_eq!((r.data_in[2], r.data_in[12]), (5, 0x25));
-        let r = execute_no_lun(&build::rw10(crate::opcode::READ_10, 0, 0, 1));
+        let r = execute_no_lun(&DecodedCdb::decode(&build::rw10(
+            crate::opcode::READ_10,
+            0,
+            0,
+            1,
+        )));
         assert_eq!(r.status, Status::CheckCondition);
         assert_eq!(r.sense.map(|s| (s.key, s.asc)), Some((5, 0x25)));
-        let r = execute_no_lun(&[0x7e; 10]);
+        let r = execute_no_lun(&DecodedCdb::decode(&[0x7e; 10]));
         assert_eq!(r.sense.map(|s| s.asc), Some(0x25));
     }
 }
