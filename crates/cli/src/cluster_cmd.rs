@@ -187,9 +187,26 @@ pub enum CnodeAction {
         #[arg(short, long)]
         yes: bool,
     },
+    /// Move a shard to another running c.node while both serve: its owner stops the shard's
+    /// engine clean (requests to its volumes pause, none fails) and the other adopts it.
+    /// The shard stays there: the spread policy does not move it away until `--unpin`. A
+    /// c.node's own shard moves to its standby by `weft cnode drain` instead.
+    MoveShard {
+        /// The shard (`weft cnode list`, SHARD column).
+        shard: u16,
+        /// The c.node that should own it.
+        #[arg(long, required_unless_present = "unpin", conflicts_with = "unpin")]
+        to: Option<String>,
+        /// Forget the shard's placement: the spread policy may move it again.
+        #[arg(long)]
+        unpin: bool,
+        /// Wait until the c.node named owns it (at most this long, e.g. 60s).
+        #[arg(long, value_parser = parse_duration)]
+        wait: Option<Duration>,
+    },
 }
 
-/// `weft cnode list|drain`.
+/// `weft cnode list|drain|move-shard`.
 pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyhow::Result<()> {
     match action {
         CnodeAction::List => {
@@ -257,6 +274,54 @@ pub fn cnode_admin(client: &ApiClient, action: CnodeAction, json: bool) -> anyho
                 println!("{id}: {}", v["message"].as_str().unwrap_or(""));
             })
         }
+        CnodeAction::MoveShard {
+            shard, unpin: true, ..
+        } => {
+            client.call("DELETE", &format!("/shards/{shard}/move"), None)?;
+            if !json {
+                println!("shard {shard}: unpinned (the spread policy may move it)");
+            }
+            Ok(())
+        }
+        CnodeAction::MoveShard {
+            shard, to, wait, ..
+        } => {
+            let to = to.context("--to names the c.node")?;
+            let body = json!({ "to": to });
+            let v = client.call("POST", &format!("/shards/{shard}/move"), Some(body))?;
+            if let Some(limit) = wait {
+                wait_for_owner(client, shard, &to, limit)?;
+            }
+            show(json, &v, |v| {
+                println!("shard {shard}: {}", v["message"].as_str().unwrap_or(""));
+                if wait.is_some() {
+                    println!("shard {shard}: owned by c.node {to} now");
+                }
+            })
+        }
+    }
+}
+
+/// Wait until `weft cnode list` shows c.node `to` owning `shard`.
+fn wait_for_owner(client: &ApiClient, shard: u16, to: &str, limit: Duration) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let v = client.call("GET", "/cnodes", None)?;
+        let owns = v.as_array().into_iter().flatten().any(|c| {
+            c["id"] == to
+                && (c["shards"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|n| n.as_u64() == Some(u64::from(shard))))
+                    || (c["shard"].as_u64() == Some(u64::from(shard)) && c["owner"] == true))
+        });
+        if owns {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "c.node {to} does not own shard {shard} after {limit:?}: see weft cnode list and the owner's log"
+        );
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 

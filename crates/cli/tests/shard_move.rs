@@ -262,3 +262,79 @@ fn a_joining_cnode_takes_a_shard_under_load_without_an_error() {
     let mut c1 = c1;
     c1.kill9();
 }
+
+/// The operator moves a shard (`weft cnode move-shard`) and it stays where it was put: c1
+/// owning shards 0, 2 and 3 gives shard 3 to c2 when c2 joins (the spread policy); the
+/// operator moves it back to c1, and the spread policy then gives c2 shard 2 instead of the
+/// pinned shard 3. Refused: moving a c.node's own shard, or to a c.node nobody knows.
+#[test]
+fn an_operator_moves_a_shard_and_the_spread_policy_leaves_it_there() {
+    let _serial = serial();
+    let (_, seed) = test_rng("shard-pin");
+    let mut opts = ClusterOpts::new(3).volume_size("16M");
+    opts.redundancy = "2+1".into();
+    opts.cnode_args
+        .insert("c1".into(), vec!["--shard".into(), "0,2,3".into()]);
+    opts.cnode_args
+        .insert("c2".into(), vec!["--shard".into(), "1".into()]);
+    let mut c = Cluster::start("shard-pin", seed, opts);
+    let c1_id = this_id(&c);
+    c.cli_ok(&["volume", "create", "db3", "--size", "16M", "--shard", "3"]);
+    let data = blocks_data(seed, 3, 0, 256);
+    let mut client = c.nbd_client("db3");
+    write_all(&mut client, 0, &data);
+    client.flush().unwrap();
+    client.disconnect();
+    let mut c2 = c.spawn_other_cnode("c2");
+    c2.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("c2: {e:?}"));
+    let c2_id = {
+        let listed = c.cli_json(&["cnode", "list", "--json"]);
+        listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["shard"] == 1)
+            .and_then(|n| n["id"].as_str().map(String::from))
+            .unwrap_or_else(|| panic!("c2 not listed: {listed}"))
+    };
+    poll_until(
+        Duration::from_secs(30),
+        "the spread to give c2 shard 3",
+        || (extra_shards(&c, &c2_id) == [3]).then_some(()),
+    );
+    c.step("c2 joined; the spread policy gave it shard 3");
+
+    let moved = c.cli_ok(&["cnode", "move-shard", "3", "--to", &c1_id, "--wait", "30s"]);
+    assert!(moved.contains("owned by c.node"), "{moved}");
+    assert!(
+        extra_shards(&c, &c1_id).contains(&3),
+        "c1 owns shard 3 again"
+    );
+    // c1 owns 0, 2 and 3 again: the spread gives c2 shard 2, never the pinned 3.
+    poll_until(
+        Duration::from_secs(30),
+        "the spread to give c2 shard 2",
+        || (extra_shards(&c, &c2_id) == [2]).then_some(()),
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(extra_shards(&c, &c1_id), [3], "shard 3 stays pinned on c1");
+    assert_eq!(extra_shards(&c, &c2_id), [2]);
+    read_back(&c, "db3", &data, "db3 after two moves");
+    c.step("moved back to c1 by the operator; the spread moved shard 2 instead and left 3");
+
+    let own = c.cli(&["cnode", "move-shard", "0", "--to", &c2_id]);
+    assert_ne!(own.status.and_then(|s| s.code()), Some(0), "{own:?}");
+    assert!(own.stderr.contains("own shard"), "{}", own.stderr);
+    let nobody = c.cli(&["cnode", "move-shard", "3", "--to", "nosuch"]);
+    assert!(
+        nobody.stderr.contains("no c.node nosuch"),
+        "{}",
+        nobody.stderr
+    );
+    c.cli_ok(&["cnode", "move-shard", "3", "--unpin"]);
+    let again = c.cli(&["cnode", "move-shard", "3", "--unpin"]);
+    assert!(again.stderr.contains("not pinned"), "{}", again.stderr);
+    c.step("refused: a c.node's own shard, an unknown c.node; unpinned once");
+    c2.kill9();
+}

@@ -47,6 +47,7 @@ pub mod qos;
 mod rename;
 mod schedules;
 mod sessions;
+mod shard_moves;
 mod shard_routes;
 mod snapshots;
 pub mod stats;
@@ -241,6 +242,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/dnodes", get(cluster::dnodes))
         .route("/api/v1/cnodes", get(cnodes::list))
         .route("/api/v1/cnodes/{id}/drain", post(cnodes::drain))
+        .route(
+            "/api/v1/shards/{shard}/move",
+            post(shard_moves::move_shard).delete(shard_moves::unpin),
+        )
         .route("/api/v1/dnodes/{id}", get(cluster::dnode_info))
         .route("/api/v1/dnodes/{id}/out", post(cluster::dnode_out))
         .route("/api/v1/dnodes/{id}/in", post(cluster::dnode_in))

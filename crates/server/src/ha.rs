@@ -25,6 +25,7 @@ pub mod port_groups;
 pub mod registry;
 pub mod shard_handover;
 pub mod shard_mirrors;
+pub mod shard_moves;
 pub mod takeover;
 mod wire;
 

@@ -46,6 +46,7 @@ use crate::ha::ownership::Ownership;
 use crate::ha::registry::Registration;
 use crate::ha::shard_handover;
 use crate::ha::shard_mirrors::{choose_partner, rescue_candidates, ShardMirrors};
+use crate::ha::shard_moves;
 use crate::ha::takeover::{exit_when_ownership_lost, own_the_cluster, HaConfig, Owned, Who};
 
 /// The key of the c.node epoch counter.
@@ -367,6 +368,7 @@ impl ShardHost {
                 }
                 host.adopt_once().await;
                 host.rescue_once().await;
+                host.move_once().await;
                 if tokio::time::Instant::now() >= spread_at {
                     spread_at = tokio::time::Instant::now() + SPREAD_INTERVAL;
                     host.spread_once().await;
@@ -523,9 +525,44 @@ impl ShardHost {
         Ok(())
     }
 
+    /// The operator's moves (`crate::ha::shard_moves`): a shard this c.node owns besides its
+    /// own that is pinned to another running owner is given to it, one at a time.
+    async fn move_once(&self) {
+        let me = self.ctx.registration.id();
+        let kv = Arc::clone(&self.ctx.kv);
+        let read = tokio::task::spawn_blocking(move || {
+            Ok::<_, anyhow::Error>((
+                shard_moves::list(&*kv)?,
+                crate::ha::registry::list(&*kv)?,
+                shard_handover::list(&*kv)?,
+            ))
+        })
+        .await;
+        let Ok(Ok((moves, records, pending))) = read else {
+            return;
+        };
+        if pending.iter().any(|(r, _)| r.from == me) {
+            return;
+        }
+        let owned = self.owned().await;
+        for m in moves {
+            let running = records
+                .iter()
+                .any(|r| r.id == m.to && r.role == crate::ha::registry::CnodeRole::Owner);
+            if m.to == me || !owned.contains(&m.shard) || !running {
+                continue;
+            }
+            tracing::warn!(shard = m.shard.0, to = %m.to, "moving the shard at the operator's request");
+            if let Err(e) = self.give_up(m.shard, &m.to).await {
+                tracing::warn!(shard = m.shard.0, error = %format!("{e:#}"), "could not hand the shard over");
+            }
+            return;
+        }
+    }
+
     /// The spread policy: while this c.node owns at least two shards more than the least
     /// loaded other owner, it gives that owner one of those it owns besides its own (the
-    /// highest numbered), one at a time: each c.node decides for itself from the
+    /// highest numbered not pinned to it by the operator), one at a time: each c.node decides for itself from the
     /// registrations, and a request of its own still pending holds the next.
     async fn spread_once(&self) {
         let me = self.ctx.registration.id();
@@ -534,17 +571,23 @@ impl ShardHost {
             Ok::<_, anyhow::Error>((
                 crate::ha::registry::list(&*kv)?,
                 shard_handover::list(&*kv)?,
+                shard_moves::list(&*kv)?,
             ))
         })
         .await;
-        let Ok(Ok((records, pending))) = read else {
+        let Ok(Ok((records, pending, moves))) = read else {
             return;
         };
         if pending.iter().any(|(r, _)| r.from == me) {
             return;
         }
         let owned = self.owned().await;
-        let Some(&shard) = owned.last() else {
+        // The operator's placement stays (`weft cnode move-shard`).
+        let Some(&shard) = owned
+            .iter()
+            .rev()
+            .find(|s| !shard_moves::pinned_to(&moves, **s, &me))
+        else {
             return;
         };
         let mine = 1 + owned.len();

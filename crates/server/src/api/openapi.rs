@@ -12,8 +12,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    audit, cluster, cnodes, groups, hosts, qos, rename, schedules, sessions, snapshots, stats,
-    tiers,
+    audit, cluster, cnodes, groups, hosts, qos, rename, schedules, sessions, shard_moves,
+    snapshots, stats, tiers,
 };
 
 /// The document (see [`document`]).
@@ -86,6 +86,8 @@ use super::{
         cluster::dnodes,
         cnodes::list,
         cnodes::drain,
+        shard_moves::move_shard,
+        shard_moves::unpin,
         cluster::dnode_info,
         cluster::dnode_out,
         cluster::dnode_in,

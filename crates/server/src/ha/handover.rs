@@ -141,8 +141,12 @@ struct Recorded {
 
 impl Handover {
     /// At start, before anything is acknowledged: `unprotected` (replayed records may be in
-    /// the journal; the mirror has not caught up yet). `acknowledged`: the last record in the
-    /// journal at start (an earlier run acknowledged it).
+    /// the journal; the mirror has not caught up yet), or `clean` when the journal holds no
+    /// record (`acknowledged` 0: nothing is only here; the first acknowledgement writes the
+    /// state it needs first). Without that, an owner that stopped before it acknowledged
+    /// anything (a shard adopted and handed on at once) left `unprotected` naming it, and
+    /// nobody else could take the shard. `acknowledged`: the last record in the journal at
+    /// start (an earlier run acknowledged it).
     pub fn start(
         kv: Arc<dyn MetaStore>,
         shard: ShardId,
@@ -166,7 +170,12 @@ impl Handover {
             upgrade_wanted: AtomicBool::new(false),
         };
         let mut st = h.st.lock();
-        h.put(&mut st, JournalState::Unprotected)?;
+        let state = if acknowledged == 0 {
+            JournalState::Clean
+        } else {
+            JournalState::Unprotected
+        };
+        h.put(&mut st, state)?;
         drop(st);
         Ok(h)
     }
