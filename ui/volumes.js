@@ -187,9 +187,11 @@ const VolumesPage = (() => {
     function update(data) {
       const cluster = data.volumes.some((v) => v.shard !== undefined && v.shard !== null);
       for (const th of root.querySelectorAll('#vl-table th.in-cluster')) th.hidden = !cluster;
-      const silent = (data.cnodes || []).filter((c) => !c.answered);
-      Dom.setText(note, silent.map((c) => 'c.node ' + c.id + ' gave no answer of its own ('
-        + (c.error || 'no answer') + '): the I/O that came in through it is missing').join('; '));
+      if (data.cnodes) {
+        const silent = data.cnodes.filter((c) => !c.answered);
+        Dom.setText(note, silent.map((c) => 'c.node ' + c.id + ' gave no answer of its own ('
+          + (c.error || 'no answer') + '): the I/O that came in through it is missing').join('; '));
+      }
       const seen = new Set();
       let added = false;
       for (const v of data.volumes) {
