@@ -3,6 +3,9 @@
 // second from the statistics stream (space, reduction and hosts every SPACE_POLL_MS from the
 // catalog: they walk the block maps). Every sparkline has one scale, the busiest row's peak,
 // printed in the column's header, so a quiet clone looks quiet beside a busy volume.
+// In a cluster the rates are every c.node's (the server merges their answers) and each row
+// names its shard and owner; a c.node that did not answer is named in the note, and the rates
+// of the volumes it owns show `?` (unknown, not zero).
 //
 // Built for hundreds of volumes: each row is created once and its cells are updated in place
 // (text only when it changed); sparklines are drawn on a small canvas per row, and only for rows
@@ -29,6 +32,8 @@ const VolumesPage = (() => {
     mbps: { key: (r) => r.mbps, desc: true },
     p99: { key: (r) => r.p99, desc: true },
     iopsgb: { key: (r) => r.iopsgb, desc: true },
+    owner: { key: (r) => r.owner, desc: false },
+    shard: { key: (r) => r.shard, desc: false },
   };
 
   const template = 'tpl-volumes';
@@ -180,6 +185,13 @@ const VolumesPage = (() => {
     }
 
     function update(data) {
+      const cluster = data.volumes.some((v) => v.shard !== undefined && v.shard !== null);
+      for (const th of root.querySelectorAll('#vl-table th.in-cluster')) th.hidden = !cluster;
+      if (data.cnodes) {
+        const silent = data.cnodes.filter((c) => !c.answered);
+        Dom.setText(note, silent.map((c) => 'c.node ' + c.id + ' gave no answer of its own ('
+          + (c.error || 'no answer') + '): the I/O that came in through it is missing').join('; '));
+      }
       const seen = new Set();
       let added = false;
       for (const v of data.volumes) {
@@ -234,16 +246,18 @@ const VolumesPage = (() => {
       const link = Dom.el('a', { href: '#/volume/' + encodeURIComponent(v.name), text: v.name });
       const nameCell = Dom.el('td', { class: 'name' }, link);
       if (r.readOnly) nameCell.append(' ', Dom.el('span', { class: 'tag small', text: 'snapshot' }));
-      for (const k of ['size', 'allocated', 'reduction', 'iops', 'mbps', 'p99', 'iopsgb']) {
+      for (const k of ['size', 'allocated', 'reduction', 'iops', 'mbps', 'p99', 'iopsgb', 'shard']) {
         r.cells[k] = Dom.el('td', { class: 'num' });
       }
+      r.cells.owner = Dom.el('td');
+      r.cells.owner.hidden = r.cells.shard.hidden = v.shard === undefined || v.shard === null;
       r.cells.hosts = Dom.el('td', { class: 'hosts' });
       r.allocated = 0;
       r.reduction = 0;
       r.tr = Dom.el('tr', { 'data-name': v.name },
         nameCell, r.cells.size, r.cells.allocated, r.cells.reduction, r.cells.hosts,
         Dom.el('td', { class: 'sparkcell' }, r.spark),
-        r.cells.iops, r.cells.mbps, r.cells.p99, r.cells.iopsgb);
+        r.cells.iops, r.cells.mbps, r.cells.p99, r.cells.iopsgb, r.cells.owner, r.cells.shard);
       r.tr.weftRow = r;
       r.tr.addEventListener('click', (ev) => {
         if (ev.target.tagName !== 'A') location.hash = '#/volume/' + encodeURIComponent(v.name);
@@ -270,6 +284,15 @@ const VolumesPage = (() => {
       Dom.setText(r.cells.mbps, Fmt.si(r.mbps));
       Dom.setText(r.cells.p99, Fmt.micros(read.p99_us) + ' / ' + Fmt.micros(write.p99_us));
       Dom.setText(r.cells.iopsgb, Fmt.si(r.iopsgb));
+      r.owner = v.owner || '';
+      r.shard = v.shard === undefined || v.shard === null ? -1 : v.shard;
+      r.cells.owner.hidden = r.cells.shard.hidden = r.shard < 0;
+      Dom.setText(r.cells.owner, v.owner ? v.owner + (v.owner_unreachable ? ' (no answer)' : '') : '–');
+      Dom.setText(r.cells.shard, r.shard < 0 ? '–' : String(r.shard));
+      if (v.owner_unreachable) {
+        // Its owner's front ends' share is unknown: no number rather than a low one.
+        for (const k of ['iops', 'mbps', 'p99', 'iopsgb']) Dom.setText(r.cells[k], '?');
+      }
       r.tr.classList.toggle('busy', r.iops > 0);
       if (r.onScreen) drawSpark(r);
     }

@@ -491,8 +491,8 @@ fn client_command(global: &GlobalArgs, command: Command) -> anyhow::Result<()> {
         Command::Snapshot(SnapshotCommand::Schedules) => schedule_cmd::list(&client, json),
         Command::Volume(VolumeCommand::Unmap(a)) => host_cmd::unmap(&client, a, json),
         Command::Cluster(c) => cluster_cmd::cluster(&client, c, json),
-        Command::Top(_) if json => {
-            client::print_json(&client.call("GET", "/stats/volumes", None)?)
+        Command::Top(args) if json => {
+            client::print_json(&client.call("GET", top::stats_path(&args), None)?)
         }
         Command::Top(args) => top::top(&client, args),
         Command::Group(c) => group_cmd::group(&client, c, json),

@@ -1,6 +1,11 @@
 //! `weft top`: per-volume I/O like iostat, one line per volume, refreshed every second from
 //! the live statistics (`GET /api/v1/stats/volumes`). On a terminal the screen is redrawn in
 //! place and cut to its height; elsewhere each refresh is a block of lines, as iostat does.
+//!
+//! In a cluster the answering c.node merges every c.node's answer (a host's I/O is counted
+//! by the c.node it came in through): every volume of every shard, with its OWNER and SHARD.
+//! A c.node that did not answer is named under the title, and the rates of the volumes it
+//! owns show `?` (unknown, not zero). `--cnode` shows the answering c.node's front ends only.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -26,7 +31,11 @@ Columns:
   thr/s           I/Os per second the volume's QoS made wait (limits, or the latency
                   controller's cap for another volume's target; `weft volume qos`)
   IOPS/GB         IOPS per GB (10^9 bytes) of provisioned size (IO intensity, for tiering)
-  SIZE            provisioned size, in binary units (10.0G is 10 GiB)";
+  SIZE            provisioned size, in binary units (10.0G is 10 GiB)
+  OWNER, SHARD    in a cluster: the c.node that owns the volume's shard, and the shard; with
+                  --cnode, OWNER is `here` for a volume served by this c.node's engines
+  In a cluster the rates are summed over every c.node's front ends; latency percentiles are
+  the worst c.node's; `?`: the owner did not answer (its front ends' I/O is unknown).";
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
@@ -42,6 +51,19 @@ pub struct TopArgs {
     /// Also show volumes and snapshots without I/O.
     #[arg(long, short = 'a')]
     all: bool,
+    /// In a cluster, only the I/O that came in through the answering c.node (by default
+    /// every c.node's, merged).
+    #[arg(long)]
+    cnode: bool,
+}
+
+/// The statistics `args` ask for.
+pub fn stats_path(args: &TopArgs) -> &'static str {
+    if args.cnode {
+        "/stats/volumes?scope=cnode"
+    } else {
+        "/stats/volumes"
+    }
 }
 
 /// What `weft top` sorts by (highest first, except the name).
@@ -64,7 +86,7 @@ pub fn top(client: &ApiClient, args: TopArgs) -> anyhow::Result<()> {
     let mut throttle = ThrottleRates::default();
     loop {
         let stats: VolumesStats =
-            serde_json::from_value(client.call("GET", "/stats/volumes", None)?)?;
+            serde_json::from_value(client.call("GET", stats_path(&args), None)?)?;
         // A server without QoS (older) has no `/qos`: the column shows `-`.
         let throttled = throttle.update(client.call("GET", "/qos", None).ok().as_ref());
         let (height, width) = if terminal {
@@ -101,7 +123,7 @@ pub fn render(
     let mut rows: Vec<&VolumeRate> = stats
         .volumes
         .iter()
-        .filter(|v| args.all || iops(v) > 0.0)
+        .filter(|v| args.all || iops(v) > 0.0 || v.owner_unreachable)
         .collect();
     sort(&mut rows, args.sort);
     let total_iops: f64 = stats.volumes.iter().map(iops).sum();
@@ -111,6 +133,7 @@ pub fn render(
         .sort
         .to_possible_value()
         .map_or_else(|| format!("{:?}", args.sort), |v| v.get_name().to_string());
+    let cluster = stats.volumes.iter().any(|v| v.shard.is_some());
     let mut s = format!(
         "weft top  {}  {}, {}, {} busy, {:.0} IOPS, {:.1} MB/s  (sorted by \
          {sorted_by}; latency is weft's own, request to reply, without network or client queue; \
@@ -124,8 +147,16 @@ pub fn render(
         total_iops,
         total_mbps,
     );
+    for c in stats.cnodes.iter().filter(|c| !c.answered) {
+        s.push_str(&format!(
+            "c.node {} ({}) gave no answer of its own: {}\n",
+            c.id,
+            c.api,
+            c.error.as_deref().unwrap_or("no answer")
+        ));
+    }
     s.push_str(&format!(
-        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>6} {:>7} {:>9} {:>10}\n",
+        "{:<24} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>6} {:>7} {:>9} {:>10}",
         "VOLUME",
         "r/s",
         "w/s",
@@ -142,9 +173,17 @@ pub fn render(
         "IOPS/GB",
         "SIZE"
     ));
+    if cluster {
+        s.push_str(&format!(" {:<16} {:>5}", "OWNER", "SHARD"));
+    }
+    s.push('\n');
     for v in rows.iter().take(height.saturating_sub(3)) {
+        if v.owner_unreachable {
+            s.push_str(&unknown_line(v));
+            continue;
+        }
         s.push_str(&format!(
-            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>6.1} {:>8} {:>6.0} {:>7} {:>9.1} {:>10}\n",
+            "{:<24} {:>9.0} {:>9.0} {:>8.1} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>6.1} {:>8} {:>6.0} {:>7} {:>9.1} {:>10}",
             shorten(&v.name, 24),
             v.read.iops,
             v.write.iops,
@@ -163,11 +202,39 @@ pub fn render(
             v.iops_per_gb,
             size(v.size_bytes),
         ));
+        if cluster {
+            s.push_str(&owner_columns(v));
+        }
+        s.push('\n');
     }
     if rows.is_empty() {
         s.push_str("(no volume did I/O in the last second; --all lists them all)\n");
     }
     s
+}
+
+/// A volume whose owner did not answer: its rates are unknown.
+fn unknown_line(v: &VolumeRate) -> String {
+    let q = "?";
+    format!(
+        "{:<24} {q:>9} {q:>9} {q:>8} {q:>8} {q:>8} {q:>8} {q:>8} {q:>8} {q:>6} {q:>8} {q:>6} {q:>7} {q:>9} {:>10}{}\n",
+        shorten(&v.name, 24),
+        size(v.size_bytes),
+        owner_columns(v),
+    )
+}
+
+/// ` OWNER SHARD`: the owner's id (`here` for the answering c.node's own with --cnode, `-`
+/// while the shard has none, `ID?` when it did not answer).
+fn owner_columns(v: &VolumeRate) -> String {
+    let owner = match (&v.owner, v.route.as_deref(), v.owner_unreachable) {
+        (_, Some("local"), _) => "here".to_string(),
+        (Some(o), _, true) => format!("{o}?"),
+        (Some(o), _, false) => o.clone(),
+        (None, _, _) => "-".to_string(),
+    };
+    let shard = v.shard.map_or_else(|| "-".to_string(), |s| s.to_string());
+    format!(" {:<16} {:>5}", shorten(&owner, 16), shard)
 }
 
 /// Throttled I/Os per second per volume, from the counts of `GET /api/v1/qos` at two
@@ -339,6 +406,11 @@ mod tests {
             iops_per_gb: f64::from(read_iops + 10.0) / 10.737,
             spark_iops: Vec::new(),
             util_pct: 73.0,
+            shard: None,
+            owner: None,
+            route: None,
+            served_by: Vec::new(),
+            owner_unreachable: false,
         }
     }
 
@@ -348,12 +420,16 @@ mod tests {
             count: None,
             sort,
             all,
+            cnode: false,
         }
     }
 
     #[test]
     fn lines_are_sorted_and_formatted() {
         let stats = VolumesStats {
+            scope: "single".into(),
+            cnode: None,
+            cnodes: Vec::new(),
             time_ms: 3_723_000,
             window_ms: 1000,
             volumes: vec![
@@ -412,6 +488,9 @@ mod tests {
         let mut idle = volume("idle", 0.0, 0.0);
         idle.write.iops = 0.0;
         let stats = VolumesStats {
+            scope: "single".into(),
+            cnode: None,
+            cnodes: Vec::new(),
             time_ms: 0,
             window_ms: 1000,
             volumes: vec![idle],
@@ -423,5 +502,56 @@ mod tests {
         assert!(
             render(&stats, &HashMap::new(), &args(SortBy::Iops, true), 100).contains("\nidle ")
         );
+    }
+
+    #[test]
+    fn a_cluster_shows_owner_and_shard_and_unknown_rates_of_an_unreachable_owner() {
+        let stats = VolumesStats {
+            scope: "cluster".into(),
+            cnode: Some("c1".into()),
+            cnodes: vec![
+                weft_server::api::stats::CnodeAnswer {
+                    id: "c1".into(),
+                    api: "http://a".into(),
+                    answered: true,
+                    error: None,
+                },
+                weft_server::api::stats::CnodeAnswer {
+                    id: "c2".into(),
+                    api: "http://b".into(),
+                    answered: false,
+                    error: Some("timed out".into()),
+                },
+            ],
+            time_ms: 0,
+            window_ms: 1000,
+            volumes: vec![
+                VolumeRate {
+                    shard: Some(2),
+                    owner: Some("c1".into()),
+                    ..volume("db2", 100.0, 500.0)
+                },
+                VolumeRate {
+                    shard: Some(1),
+                    owner: Some("c2".into()),
+                    owner_unreachable: true,
+                    ..volume("db1", 0.0, 0.0)
+                },
+            ],
+        };
+        let text = render(&stats, &HashMap::new(), &args(SortBy::Name, false), 100);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[1].starts_with("c.node c2 (http://b) gave no answer of its own: timed out"),
+            "{text}"
+        );
+        assert!(lines[2].ends_with(" OWNER            SHARD"), "{text}");
+        let db1 = lines.iter().find(|l| l.starts_with("db1 ")).expect(&text);
+        assert!(
+            db1.contains(" ? ") && db1.ends_with(" c2?                  1"),
+            "{text}"
+        );
+        let db2 = lines.iter().find(|l| l.starts_with("db2 ")).expect(&text);
+        assert!(db2.ends_with(" c1                   2"), "{text}");
     }
 }

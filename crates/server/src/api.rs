@@ -91,6 +91,9 @@ pub struct ApiState {
     pub schedule_clock: crate::snapshot_scheduler::Clock,
     /// Heat per volume and extent, the tiers and their prices.
     pub tiering: Arc<crate::tiering::Tiering>,
+    /// Every shard's exports as this c.node's front ends serve them, each with its shard
+    /// and owner, for the statistics (`None`: single-process mode).
+    pub router: Option<Arc<crate::ha::forward::shards::ShardRouter>>,
 }
 
 /// An API error: status and message.

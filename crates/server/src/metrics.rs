@@ -3,8 +3,10 @@
 //! counters and latency histograms by protocol and operation ([`crate::io_stats`]), per volume
 //! its size and space, per family its data reduction, the engine's journal and destage
 //! backlog, GC and write amplification, capacity, repair, and per d.node its state and space.
+//! In a cluster the per-volume series cover every shard the process owns and every export its
+//! front ends serve, labelled with their shard and route ([`volumes`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
@@ -14,10 +16,12 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use weft_engine::{Engine, EngineStats};
+use weft_engine::{Engine, EngineStats, ShardId};
 
 use crate::cluster::{ClusterPlacement, NodeState, NodeStatus};
-use crate::io_stats::{prometheus_buckets, IoStats, Op, Protocol};
+use crate::ha::forward::shards::ShardRouter;
+use crate::io_stats::IoStats;
+use crate::shard_host::ShardHost;
 
 /// What a scrape reads.
 #[derive(Debug, Clone)]
@@ -32,9 +36,27 @@ pub struct MetricsSource {
     pub tiering: Arc<crate::tiering::Tiering>,
     /// The volumes' throttles: throttled I/O per volume.
     pub qos: Arc<crate::qos::QosRegistry>,
+    /// Every shard's exports and where they are served (`None`: single-process mode).
+    pub router: Option<Arc<ShardRouter>>,
+    /// The shards the process owns besides its own, once it serves them.
+    pub(crate) extra_shards: ExtraShards,
+}
+
+/// The shards the process owns besides its own (`crate::shard_host`), set once the c.node
+/// serves: the metrics listener starts before.
+#[derive(Clone, Default)]
+pub(crate) struct ExtraShards(pub Arc<OnceLock<Arc<ShardHost>>>);
+
+impl std::fmt::Debug for ExtraShards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtraShards")
+            .field("set", &self.0.get().is_some())
+            .finish()
+    }
 }
 
 mod qos;
+mod volumes;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -53,7 +75,11 @@ pub fn router(source: MetricsSource) -> Router {
                 .filter_map(|v| v.to_str().ok())
                 .any(|v| v.contains("application/openmetrics-text"));
             async move {
-                match tokio::task::spawn_blocking(move || render(&source)).await {
+                let extras = match source.extra_shards.0.get() {
+                    Some(host) => host.extra_engines().await,
+                    None => Vec::new(),
+                };
+                match tokio::task::spawn_blocking(move || render(&source, extras)).await {
                     Ok(Ok(text)) if openmetrics => {
                         ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response()
                     }
@@ -70,10 +96,14 @@ pub fn router(source: MetricsSource) -> Router {
     )
 }
 
-/// The text of one scrape.
-pub fn render(source: &Arc<MetricsSource>) -> Result<String, String> {
+/// The text of one scrape; `extras` are the engines of the shards the process owns besides its
+/// own.
+pub fn render(
+    source: &Arc<MetricsSource>,
+    extras: Vec<(ShardId, Arc<Engine>)>,
+) -> Result<String, String> {
     let mut registry = Registry::with_prefix("weft");
-    registry.register_collector(Box::new(Scrape(Arc::clone(source))));
+    registry.register_collector(Box::new(Scrape(Arc::clone(source), extras)));
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)
         .map_err(|e| format!("encoding metrics: {e}"))?;
@@ -116,7 +146,7 @@ pub fn openmetrics_to_prometheus_text(openmetrics: &str) -> String {
 }
 
 #[derive(Debug)]
-struct Scrape(Arc<MetricsSource>);
+struct Scrape(Arc<MetricsSource>, Vec<(ShardId, Arc<Engine>)>);
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
 
@@ -194,9 +224,18 @@ impl Collector for Scrape {
             MetricType::Gauge,
         )?
         .gauge(&vec![("version", env!("CARGO_PKG_VERSION"))], 1.0)?;
-        encode_io(&mut encoder, &source.io)?;
-        qos::encode_qos(&mut encoder, &source.qos)?;
-        encode_volumes(&mut encoder, &source.engine)?;
+        let placement = volumes::Placement::read(source.router.as_deref());
+        volumes::encode_io(&mut encoder, &source.io, &placement)?;
+        // In a cluster the own shard is the one the c.node was started for.
+        let own_shard = source.compute.as_ref().map(|c| c.shard.to_string());
+        qos::encode_qos(&mut encoder, &source.qos, own_shard.as_deref())?;
+        let mut engines: Vec<(Option<String>, &Engine)> = vec![(own_shard, &source.engine)];
+        engines.extend(
+            self.1
+                .iter()
+                .map(|(shard, engine)| (Some(shard.to_string()), &**engine)),
+        );
+        volumes::encode_volumes(&mut encoder, &engines)?;
         let stats = source.engine.stats();
         encode_engine(&mut encoder, &stats)?;
         crate::tiering::metrics::encode(&mut encoder, &source.tiering, stats.used_bytes)?;
@@ -237,144 +276,6 @@ impl Collector for Scrape {
         encode_capacity(&mut encoder, &capacity)?;
         Ok(())
     }
-}
-
-fn encode_io(encoder: &mut DescriptorEncoder, io: &IoStats) -> std::fmt::Result {
-    let exports = io.exports();
-    let mut rows = Vec::new();
-    for (name, counters) in &exports {
-        for protocol in Protocol::ALL {
-            for op in Op::ALL {
-                let totals = counters.op(protocol, op).load();
-                if totals.ops > 0 {
-                    rows.push((name.as_ref(), protocol.name(), op.name(), totals));
-                }
-            }
-        }
-    }
-    type Get = fn(&crate::io_stats::OpTotals) -> u64;
-    let per_op: [(&str, &str, Get); 3] = [
-        (
-            "volume_io_requests",
-            "I/O requests by volume (or snapshot), protocol and operation",
-            |t| t.ops,
-        ),
-        (
-            "volume_io_bytes",
-            "Bytes read, written or discarded, by volume, protocol and operation",
-            |t| t.bytes,
-        ),
-        (
-            "volume_io_errors",
-            "I/O requests that failed, by volume, protocol and operation",
-            |t| t.errors,
-        ),
-    ];
-    for (name, help, value) in per_op {
-        let mut f = family(encoder, name, help, MetricType::Counter)?;
-        for (v, p, o, t) in &rows {
-            f.counter(
-                &vec![("volume", *v), ("protocol", *p), ("op", *o)],
-                value(t),
-            )?;
-        }
-    }
-    let mut f = family(
-        encoder,
-        "volume_io_latency_seconds",
-        "Time from request to answer inside weft, by volume, protocol and operation",
-        MetricType::Histogram,
-    )?;
-    for (v, p, o, t) in &rows {
-        f.histogram(
-            &vec![("volume", *v), ("protocol", *p), ("op", *o)],
-            t.latency_sum_us as f64 / 1e6,
-            t.latency.total(),
-            &prometheus_buckets(&t.latency),
-        )?;
-    }
-    Ok(())
-}
-
-fn encode_volumes(encoder: &mut DescriptorEncoder, engine: &Engine) -> std::fmt::Result {
-    let volumes = engine.list_volumes();
-    type Get = fn(&weft_engine::VolumeInfo) -> u64;
-    let per_volume: [(&str, &str, Get); 4] = [
-        ("volume_size_bytes", "Provisioned size of the volume", |v| {
-            v.size_bytes
-        }),
-        (
-            "volume_mapped_bytes",
-            "Bytes of the volume that read as written data or zeroes",
-            |v| v.space.mapped_bytes,
-        ),
-        (
-            "volume_own_bytes",
-            "Bytes written in the volume's own layer (a clone's changes since its base)",
-            |v| v.space.own_bytes,
-        ),
-        (
-            "volume_unique_stored_bytes",
-            "Stored bytes that deleting the volume would free now",
-            |v| v.space.unique_stored_bytes,
-        ),
-    ];
-    for (name, help, value) in per_volume {
-        let mut f = family(encoder, name, help, MetricType::Gauge)?;
-        for v in &volumes {
-            f.gauge(&vec![("volume", v.name.as_str())], value(v) as f64)?;
-        }
-    }
-    // One row per family (its volumes all carry the same summary).
-    let mut families: Vec<&weft_engine::VolumeInfo> = Vec::new();
-    for v in &volumes {
-        if !families.iter().any(|f| f.family.id == v.family.id) {
-            families.push(v);
-        }
-    }
-    let ids: Vec<String> = families.iter().map(|v| v.family.id.to_string()).collect();
-    type GetReduction = fn(&weft_engine::FamilyReduction) -> f64;
-    let per_family: [(&str, &str, GetReduction); 6] = [
-        (
-            "family_logical_bytes",
-            "Bytes the family's layers map (data or zeroes)",
-            |r| r.logical_bytes as f64,
-        ),
-        ("family_zero_bytes", "Bytes eliminated as zeroes", |r| {
-            r.zero_bytes as f64
-        }),
-        (
-            "family_dedup_saved_bytes",
-            "Bytes saved by deduplication",
-            |r| r.dedup_saved_bytes as f64,
-        ),
-        (
-            "family_compression_saved_bytes",
-            "Bytes saved by compression",
-            |r| r.compression_saved_bytes as f64,
-        ),
-        (
-            "family_stored_bytes",
-            "Bytes stored for the family, after reduction",
-            |r| r.stored_bytes as f64,
-        ),
-        (
-            "family_reduction_ratio",
-            "Logical over stored bytes (0: nothing stored)",
-            |r| r.ratio.unwrap_or(0.0),
-        ),
-    ];
-    for (name, help, value) in per_family {
-        let mut f = family(encoder, name, help, MetricType::Gauge)?;
-        for (v, id) in families.iter().zip(&ids) {
-            let first_volume = v.name.as_str();
-            f.gauge(
-                &vec![("family", id.as_str()), ("volume", first_volume)],
-                value(&v.family.reduction),
-            )?;
-        }
-    }
-    Ok(())
 }
 
 fn encode_engine(encoder: &mut DescriptorEncoder, s: &EngineStats) -> std::fmt::Result {

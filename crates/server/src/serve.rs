@@ -460,7 +460,11 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         reservations,
         cluster_tokens: recovering.cluster_tokens.get().cloned(),
         tiering: Arc::clone(&tiering),
+        router: early_parts
+            .as_ref()
+            .map(|(_, router, _, _)| Arc::clone(router)),
     };
+    let extra_shards = crate::metrics::ExtraShards::default();
     let _ = metrics_slot.set(crate::metrics::router(crate::metrics::MetricsSource {
         engine: engine.clone(),
         io: Arc::clone(&io),
@@ -469,6 +473,10 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         capacity: capacity_history,
         tiering: Arc::clone(&tiering),
         qos: Arc::clone(&qos),
+        router: early_parts
+            .as_ref()
+            .map(|(_, router, _, _)| Arc::clone(router)),
+        extra_shards: extra_shards.clone(),
     }));
     let api_template = state.clone();
     let _ = api_slot.set(api::router(state));
@@ -627,6 +635,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
                 }
             }
             let adopter = host.adopt_handovers();
+            let _ = extra_shards.0.set(Arc::clone(&host));
             Some((host, adopter, mirrors))
         }
         _ => {

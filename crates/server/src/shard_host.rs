@@ -606,6 +606,15 @@ impl ShardHost {
             tracing::warn!(shard = shard.0, error = %format!("{e:#}"), "could not hand the shard over");
         }
     }
+
+    /// The engines of the shards this process owns besides its own, for `/metrics`.
+    pub async fn extra_engines(&self) -> Vec<(ShardId, Arc<Engine>)> {
+        let extras = self.extras.lock().await;
+        extras
+            .iter()
+            .map(|(shard, extra)| (*shard, Arc::clone(&extra.engine)))
+            .collect()
+    }
 }
 
 /// How long giving a shard up waits for the requests running on its engine.

@@ -148,6 +148,7 @@ async fn every_documented_operation_reaches_a_handler() {
         cluster_tokens: None,
         schedule_clock: Default::default(),
         tiering: Default::default(),
+        router: None,
     });
     for (method, path) in documented() {
         // Path parameters name nothing that exists: handlers answer 404 with a JSON error.
@@ -199,6 +200,7 @@ async fn the_document_is_served_without_a_token() {
         cluster_tokens: None,
         schedule_clock: Default::default(),
         tiering: Default::default(),
+        router: None,
     });
     let request = Request::get("/api/v1/openapi.json")
         .body(Body::empty())

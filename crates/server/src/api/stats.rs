@@ -1,11 +1,14 @@
 //! Live per-volume statistics ([`crate::io_stats`]) over the API:
 //!
-//! - `GET /api/v1/stats/volumes`: every export's rates over the last second, IO intensity
-//!   (IOPS per GB) and a one-minute sparkline of IOPS;
+//! - `GET /api/v1/stats/volumes[?scope=cluster|cnode]`: every export's rates over the last
+//!   second, IO intensity (IOPS per GB) and a one-minute sparkline of IOPS. In a cluster each
+//!   row names its shard and owner; by default every c.node's answer merged ([`cluster`]),
+//!   with `scope=cnode` what this c.node's front ends did (every export it serves, each
+//!   `local` or `forwarded` to its owner);
 //! - `GET /api/v1/volumes/{name}/stats?step=100ms|1s|10s[&since_ms=T]`: the kept series (100 ms
 //!   for a minute, 1 s for 15 minutes, 10 s for an hour) with a latency heat map per sample;
-//! - `GET /api/v1/stats/stream[?volume=NAME]`: server-sent events, `sample` every 100 ms for
-//!   one volume, or `volumes` (the `/stats/volumes` answer) every second.
+//! - `GET /api/v1/stats/stream[?volume=NAME][&scope=...]`: server-sent events, `sample` every
+//!   100 ms for one volume, or `volumes` (the `/stats/volumes` answer) every second.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -23,10 +26,22 @@ use super::types::ErrorBody;
 use super::{blocking, ApiError, ApiState};
 use crate::io_stats::{IoStats, OpRate, Sample, Step, HEAT_BOUNDS_US};
 
+pub mod cluster;
+
 /// Samples in a sparkline (one per second).
 const SPARK_SECONDS: usize = 60;
 /// A 1 s sample older than this does not describe "now" (the export went idle).
 const STALE_MS: u64 = 2_500;
+/// `scope` of every c.node's answer merged.
+pub const SCOPE_CLUSTER: &str = "cluster";
+/// `scope` of one c.node's front ends.
+pub const SCOPE_CNODE: &str = "cnode";
+/// `scope` of a single-process datastore.
+pub const SCOPE_SINGLE: &str = "single";
+/// `route` of an export served by an engine of the answering c.node.
+pub const ROUTE_LOCAL: &str = "local";
+/// `route` of an export the answering c.node passes on to its owner.
+pub const ROUTE_FORWARDED: &str = "forwarded";
 
 /// Every export's recent rates.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -36,6 +51,38 @@ pub struct VolumesStats {
     /// The rates are averages over this window.
     pub window_ms: u64,
     pub volumes: Vec<VolumeRate>,
+    /// `cluster` (every c.node's answer merged), `cnode` (the answering c.node's front ends)
+    /// or `single` (a single-process datastore).
+    #[serde(default)]
+    pub scope: String,
+    /// The c.node that answered (absent in single-process mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cnode: Option<String>,
+    /// With `scope: cluster`: every registered c.node and whether it answered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cnodes: Vec<CnodeAnswer>,
+}
+
+/// A c.node asked for its statistics.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CnodeAnswer {
+    pub id: String,
+    pub api: String,
+    pub answered: bool,
+    /// Why it gave no answer of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl From<&cluster::Peer> for CnodeAnswer {
+    fn from(peer: &cluster::Peer) -> CnodeAnswer {
+        CnodeAnswer {
+            id: peer.id.clone(),
+            api: peer.api.clone(),
+            answered: false,
+            error: None,
+        }
+    }
 }
 
 /// One export's rates over the last second.
@@ -53,6 +100,24 @@ pub struct VolumeRate {
     /// Percent of the last second with a request in flight (iostat's `%util`).
     #[serde(default)]
     pub util_pct: f32,
+    /// The volume's shard (absent in single-process mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u16>,
+    /// The c.node that owns its shard (absent in single-process mode, or while the shard
+    /// has no owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// With `scope: cnode`: `local` (served by an engine of the answering c.node) or
+    /// `forwarded` (passed on to the owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// With `scope: cluster`: the c.nodes whose front ends did its I/O in the last second.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub served_by: Vec<String>,
+    /// With `scope: cluster`: its owner did not answer, so the rates lack the I/O that came
+    /// in through that c.node (unknown, not zero).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub owner_unreachable: bool,
 }
 
 /// One export's series.
@@ -82,14 +147,109 @@ pub(super) struct SeriesQuery {
 pub(super) struct StreamQuery {
     /// Stream this volume's (or snapshot's) 100 ms samples instead of every export's rates.
     volume: Option<String>,
+    /// Of the `volumes` events, as `GET /stats/volumes` takes it.
+    scope: Option<String>,
 }
 
-fn volumes_stats(state: &ApiState) -> VolumesStats {
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct VolumesQuery {
+    /// In a cluster: `cluster` (the default: every c.node's answer merged, one row per
+    /// volume of every shard) or `cnode` (this c.node's front ends only). Ignored in
+    /// single-process mode.
+    scope: Option<String>,
+}
+
+/// Whether `scope` asks for the cluster's view (the default), or this c.node's.
+fn cluster_scope(scope: Option<&str>) -> Result<bool, ApiError> {
+    match scope {
+        None | Some(SCOPE_CLUSTER) => Ok(true),
+        Some(SCOPE_CNODE) => Ok(false),
+        Some(other) => Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("scope {other:?}: use cluster or cnode"),
+        )),
+    }
+}
+
+/// The answer at `scope` (blocking: the cluster's view asks the other c.nodes).
+fn volumes_stats(state: &ApiState, cluster_wide: bool) -> VolumesStats {
+    let (Some(compute), Some(placement)) = (&state.compute, &state.cluster) else {
+        return own_stats(state);
+    };
+    if !cluster_wide {
+        return own_stats(state);
+    }
+    let me = compute.registration.id();
+    let peers: Vec<cluster::Peer> = crate::ha::registry::list(&**placement.kv())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.id != me)
+        .map(|r| cluster::Peer {
+            id: r.id,
+            api: r.api,
+        })
+        .collect();
+    let answers = cluster::ask_peers(&peers, &state.read_only_token);
+    let own = cluster::Peer {
+        id: me.clone(),
+        api: String::new(),
+    };
+    let asked = std::iter::once((own, Ok(own_stats(state))))
+        .chain(peers.into_iter().zip(answers))
+        .collect();
+    cluster::merge(
+        &me,
+        asked,
+        crate::io_stats::unix_ms(),
+        Step::Second.millis(),
+    )
+}
+
+/// Each export this c.node serves with the rates its front ends saw: in a cluster every
+/// shard's (the shard router's list), each with its shard, owner and route; else the
+/// engine's.
+fn own_stats(state: &ApiState) -> VolumesStats {
+    struct Row {
+        name: String,
+        size_bytes: u64,
+        read_only: bool,
+        shard: Option<u16>,
+        owner: Option<String>,
+        route: Option<&'static str>,
+    }
+    let me = state.compute.as_ref().map(|c| c.registration.id());
+    let rows: Vec<Row> = match (&state.router, &me) {
+        (Some(router), Some(me)) => router
+            .placements()
+            .into_iter()
+            .map(|p| Row {
+                name: p.export.name,
+                size_bytes: p.export.size_bytes,
+                read_only: p.export.read_only,
+                shard: Some(p.shard.0),
+                owner: if p.here { Some(me.clone()) } else { p.owner },
+                route: Some(if p.here { ROUTE_LOCAL } else { ROUTE_FORWARDED }),
+            })
+            .collect(),
+        _ => state
+            .engine
+            .list_images()
+            .into_iter()
+            .map(|i| Row {
+                name: i.name,
+                size_bytes: i.size_bytes,
+                read_only: i.read_only,
+                shard: None,
+                owner: None,
+                route: None,
+            })
+            .collect(),
+    };
     let now = crate::io_stats::unix_ms();
     let recent: HashMap<String, Vec<Sample>> = state.io.latest(Step::Second, SPARK_SECONDS);
-    let volumes = state
-        .engine
-        .list_images()
+    let volumes = rows
         .into_iter()
         .map(|image| {
             let samples = recent.get(&image.name).map(Vec::as_slice).unwrap_or(&[]);
@@ -112,6 +272,11 @@ fn volumes_stats(state: &ApiState) -> VolumesStats {
                 read,
                 write,
                 util_pct,
+                shard: image.shard,
+                owner: image.owner,
+                route: image.route.map(String::from),
+                served_by: Vec::new(),
+                owner_unreachable: false,
             }
         })
         .collect();
@@ -119,24 +284,41 @@ fn volumes_stats(state: &ApiState) -> VolumesStats {
         time_ms: now,
         window_ms: Step::Second.millis(),
         volumes,
+        scope: if me.is_some() {
+            SCOPE_CNODE
+        } else {
+            SCOPE_SINGLE
+        }
+        .into(),
+        cnode: me,
+        cnodes: Vec::new(),
     }
 }
 
-/// Every export's rates over the last second, IO intensity and a one-minute sparkline.
+/// Every export's rates over the last second, IO intensity and a one-minute sparkline; in a
+/// cluster every c.node's (see `scope`).
 #[utoipa::path(
     get,
     path = "/api/v1/stats/volumes",
     operation_id = "volume_rates",
     tag = "stats",
     security(("bearer" = [])),
+    params(VolumesQuery),
     responses(
         (status = 200, description = "Every volume's and snapshot's rates", body = VolumesStats),
+        (status = 400, description = "Invalid scope", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
     ),
 )]
-pub(super) async fn volumes(State(state): State<ApiState>) -> Result<Json<VolumesStats>, ApiError> {
-    blocking(move || Ok(volumes_stats(&state))).await.map(Json)
+pub(super) async fn volumes(
+    State(state): State<ApiState>,
+    Query(query): Query<VolumesQuery>,
+) -> Result<Json<VolumesStats>, ApiError> {
+    let cluster_wide = cluster_scope(query.scope.as_deref())?;
+    blocking(move || Ok(volumes_stats(&state, cluster_wide)))
+        .await
+        .map(Json)
 }
 
 fn heat_bounds() -> Vec<f64> {
@@ -216,18 +398,20 @@ pub(super) struct NamedSample<'a> {
     params(StreamQuery),
     responses(
         (status = 200, description = "An endless `text/event-stream`: events `sample` (JSON `NamedSample`) with `?volume=`, else `volumes` (JSON `VolumesStats`)", body = String, content_type = "text/event-stream"),
+        (status = 400, description = "Invalid scope", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     ),
 )]
 pub(super) async fn stream(
     State(state): State<ApiState>,
     Query(query): Query<StreamQuery>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let cluster_wide = cluster_scope(query.scope.as_deref())?;
     let ticks = state.io.subscribe();
     let start = *ticks.borrow();
     let events = stream::unfold(
         (state, ticks, query.volume, start, 0u64),
-        |(state, mut ticks, volume, mut last_tick, mut since_ms)| async move {
+        move |(state, mut ticks, volume, mut last_tick, mut since_ms)| async move {
             loop {
                 ticks.changed().await.ok()?;
                 let tick = *ticks.borrow_and_update();
@@ -236,9 +420,11 @@ pub(super) async fn stream(
                     None if tick >= last_tick + Step::Second.ticks() => {
                         last_tick = tick;
                         let state2 = state.clone();
-                        let stats = tokio::task::spawn_blocking(move || volumes_stats(&state2))
-                            .await
-                            .ok()?;
+                        let stats = tokio::task::spawn_blocking(move || {
+                            volumes_stats(&state2, cluster_wide)
+                        })
+                        .await
+                        .ok()?;
                         Event::default().event("volumes").json_data(&stats).ok()
                     }
                     None => None,
@@ -249,7 +435,7 @@ pub(super) async fn stream(
             }
         },
     );
-    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
 /// The volume's newest 100 ms sample not yet sent, as an event; an idle one when the volume

@@ -4,11 +4,24 @@
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use super::family;
+use super::{family, Labels};
 use crate::qos::QosRegistry;
 
-pub(super) fn encode_qos(encoder: &mut DescriptorEncoder, qos: &QosRegistry) -> std::fmt::Result {
+/// `shard`: the label of the registry's shard, in a cluster.
+pub(super) fn encode_qos(
+    encoder: &mut DescriptorEncoder,
+    qos: &QosRegistry,
+    shard: Option<&str>,
+) -> std::fmt::Result {
     let states = qos.states();
+    let shard = shard.unwrap_or_default();
+    let labels = |name| -> Labels {
+        let mut l = vec![("volume", name)];
+        if !shard.is_empty() {
+            l.push(("shard", shard));
+        }
+        l
+    };
     let mut f = family(
         encoder,
         "volume_qos_throttled_ios",
@@ -16,7 +29,7 @@ pub(super) fn encode_qos(encoder: &mut DescriptorEncoder, qos: &QosRegistry) -> 
         MetricType::Counter,
     )?;
     for s in &states {
-        f.counter(&vec![("volume", s.name.as_str())], s.throttled_ios)?;
+        f.counter(&labels(s.name.as_str()), s.throttled_ios)?;
     }
     let mut f = family(
         encoder,
@@ -26,11 +39,11 @@ pub(super) fn encode_qos(encoder: &mut DescriptorEncoder, qos: &QosRegistry) -> 
     )?;
     for s in &states {
         f.encoder
-            .encode_family(&vec![("volume", s.name.as_str())])?
+            .encode_family(&labels(s.name.as_str()))?
             .encode_counter::<prometheus_client::encoding::NoLabelSet, _, f64>(
-                &s.throttled_wait_seconds,
-                None,
-            )?;
+            &s.throttled_wait_seconds,
+            None,
+        )?;
     }
     let mut f = family(
         encoder,
@@ -40,7 +53,7 @@ pub(super) fn encode_qos(encoder: &mut DescriptorEncoder, qos: &QosRegistry) -> 
     )?;
     for s in &states {
         if let Some(limit) = s.settings.iops_max {
-            f.gauge(&vec![("volume", s.name.as_str())], limit as f64)?;
+            f.gauge(&labels(s.name.as_str()), limit as f64)?;
         }
     }
     let mut f = family(
@@ -51,7 +64,7 @@ pub(super) fn encode_qos(encoder: &mut DescriptorEncoder, qos: &QosRegistry) -> 
     )?;
     for s in &states {
         if let Some(cap) = s.cap_units_per_s {
-            f.gauge(&vec![("volume", s.name.as_str())], cap)?;
+            f.gauge(&labels(s.name.as_str()), cap)?;
         }
     }
     Ok(())

@@ -190,6 +190,57 @@ impl ShardRouter {
     pub fn other_shards(&self) -> Vec<ShardId> {
         self.others.lock().keys().copied().collect()
     }
+
+    /// Every export this c.node serves, with its shard and whether this process serves it
+    /// from an engine of its own (its own shard, or one it owns besides) or forwards it to
+    /// that shard's owner: what the statistics label each export's I/O with. Names listed
+    /// by two shards while a rename races the views are given once, as
+    /// [`ExportBackend::list_exports`] gives them.
+    pub fn placements(&self) -> Vec<ExportPlacement> {
+        let mut out: Vec<ExportPlacement> = self
+            .own
+            .list_exports()
+            .into_iter()
+            .map(|export| ExportPlacement {
+                export,
+                shard: self.own_shard,
+                here: true,
+                owner: None,
+            })
+            .collect();
+        let mut seen: std::collections::HashSet<String> =
+            out.iter().map(|p| p.export.name.clone()).collect();
+        for (shard, other) in self.others.lock().clone() {
+            let here = other.local.get().is_some();
+            let owner = if here {
+                None
+            } else {
+                other.view.now().owner.as_ref().map(|o| o.id.clone())
+            };
+            for export in other.backend.list_exports() {
+                if seen.insert(export.name.clone()) {
+                    out.push(ExportPlacement {
+                        export,
+                        shard,
+                        here,
+                        owner: owner.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Where one export is served from, as this c.node sees it now ([`ShardRouter::placements`]).
+#[derive(Debug, Clone)]
+pub struct ExportPlacement {
+    pub export: ExportInfo,
+    pub shard: ShardId,
+    /// This process serves it from an engine of its own.
+    pub here: bool,
+    /// The shard's owner c.node when it is another (`None`: here, or no owner now).
+    pub owner: Option<String>,
 }
 
 impl ExportBackend for ShardRouter {
