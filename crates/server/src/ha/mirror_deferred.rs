@@ -7,7 +7,14 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::mirror_link::Wait;
+/// What a wait for the partner waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// `RECEIVED`: the record is in the partner's journal.
+    Received,
+    /// `SYNCED`: the partner's journal is synced up to it.
+    Synced,
+}
 
 /// Finishes one acknowledgement: `true` once the partner answered, `false` when the mirror
 /// degraded first (the caller acknowledges from the local journal alone, as the blocking

@@ -35,6 +35,7 @@ use weft_engine::journal::{Journal, JournalRecord};
 use weft_engine::write_log::RecordHeader;
 
 use super::handover::{Coverage, Handover};
+pub(super) use super::mirror_deferred::Wait;
 use super::mirror_deferred::{Answered as AnsweredThen, DeferredWaits};
 use super::wire;
 
@@ -91,12 +92,6 @@ pub(super) enum Out {
     Record(JournalRecord),
     Sync(u64),
     Release(u64),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Wait {
-    Received,
-    Synced,
 }
 
 #[derive(Debug, Default)]
