@@ -128,7 +128,10 @@ mod tests {
 
     use super::*;
 
-    fn recorder() -> (Arc<Mutex<Vec<(u64, bool)>>>, impl Fn(u64) -> Answered) {
+    /// What the callbacks got: (seq, answered), in the order they ran.
+    type Got = Arc<Mutex<Vec<(u64, bool)>>>;
+
+    fn recorder() -> (Got, impl Fn(u64) -> Answered) {
         let got = Arc::new(Mutex::new(Vec::new()));
         let make = {
             let got = Arc::clone(&got);
