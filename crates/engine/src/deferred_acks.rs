@@ -55,3 +55,48 @@ impl Engine {
             .sync_then(upto, Box::new(move |r| done(r.map_err(map_io))));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::EngineConfig;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn to(tx: &mpsc::Sender<Result<(), EngineError>>) -> Done {
+        let tx = tx.clone();
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        })
+    }
+
+    #[test]
+    fn writes_and_flushes_handed_on_report_what_the_blocking_calls_return() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::for_tests(dir.path())).unwrap();
+        engine.create_volume("v", 1 << 20).unwrap();
+        let id = engine.open_volume("v").unwrap().id;
+        let (tx, rx) = mpsc::channel();
+        engine.write_then(id, 8192, Bytes::from(vec![7u8; 4096]), false, to(&tx));
+        rx.recv_timeout(WAIT).unwrap().unwrap();
+        let mut buf = vec![0u8; 4096];
+        engine.read(id, 8192, &mut buf).unwrap();
+        assert_eq!(buf, vec![7u8; 4096]);
+        engine.flush_then(to(&tx));
+        rx.recv_timeout(WAIT).unwrap().unwrap();
+        // FUA takes the blocking path, with the same result.
+        engine.write_then(id, 8192, Bytes::from(vec![9u8; 4096]), true, to(&tx));
+        rx.recv_timeout(WAIT).unwrap().unwrap();
+        engine.read(id, 8192, &mut buf).unwrap();
+        assert_eq!(buf, vec![9u8; 4096]);
+        // Refused before the journal: the error reaches the callback.
+        engine.write_then(id, 1 << 20, Bytes::from(vec![0u8; 4096]), false, to(&tx));
+        assert!(matches!(
+            rx.recv_timeout(WAIT).unwrap(),
+            Err(EngineError::OutOfRange { .. })
+        ));
+    }
+}
