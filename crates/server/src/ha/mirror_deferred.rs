@@ -52,7 +52,15 @@ pub(super) struct Ready {
 }
 
 impl Ready {
-    /// Finish them all (without the link's lock held).
+    /// Nothing to finish.
+    pub(super) fn none() -> Ready {
+        Ready {
+            done: Vec::new(),
+            answered: true,
+        }
+    }
+
+    /// Finish them all (without the link's lock held, nor its reader role).
     pub(super) fn run(self) {
         for done in self.done {
             done(self.answered);

@@ -36,7 +36,7 @@ use weft_engine::write_log::RecordHeader;
 
 use super::handover::{Coverage, Handover};
 pub(super) use super::mirror_deferred::Wait;
-use super::mirror_deferred::{Answered as AnsweredThen, DeferredWaits};
+use super::mirror_deferred::{Answered as AnsweredThen, DeferredWaits, Ready};
 use super::wire;
 
 /// How long the owner waits for its partner's answer before it declares the mirror degraded.
@@ -434,11 +434,15 @@ impl Link {
                     self.read_answers(connection, ReadWait::Slice)
                 });
                 self.stop_reading(&mut st);
-                if let Err(why) = read {
-                    if st.connection == connection {
-                        self.end_connection(&mut st, &why);
+                match read {
+                    Err(why) => {
+                        if st.connection == connection {
+                            self.end_connection(&mut st, &why);
+                        }
+                        return false;
                     }
-                    return false;
+                    // Once the role is handed on: the next reader need not wait for them.
+                    Ok(ready) => MutexGuard::unlocked(&mut st, || ready.run()),
                 }
                 continue;
             }
@@ -494,9 +498,10 @@ impl Link {
         }
     }
 
-    /// One read of connection `connection`'s answers, applied: `Err` when the connection is
-    /// over (and why).
-    fn read_answers(&self, connection: u64, wait: ReadWait) -> Result<(), String> {
+    /// One read of connection `connection`'s answers, applied: the acknowledgements it
+    /// finishes, for the caller to run once it gave the reader role up; `Err` when the
+    /// connection is over (and why).
+    fn read_answers(&self, connection: u64, wait: ReadWait) -> Result<Ready, String> {
         let mut answers = self.answers.lock();
         let Some(a) = answers.as_mut().filter(|a| a.connection == connection) else {
             return Err("the connection ended".into());
@@ -515,9 +520,9 @@ impl Link {
             Ok(0) => return Err("the partner closed the connection".into()),
             Ok(_) => {}
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Ok(())
+                return Ok(Ready::none())
             }
-            Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(Ready::none()),
             Err(e) => return Err(format!("reading the partner's answers: {e}")),
         }
         let mut got = Answered::default();
@@ -544,16 +549,16 @@ impl Link {
             }
         }
         drop(answers);
-        self.apply(connection, got);
-        Ok(())
+        Ok(self.apply(connection, got))
     }
 
     /// Take in what the partner answered on connection `connection`: wake the writers it
     /// completes; its first `SYNCED` (the answer to `CAUGHT_UP`) makes the mirror caught up.
-    fn apply(&self, connection: u64, got: Answered) {
+    /// Returns the acknowledgements waiting without a thread that it finishes.
+    fn apply(&self, connection: u64, got: Answered) -> Ready {
         let mut st = self.st.lock();
         if st.connection != connection {
-            return;
+            return Ready::none();
         }
         if let Some(id) = got.partner_id {
             st.partner_id = id;
@@ -580,7 +585,6 @@ impl Link {
             self.wake_all();
             let partner_id = st.partner_id.clone();
             drop(st);
-            ready.run();
             // Lock order: the handover's, then the link's.
             self.handover.mirror_caught_up(&partner_id, &|| {
                 let st = self.st.lock();
@@ -589,7 +593,7 @@ impl Link {
                     synced: st.synced,
                 })
             });
-            return;
+            return ready;
         }
         // The journal state waits for the partner to hold everything acknowledged (lock
         // order: the handover's, then the link's).
@@ -597,10 +601,10 @@ impl Link {
             && st.mirrored
             && self.handover.upgrade_wanted();
         drop(st);
-        ready.run();
         if upgrade {
             self.handover.try_mirrored(&|| self.coverage());
         }
+        ready
     }
 
     fn end_connection(&self, st: &mut LinkState, why: &str) {
@@ -787,12 +791,18 @@ impl Link {
             }
             match read {
                 Err(why) => self.end_connection(&mut st, &why),
-                // Looked at after reading, not before: answers that arrived while this thread
-                // was finishing acknowledgements are not late.
-                Ok(()) if st.deferred.overdue(Instant::now()) => {
-                    self.end_connection(&mut st, "no answer within the acknowledgement time-out")
+                Ok(ready) => {
+                    // Looked at after reading, before finishing what it read: answers that
+                    // arrive while this thread finishes acknowledgements are not late.
+                    if st.deferred.overdue(Instant::now()) {
+                        self.end_connection(
+                            &mut st,
+                            "no answer within the acknowledgement time-out",
+                        );
+                    }
+                    // Without the reader role: a writer that waits reads meanwhile.
+                    MutexGuard::unlocked(&mut st, || ready.run());
                 }
-                Ok(()) => {}
             }
         }
     }
