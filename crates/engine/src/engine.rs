@@ -36,6 +36,15 @@ const BACKPRESSURE_WAIT: Duration = Duration::from_millis(50);
 /// A write to a full datastore that holds garbage waits this long for GC before ENOSPC.
 const SPACE_WAIT_MAX: Duration = Duration::from_secs(30);
 
+/// How far [`Engine::write_journaled`] took a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Journaled {
+    /// Acknowledged already (nothing to write, or written through).
+    Done,
+    /// Journaled as record `seq`: acknowledged once the journal says it is replicated.
+    Replicate(u64),
+}
+
 /// One extent of a block-status answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extent {
@@ -322,9 +331,32 @@ impl Engine {
         owned: Option<&Bytes>,
         fua: bool,
     ) -> Result<(), EngineError> {
+        let Journaled::Replicate(seq) = self.write_journaled(id, offset_bytes, data, owned, fua)?
+        else {
+            return Ok(());
+        };
+        let shared = &self.shared;
+        shared.journal.replicated(seq).map_err(map_io)?;
+        if fua {
+            shared.journal.sync(seq).map_err(map_io)?;
+        }
+        Ok(())
+    }
+
+    /// A write up to its acknowledgement's wait: journaled (or written through, waited for
+    /// and checked: done), with the data buffered. What is left is [`Journaled::Replicate`]:
+    /// wait for the journal's second copy, then (with `fua`) sync.
+    pub(crate) fn write_journaled(
+        &self,
+        id: VolumeId,
+        offset_bytes: u64,
+        data: &[u8],
+        owned: Option<&Bytes>,
+        fua: bool,
+    ) -> Result<Journaled, EngineError> {
         let count = self.check_range(id, offset_bytes, data.len() as u64)?;
         if count == 0 {
-            return Ok(());
+            return Ok(Journaled::Done);
         }
         self.check_writable(id)?;
         if data.len() > JOURNAL_PAYLOAD_MAX_BYTES as usize {
@@ -358,7 +390,10 @@ impl Engine {
                 // Not if this process may have lost the ownership of its volumes meanwhile
                 // (the journal's record stands; the epoch fence refuses a successor's
                 // d.nodes the rest).
-                Ok(()) => return shared.journal.may_serve().map_err(map_io),
+                Ok(()) => {
+                    shared.journal.may_serve().map_err(map_io)?;
+                    return Ok(Journaled::Done);
+                }
                 Err(EngineError::Io(_) | EngineError::NoSpace) => {
                     // Stripe writes started failing meanwhile: journal the data after all. It
                     // was not acknowledged yet, so a later seq is as good as the first one.
@@ -370,11 +405,7 @@ impl Engine {
         } else {
             seq
         };
-        shared.journal.replicated(seq).map_err(map_io)?;
-        if fua {
-            shared.journal.sync(seq).map_err(map_io)?;
-        }
-        Ok(())
+        Ok(Journaled::Replicate(seq))
     }
 
     /// Append a write's record (with its data, or a write-through reference) and buffer its

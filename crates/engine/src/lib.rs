@@ -16,6 +16,7 @@ pub mod block_table;
 pub mod catalog;
 pub mod checkpoint;
 pub mod config;
+pub mod deferred_acks;
 pub mod engine;
 mod engine_figures;
 pub mod error;

@@ -90,6 +90,9 @@ pub struct RecordHeader {
     pub count: u64,
 }
 
+/// Gets the result of [`WriteLog::replicated_then`] or [`WriteLog::sync_then`], once.
+pub type Acked = Box<dyn FnOnce(Result<(), IoFailure>) + Send>;
+
 /// Appends records while the write log is locked (see [`WriteLog::with_lock`]).
 pub trait LogAppender {
     /// Append one record; returns its seq. Durable against a process crash on return.
@@ -116,6 +119,18 @@ pub trait WriteLog: Send + Sync + std::fmt::Debug {
     fn replicated(&self, seq: u64) -> Result<(), IoFailure> {
         let _ = seq;
         Ok(())
+    }
+    /// [`WriteLog::replicated`] without waiting on this thread: `done` gets its result,
+    /// possibly on another thread (the one that learns the second copy exists), possibly
+    /// before this returns. `done` must not block for long: it may run on the thread that
+    /// reads the partner's answers. A log with nothing to wait for calls it at once.
+    fn replicated_then(&self, seq: u64, done: Acked) {
+        done(self.replicated(seq));
+    }
+    /// [`WriteLog::sync`] whose wait for a second copy's sync, if any, does not hold this
+    /// thread (the local sync does): `done` as in [`WriteLog::replicated_then`].
+    fn sync_then(&self, upto: u64, done: Acked) {
+        done(self.sync(upto));
     }
     /// Whether this process may still answer reads: not once it may have lost the ownership
     /// of its volumes (a successor may have changed them since).

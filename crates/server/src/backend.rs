@@ -22,6 +22,11 @@ pub const LOGICAL_BLOCK_SIZE_MIN_BYTES: u32 = 512;
 
 const _: () = assert!(EXPORT_BLOCK_SIZE_BYTES.is_multiple_of(LOGICAL_BLOCK_SIZE_MIN_BYTES));
 
+/// Gets the result of [`ExportHandle::write_then`] or [`ExportHandle::flush_then`], once:
+/// possibly on another thread (the one that read the partner c.node's answer), possibly
+/// before the call returns. It must not block for long.
+pub type IoDone = Box<dyn FnOnce(Result<(), ExportIoError>) + Send>;
+
 /// What a front end needs to list and describe an export.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportInfo {
@@ -104,9 +109,23 @@ pub trait ExportHandle: Send + Sync + 'static {
     fn write_owned(&self, offset_bytes: u64, data: Bytes, fua: bool) -> Result<(), ExportIoError> {
         self.write(offset_bytes, &data, fua)
     }
+    /// [`ExportHandle::write_owned`] that hands its result to `done` instead of returning
+    /// it, so the calling thread need not wait for what a write waits for once it is
+    /// journaled (the partner c.node's answer): the front end's worker goes back to its pool
+    /// and the reply leaves when `done` runs. The acknowledgement rule is `write_owned`'s.
+    /// Wrappers pass it down with their own work around `done`; one that does not (this
+    /// default) still writes, on the calling thread.
+    fn write_then(&self, offset_bytes: u64, data: Bytes, fua: bool, done: IoDone) {
+        done(self.write_owned(offset_bytes, data, fua));
+    }
     /// Makes every write acknowledged so far (on any connection, any export) durable against
     /// power loss.
     fn flush(&self) -> Result<(), ExportIoError>;
+    /// [`ExportHandle::flush`] that hands its result to `done`, as
+    /// [`ExportHandle::write_then`] does.
+    fn flush_then(&self, done: IoDone) {
+        done(self.flush());
+    }
     /// Deallocate the range; it reads back as zeroes.
     fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), ExportIoError>;
     /// Make the range read as zeroes. With `may_trim` (NBD without NO_HOLE) the range may be

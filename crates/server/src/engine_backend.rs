@@ -17,7 +17,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::backend::{
-    AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
+    AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, IoDone,
+    OpenError,
 };
 use crate::qos::{QosExport, QosRegistry};
 use crate::sub_block::{BlockLocks, SubBlockExport};
@@ -219,8 +220,24 @@ impl ExportHandle for VolumeExport {
             .map_err(to_export_error)
     }
 
+    fn write_then(&self, offset_bytes: u64, data: Bytes, fua: bool, done: IoDone) {
+        self.count(true, offset_bytes, data.len());
+        self.engine.write_then(
+            self.handle.id,
+            offset_bytes,
+            data,
+            fua,
+            Box::new(move |r| done(r.map_err(to_export_error))),
+        );
+    }
+
     fn flush(&self) -> Result<(), ExportIoError> {
         self.engine.flush().map_err(to_export_error)
+    }
+
+    fn flush_then(&self, done: IoDone) {
+        self.engine
+            .flush_then(Box::new(move |r| done(r.map_err(to_export_error))));
     }
 
     fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), ExportIoError> {

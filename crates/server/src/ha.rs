@@ -18,6 +18,7 @@ pub mod clock;
 pub mod forward;
 pub mod handover;
 pub mod mirror;
+mod mirror_deferred;
 mod mirror_link;
 pub mod ownership;
 pub mod partner;

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::api::types::{ExportSession, SessionProtocol};
-use crate::backend::{ExportHandle, ExportInfo, ExportIoError, ExtentStatus};
+use crate::backend::{ExportHandle, ExportInfo, ExportIoError, ExtentStatus, IoDone};
 
 /// Every live session of this c.node's front ends.
 #[derive(Debug, Default)]
@@ -188,8 +188,20 @@ impl ExportHandle for TrackedExport {
         self.inner.write_owned(offset_bytes, data, fua)
     }
 
+    fn write_then(&self, offset_bytes: u64, data: Bytes, fua: bool, done: IoDone) {
+        let c = &self.entry.counters;
+        c.writes.fetch_add(1, Ordering::Relaxed);
+        c.written_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.inner.write_then(offset_bytes, data, fua, done);
+    }
+
     fn flush(&self) -> Result<(), ExportIoError> {
         self.inner.flush()
+    }
+
+    fn flush_then(&self, done: IoDone) {
+        self.inner.flush_then(done);
     }
 
     fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), ExportIoError> {

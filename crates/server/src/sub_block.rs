@@ -36,7 +36,7 @@ use bytes::Bytes;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::backend::{
-    ExportHandle, ExportInfo, ExportIoError, ExtentStatus, EXPORT_BLOCK_SIZE_BYTES,
+    ExportHandle, ExportInfo, ExportIoError, ExtentStatus, IoDone, EXPORT_BLOCK_SIZE_BYTES,
     LOGICAL_BLOCK_SIZE_MIN_BYTES,
 };
 
@@ -399,8 +399,34 @@ impl<E: ExportHandle + ?Sized> ExportHandle for SubBlockExport<E> {
         self.inner.write_owned(offset_bytes, data, fua)
     }
 
+    /// Whole blocks only are handed on; a read-modify-write is done here, blocking. The
+    /// blocks' locks are held until the write is journaled (and buffered, where a
+    /// read-modify-write after it reads it), not until it is acknowledged.
+    fn write_then(&self, offset_bytes: u64, data: Bytes, fua: bool, done: IoDone) {
+        let length_bytes = data.len() as u64;
+        if let Err(e) = self.check_write(offset_bytes, length_bytes) {
+            return done(Err(e));
+        }
+        if length_bytes == 0 {
+            return done(Ok(()));
+        }
+        let span = match Span::of(offset_bytes, length_bytes) {
+            Ok(span) => span,
+            Err(e) => return done(Err(e)),
+        };
+        if span.head_partial.is_some() || span.tail_partial.is_some() {
+            return done(self.write(offset_bytes, &data, fua));
+        }
+        let _locks = self.lock(&span);
+        self.inner.write_then(offset_bytes, data, fua, done);
+    }
+
     fn flush(&self) -> Result<(), ExportIoError> {
         self.inner.flush()
+    }
+
+    fn flush_then(&self, done: IoDone) {
+        self.inner.flush_then(done);
     }
 
     fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), ExportIoError> {

@@ -429,6 +429,82 @@ fn pipelined_requests_are_all_answered_then_disc_closes() {
     }
 }
 
+/// Writes and flushes whose acknowledgement comes later, on another thread (as a mirrored
+/// c.node's, once its partner answers): pipelined, each gets one reply, never before its
+/// acknowledgement, and a failed acknowledgement is an error reply.
+#[test]
+fn writes_acknowledged_later_are_answered_once_acknowledged() {
+    let server = TestServer::start_default();
+    let export = server.backend.export("disk");
+    export.acknowledge_later(Ok(()));
+    let (mut c, _, _) = RawClient::open(server.addr, "disk", false);
+    let count = 300u64; // more than the in-flight bound
+    let writer = {
+        let mut stream = c.stream.try_clone().expect("clone");
+        std::thread::spawn(move || {
+            use std::io::Write;
+            for i in 0..count {
+                // Every tenth request a FLUSH.
+                let flush = i % 10 == 9;
+                let mut bytes = weft_nbd::RequestHeader {
+                    flags: 0,
+                    command: if flush { CMD_FLUSH } else { CMD_WRITE },
+                    handle: i,
+                    offset_bytes: if flush { 0 } else { i * 4096 },
+                    length_bytes: if flush { 0 } else { 4096 },
+                }
+                .encode()
+                .to_vec();
+                if !flush {
+                    bytes.extend_from_slice(&[(i % 251) as u8; 4096]);
+                }
+                stream.write_all(&bytes).expect("send");
+            }
+        })
+    };
+    let mut seen = vec![false; count as usize];
+    for answered in 1..=count {
+        let reply = c.reply(0);
+        let Reply::Simple { error: 0, handle } = reply else {
+            panic!("{reply:?}")
+        };
+        assert!(!seen[handle as usize], "one reply per handle");
+        seen[handle as usize] = true;
+        assert!(
+            export.acked_later.load(std::sync::atomic::Ordering::SeqCst) >= answered,
+            "a reply left before its acknowledgement"
+        );
+    }
+    writer.join().expect("writer");
+    for i in [0u64, 150, 298] {
+        assert_eq!(
+            c.read_simple(1000 + i, i * 4096, 4096),
+            Ok(vec![(i % 251) as u8; 4096])
+        );
+    }
+    // An acknowledgement that fails (the lease lost, say) is an error reply; the connection
+    // stays usable.
+    export.acknowledge_later(Err(weft_server::backend::ExportIoError::Io {
+        detail: "lost".into(),
+    }));
+    c.request(CMD_WRITE, 0, 7, 0, 4096, &[1u8; 4096]);
+    c.request(CMD_WRITE, 0, 8, 4096, 4096, &[2u8; 4096]);
+    c.request(CMD_FLUSH, 0, 9, 0, 0, &[]);
+    let mut failed: Vec<u64> = (0..3)
+        .map(|_| match c.reply(0) {
+            Reply::Simple { error: 5, handle } => handle,
+            other => panic!("expected EIO, got {other:?}"),
+        })
+        .collect();
+    failed.sort_unstable();
+    assert_eq!(failed, vec![7, 8, 9]);
+    assert_eq!(
+        c.read_simple(10, 0, 4096),
+        Ok(vec![1u8; 4096]),
+        "still served"
+    );
+}
+
 #[test]
 fn export_gone_disconnects_clients_cleanly() {
     let server = TestServer::start_default();

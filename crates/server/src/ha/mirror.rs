@@ -6,6 +6,9 @@
 //!   (in its own journal, so in its RAM and surviving a kill -9 of both processes), and only
 //!   while this c.node's ownership lease is surely alive.
 //! - FLUSH ([`WriteLog::sync`]) waits for the local fdatasync and for the partner's.
+//! - [`WriteLog::replicated_then`] and [`WriteLog::sync_then`] apply the same rules without
+//!   parking the caller for the partner's answer: the thread that reads the answer finishes
+//!   the acknowledgement (the handover's record, the lease check) and calls back.
 //! - Each connection to the partner starts a new mirror: every record on the local journal
 //!   is sent again (read from disk), then `CAUGHT_UP`, then new records as they come.
 //!   Records appended meanwhile are collected in memory from the moment the connection
@@ -21,7 +24,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use weft_engine::journal::{Journal, JournalOptions, JournalRecord};
-use weft_engine::write_log::{LogAppender, RecordHeader, WriteLog, WriteLogSource};
+use weft_engine::write_log::{Acked, LogAppender, RecordHeader, WriteLog, WriteLogSource};
 use weft_engine::IoFailure;
 
 use super::handover::Handover;
@@ -82,9 +85,11 @@ impl WriteLogSource for OwnedLogSource {
         });
         let log = OwnedLog {
             local: journal,
-            link,
-            ownership: Arc::clone(&self.ownership),
-            handover,
+            acks: Arc::new(Acks {
+                link,
+                ownership: Arc::clone(&self.ownership),
+                handover,
+            }),
         };
         Ok((Box::new(log), records))
     }
@@ -97,6 +102,14 @@ impl WriteLogSource for OwnedLogSource {
 #[derive(Debug)]
 struct OwnedLog {
     local: Journal,
+    acks: Arc<Acks>,
+}
+
+/// What an acknowledgement needs besides the local journal: shared with the callbacks of
+/// [`WriteLog::replicated_then`] and [`WriteLog::sync_then`], which may finish on the thread
+/// that read the partner's answer.
+#[derive(Debug)]
+struct Acks {
     link: Option<Arc<Link>>,
     ownership: Arc<Ownership>,
     handover: Arc<Handover>,
@@ -119,7 +132,7 @@ impl LogAppender for Tee<'_> {
 
 impl WriteLog for OwnedLog {
     fn with_lock(&self, f: &mut dyn FnMut(&mut dyn LogAppender)) {
-        let link = self.link.as_deref();
+        let link = self.acks.link.as_deref();
         WriteLog::with_lock(&self.local, &mut |inner| {
             let mut tee = Tee { inner, link };
             f(&mut tee);
@@ -134,9 +147,86 @@ impl WriteLog for OwnedLog {
     fn sync(&self, upto: u64) -> Result<(), IoFailure> {
         // The partner's fdatasync runs while this one does, not after it. A SYNC not sent (the
         // mirror was not caught up) is not waited for: this FLUSH is durable here alone.
-        let asked = self.link.as_ref().filter(|link| link.push(Out::Sync(upto)));
+        let asked = self.acks.ask_sync(upto);
         self.local.sync(upto)?;
         let both = asked.is_some_and(|link| link.wait(upto, Wait::Synced));
+        self.acks.synced(upto, both)
+    }
+
+    fn sync_then(&self, upto: u64, done: Acked) {
+        let asked = self.acks.ask_sync(upto).cloned();
+        if let Err(e) = self.local.sync(upto) {
+            return done(Err(e));
+        }
+        let Some(link) = asked else {
+            return done(self.acks.synced(upto, false));
+        };
+        let acks = Arc::clone(&self.acks);
+        link.wait_then(
+            upto,
+            Wait::Synced,
+            Box::new(move |both| done(acks.synced(upto, both))),
+        );
+    }
+
+    fn written_seq(&self) -> u64 {
+        self.local.written_seq()
+    }
+
+    fn release_upto(&self, hwm: u64) -> Result<(), IoFailure> {
+        self.local.release_upto(hwm)?;
+        if let Some(link) = &self.acks.link {
+            let _ = link.push(Out::Release(hwm));
+        }
+        self.acks.handover.released(hwm);
+        Ok(())
+    }
+
+    fn pieces_in_use(&self) -> usize {
+        self.local.file_count()
+    }
+
+    fn may_serve(&self) -> Result<(), IoFailure> {
+        self.acks.may_acknowledge()
+    }
+
+    fn replicated(&self, seq: u64) -> Result<(), IoFailure> {
+        let mirrored = self
+            .acks
+            .link
+            .as_ref()
+            .is_some_and(|link| link.wait(seq, Wait::Received));
+        self.acks.replicated(seq, mirrored)
+    }
+
+    fn replicated_then(&self, seq: u64, done: Acked) {
+        let Some(link) = &self.acks.link else {
+            return done(self.acks.replicated(seq, false));
+        };
+        let acks = Arc::clone(&self.acks);
+        link.wait_then(
+            seq,
+            Wait::Received,
+            Box::new(move |mirrored| done(acks.replicated(seq, mirrored))),
+        );
+    }
+}
+
+impl Acks {
+    /// Ask the partner to sync up to `upto`: its link when it took the SYNC.
+    fn ask_sync(&self, upto: u64) -> Option<&Arc<Link>> {
+        self.link.as_ref().filter(|link| link.push(Out::Sync(upto)))
+    }
+
+    /// `seq` is in the local journal and (when `mirrored`) the partner's: may it be
+    /// acknowledged?
+    fn replicated(&self, seq: u64, mirrored: bool) -> Result<(), IoFailure> {
+        self.record(seq, mirrored)?;
+        self.may_acknowledge()
+    }
+
+    /// `upto` is synced here, and (when `both`) on the partner: may the FLUSH be answered?
+    fn synced(&self, upto: u64, both: bool) -> Result<(), IoFailure> {
         if !both {
             // Durable here alone: a successor must know.
             self.handover.partner_unsynced(upto).map_err(|e| {
@@ -149,38 +239,6 @@ impl WriteLog for OwnedLog {
         self.may_acknowledge()
     }
 
-    fn written_seq(&self) -> u64 {
-        self.local.written_seq()
-    }
-
-    fn release_upto(&self, hwm: u64) -> Result<(), IoFailure> {
-        self.local.release_upto(hwm)?;
-        if let Some(link) = &self.link {
-            let _ = link.push(Out::Release(hwm));
-        }
-        self.handover.released(hwm);
-        Ok(())
-    }
-
-    fn pieces_in_use(&self) -> usize {
-        self.local.file_count()
-    }
-
-    fn may_serve(&self) -> Result<(), IoFailure> {
-        self.may_acknowledge()
-    }
-
-    fn replicated(&self, seq: u64) -> Result<(), IoFailure> {
-        let mirrored = self
-            .link
-            .as_ref()
-            .is_some_and(|link| link.wait(seq, Wait::Received));
-        self.record(seq, mirrored)?;
-        self.may_acknowledge()
-    }
-}
-
-impl OwnedLog {
     /// Before acknowledging `seq`: etcd must say at least as much as is true.
     fn record(&self, seq: u64, mirrored: bool) -> Result<(), IoFailure> {
         let coverage = || self.link.as_ref().and_then(|link| link.coverage());

@@ -15,9 +15,12 @@
 //! reads the socket itself, so at queue depth 1 the partner's answer wakes the writer that
 //! waits for it, with no thread in between; it wakes the writers the answer completes and,
 //! once its own record is answered, hands the role to a writer still waiting. The connection's
-//! answer thread reads until the mirror caught up (nobody waits before that), then only what
-//! no writer reads (answers to records nobody waits for, a closed connection), at most every
-//! [`IDLE_READ_EVERY`].
+//! answer thread reads until the mirror caught up (nobody waits before that), then whenever
+//! acknowledgements wait with no writer parked on them ([`Link::wait_then`], e.g. the NBD
+//! front end's writes: the answer finishes them on this thread), else only what no writer
+//! reads (answers to records nobody waits for, a closed connection), at most every
+//! [`IDLE_READ_EVERY`]. It also degrades the mirror when such a wait's answer is late, and
+//! fails the waits of a connection that ended.
 
 use std::collections::VecDeque;
 use std::io::{BufWriter, ErrorKind, Write};
@@ -32,6 +35,8 @@ use weft_engine::journal::{Journal, JournalRecord};
 use weft_engine::write_log::RecordHeader;
 
 use super::handover::{Coverage, Handover};
+pub(super) use super::mirror_deferred::Wait;
+use super::mirror_deferred::{Answered as AnsweredThen, DeferredWaits, Ready};
 use super::wire;
 
 /// How long the owner waits for its partner's answer before it declares the mirror degraded.
@@ -89,12 +94,6 @@ pub(super) enum Out {
     Release(u64),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Wait {
-    Received,
-    Synced,
-}
-
 #[derive(Debug, Default)]
 struct LinkState {
     /// Records appended from now on go to the partner (a connection is starting or up).
@@ -119,6 +118,8 @@ struct LinkState {
     waiting: Vec<(u64, Wait)>,
     /// Waits begun, ever: the answer thread reads only when none began since it last looked.
     waits: u64,
+    /// The acknowledgements waiting with no thread parked on them ([`Link::wait_then`]).
+    deferred: DeferredWaits,
 }
 
 impl LinkState {
@@ -149,8 +150,11 @@ pub(super) struct Link {
     answers: Mutex<Option<Answers>>,
     /// The sender waits here for the outbox.
     outbox_ready: Condvar,
-    /// The answer thread waits here for the reader role, before the mirror caught up.
+    /// The answer thread waits here for the reader role, before the mirror caught up and
+    /// while acknowledgements wait in [`LinkState::deferred`].
     reader_free: Condvar,
+    /// The idle answer thread waits here: a new entry in [`LinkState::deferred`] wakes it.
+    deferred_ready: Condvar,
     /// A writer waiting for seq `s` waits on `answered[s % ANSWER_SLOTS]`, so an answer wakes
     /// the writers it completes, not all of them (at QD32 waking every waiter on every
     /// answer cost more CPU than the mirror's I/O).
@@ -252,6 +256,7 @@ impl Link {
             answers: Mutex::new(None),
             outbox_ready: Condvar::new(),
             reader_free: Condvar::new(),
+            deferred_ready: Condvar::new(),
             answered: std::array::from_fn(|_| Condvar::new()),
         });
         let runner = Arc::clone(&link);
@@ -429,11 +434,15 @@ impl Link {
                     self.read_answers(connection, ReadWait::Slice)
                 });
                 self.stop_reading(&mut st);
-                if let Err(why) = read {
-                    if st.connection == connection {
-                        self.end_connection(&mut st, &why);
+                match read {
+                    Err(why) => {
+                        if st.connection == connection {
+                            self.end_connection(&mut st, &why);
+                        }
+                        return false;
                     }
-                    return false;
+                    // Once the role is handed on: the next reader need not wait for them.
+                    Ok(ready) => MutexGuard::unlocked(&mut st, || ready.run()),
                 }
                 continue;
             }
@@ -447,6 +456,27 @@ impl Link {
                 .expect("a waiter stays listed until it wakes");
             st.waiting.swap_remove(at);
         }
+    }
+
+    /// [`Link::wait`] without parking this thread: `done` gets what `wait` would return, on
+    /// this thread when that is known now, else on the thread that reads the answer (or that
+    /// sees the connection end, or the answer late: `false`, the mirror degraded). `done` runs
+    /// with no lock of the link held.
+    pub(super) fn wait_then(&self, seq: u64, what: Wait, done: AnsweredThen) {
+        let mut st = self.st.lock();
+        if !st.mirrored {
+            drop(st);
+            return done(false);
+        }
+        if st.answered(seq, what) {
+            drop(st);
+            return done(true);
+        }
+        let connection = st.connection;
+        let deadline = Instant::now() + MIRROR_ACK_TIMEOUT;
+        st.deferred.push(seq, what, connection, deadline, done);
+        drop(st);
+        self.deferred_ready.notify_one();
     }
 
     /// Give the reader role up: to a writer still waiting for an answer, if any (else to the
@@ -468,9 +498,10 @@ impl Link {
         }
     }
 
-    /// One read of connection `connection`'s answers, applied: `Err` when the connection is
-    /// over (and why).
-    fn read_answers(&self, connection: u64, wait: ReadWait) -> Result<(), String> {
+    /// One read of connection `connection`'s answers, applied: the acknowledgements it
+    /// finishes, for the caller to run once it gave the reader role up; `Err` when the
+    /// connection is over (and why).
+    fn read_answers(&self, connection: u64, wait: ReadWait) -> Result<Ready, String> {
         let mut answers = self.answers.lock();
         let Some(a) = answers.as_mut().filter(|a| a.connection == connection) else {
             return Err("the connection ended".into());
@@ -489,9 +520,9 @@ impl Link {
             Ok(0) => return Err("the partner closed the connection".into()),
             Ok(_) => {}
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Ok(())
+                return Ok(Ready::none())
             }
-            Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(Ready::none()),
             Err(e) => return Err(format!("reading the partner's answers: {e}")),
         }
         let mut got = Answered::default();
@@ -518,16 +549,16 @@ impl Link {
             }
         }
         drop(answers);
-        self.apply(connection, got);
-        Ok(())
+        Ok(self.apply(connection, got))
     }
 
     /// Take in what the partner answered on connection `connection`: wake the writers it
     /// completes; its first `SYNCED` (the answer to `CAUGHT_UP`) makes the mirror caught up.
-    fn apply(&self, connection: u64, got: Answered) {
+    /// Returns the acknowledgements waiting without a thread that it finishes.
+    fn apply(&self, connection: u64, got: Answered) -> Ready {
         let mut st = self.st.lock();
         if st.connection != connection {
-            return;
+            return Ready::none();
         }
         if let Some(id) = got.partner_id {
             st.partner_id = id;
@@ -541,36 +572,39 @@ impl Link {
             let before = st.synced;
             st.synced = before.max(seq);
             self.wake_answered(before, st.synced);
-            // The first SYNCED answers CAUGHT_UP: the partner holds the whole journal; from
-            // now on acknowledgements wait for it.
-            if !st.mirrored {
-                st.mirrored = true;
-                self.status.mirrored.store(true, Ordering::Release);
-                *self.status.degraded_why.lock() = None;
-                tracing::info!(partner = %self.partner, "write-buffer mirror caught up: writes are acknowledged in two c.nodes");
-                self.wake_all();
-                let partner_id = st.partner_id.clone();
-                drop(st);
-                // Lock order: the handover's, then the link's.
-                self.handover.mirror_caught_up(&partner_id, &|| {
-                    let st = self.st.lock();
-                    (st.mirrored && st.connection == connection).then_some(Coverage {
-                        received: st.received,
-                        synced: st.synced,
-                    })
-                });
-                return;
-            }
+        }
+        let (received, synced) = (st.received, st.synced);
+        let ready = st.deferred.take_answered(connection, received, synced);
+        // The first SYNCED answers CAUGHT_UP: the partner holds the whole journal; from now
+        // on acknowledgements wait for it.
+        if got.synced.is_some() && !st.mirrored {
+            st.mirrored = true;
+            self.status.mirrored.store(true, Ordering::Release);
+            *self.status.degraded_why.lock() = None;
+            tracing::info!(partner = %self.partner, "write-buffer mirror caught up: writes are acknowledged in two c.nodes");
+            self.wake_all();
+            let partner_id = st.partner_id.clone();
+            drop(st);
+            // Lock order: the handover's, then the link's.
+            self.handover.mirror_caught_up(&partner_id, &|| {
+                let st = self.st.lock();
+                (st.mirrored && st.connection == connection).then_some(Coverage {
+                    received: st.received,
+                    synced: st.synced,
+                })
+            });
+            return ready;
         }
         // The journal state waits for the partner to hold everything acknowledged (lock
         // order: the handover's, then the link's).
-        if (got.received.is_some() || got.synced.is_some())
+        let upgrade = (got.received.is_some() || got.synced.is_some())
             && st.mirrored
-            && self.handover.upgrade_wanted()
-        {
-            drop(st);
+            && self.handover.upgrade_wanted();
+        drop(st);
+        if upgrade {
             self.handover.try_mirrored(&|| self.coverage());
         }
+        ready
     }
 
     fn end_connection(&self, st: &mut LinkState, why: &str) {
@@ -607,6 +641,7 @@ impl Link {
     fn wake_all(&self) {
         self.outbox_ready.notify_all();
         self.reader_free.notify_all();
+        self.deferred_ready.notify_all();
         self.answered.iter().for_each(|c| {
             c.notify_all();
         });
@@ -713,23 +748,33 @@ impl Link {
     }
 
     /// The answer thread of connection `connection`: it reads until the mirror caught up
-    /// (nobody waits for an answer before that), then what no writer reads, every
+    /// (nobody waits for an answer before that), then for the acknowledgements waiting in
+    /// [`LinkState::deferred`] while there are any, else what no writer reads, every
     /// [`IDLE_READ_EVERY`] when no writer began waiting meanwhile (answers to records nobody
     /// waits for must not fill the socket; a closed connection must degrade the mirror).
+    /// When the connection ends, it fails the waits left on it.
     fn read_acks(&self, connection: u64) {
         let mut waits_seen = u64::MAX;
+        let mut st = self.st.lock();
         loop {
-            let mut st = self.st.lock();
             if st.connection != connection {
+                let ended = st.deferred.take_ended(connection);
+                drop(st);
+                ended.run();
                 return;
             }
-            let wait = if st.mirrored {
-                // Look every IDLE_READ_EVERY, not more often: after a read too.
-                drop(st);
-                std::thread::sleep(IDLE_READ_EVERY);
-                st = self.st.lock();
-                if st.connection != connection {
-                    return;
+            let wait = if !st.mirrored || !st.deferred.is_empty() {
+                if st.reading {
+                    self.reader_free.wait_for(&mut st, ANSWER_READ_SLICE);
+                    continue;
+                }
+                ReadWait::Slice
+            } else {
+                // Look every IDLE_READ_EVERY, not more often (after a read too), unless an
+                // acknowledgement begins to wait meanwhile.
+                self.deferred_ready.wait_for(&mut st, IDLE_READ_EVERY);
+                if st.connection != connection || !st.deferred.is_empty() {
+                    continue;
                 }
                 let idle = !st.reading && st.waiting.is_empty() && st.waits == waits_seen;
                 waits_seen = st.waits;
@@ -737,21 +782,27 @@ impl Link {
                     continue;
                 }
                 ReadWait::No
-            } else {
-                if st.reading {
-                    self.reader_free.wait_for(&mut st, ANSWER_READ_SLICE);
-                    continue;
-                }
-                ReadWait::Slice
             };
             st.reading = true;
             let read = MutexGuard::unlocked(&mut st, || self.read_answers(connection, wait));
             self.stop_reading(&mut st);
-            if let Err(why) = read {
-                if st.connection == connection {
-                    self.end_connection(&mut st, &why);
+            if st.connection != connection {
+                continue;
+            }
+            match read {
+                Err(why) => self.end_connection(&mut st, &why),
+                Ok(ready) => {
+                    // Looked at after reading, before finishing what it read: answers that
+                    // arrive while this thread finishes acknowledgements are not late.
+                    if st.deferred.overdue(Instant::now()) {
+                        self.end_connection(
+                            &mut st,
+                            "no answer within the acknowledgement time-out",
+                        );
+                    }
+                    // Without the reader role: a writer that waits reads meanwhile.
+                    MutexGuard::unlocked(&mut st, || ready.run());
                 }
-                return;
             }
         }
     }

@@ -4,13 +4,16 @@
 //! released and synced. Then the owner dies; if the journal state lets the partner take over,
 //! its newest complete mirror generation must hold every acknowledged, unreleased record,
 //! byte for byte. (`model_tests.rs` checks the journal-state rule on a model; this checks
-//! the code that sends, batches and answers.)
+//! the code that sends, batches and answers.) One writer acknowledges without waiting
+//! (`replicated_then`, as the NBD front end does), with up to [`DEFERRED_IN_FLIGHT_MAX`]
+//! records in flight, next to two that wait; each of its acknowledgements must finish, one
+//! way or the other.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +30,9 @@ use super::handover::may_take_over;
 use super::mirror::{MirrorStatus, OwnedLogSource};
 use super::ownership::{OwnerRecord, Ownership};
 use super::partner::{complete_mirror, Partner};
+
+/// Records the deferred writer has in flight at most (fio's queue depth in the benchmarks).
+const DEFERRED_IN_FLIGHT_MAX: usize = 32;
 
 const OPTIONS: JournalOptions = JournalOptions {
     file_bytes: 1 << 20,
@@ -179,9 +185,11 @@ fn run(seed: u64) -> Outcome {
     let acked: Arc<Mutex<BTreeMap<u64, ()>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let released = Arc::new(AtomicU64::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
     let writers: Vec<_> = (0..3)
-        .map(|_| {
+        .map(|writer| {
             let (log, acked, stop) = (Arc::clone(&log), Arc::clone(&acked), Arc::clone(&stop));
+            let in_flight = Arc::clone(&in_flight);
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Acquire) {
                     let seq = log.locked(|appender| {
@@ -197,7 +205,22 @@ fn run(seed: u64) -> Outcome {
                         assert_eq!(seq, next);
                         seq
                     });
-                    if log.replicated(seq).is_ok() {
+                    if writer == 0 {
+                        in_flight.fetch_add(1, Ordering::AcqRel);
+                        let (acked, done) = (Arc::clone(&acked), Arc::clone(&in_flight));
+                        log.replicated_then(
+                            seq,
+                            Box::new(move |r| {
+                                if r.is_ok() {
+                                    acked.lock().insert(seq, ());
+                                }
+                                done.fetch_sub(1, Ordering::AcqRel);
+                            }),
+                        );
+                        while in_flight.load(Ordering::Acquire) >= DEFERRED_IN_FLIGHT_MAX {
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    } else if log.replicated(seq).is_ok() {
                         acked.lock().insert(seq, ());
                     }
                 }
@@ -234,10 +257,24 @@ fn run(seed: u64) -> Outcome {
                     events.push(format!("release {hwm}"));
                 }
             }
-            52..=61 => {
+            52..=56 => {
                 let upto = log.written_seq();
                 let _ = log.sync(upto);
                 events.push(format!("sync {upto}"));
+            }
+            57..=61 => {
+                let upto = log.written_seq();
+                let (tx, rx) = std::sync::mpsc::channel();
+                log.sync_then(
+                    upto,
+                    Box::new(move |r| {
+                        let _ = tx.send(r.is_ok());
+                    }),
+                );
+                // Within the acknowledgement time-out and the read slice that notices it.
+                rx.recv_timeout(Duration::from_secs(10))
+                    .expect("a deferred sync finishes");
+                events.push(format!("deferred sync {upto}"));
             }
             62..=64 => {
                 // The partner process restarts on its data dir, on a new port.
@@ -263,6 +300,17 @@ fn run(seed: u64) -> Outcome {
     stop.store(true, Ordering::Release);
     for w in writers {
         w.join().unwrap();
+    }
+    // Every deferred acknowledgement finishes: answered, or failed with its connection (its
+    // answer late or lost), never forgotten.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while in_flight.load(Ordering::Acquire) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "seed {seed}: {} deferred acknowledgements never finished",
+            in_flight.load(Ordering::Acquire)
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
     let judge = || {
         may_take_over(&*kv, weft_engine::ShardId::default(), "B", &|owner| {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::backend::{
-    AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
+    AccessTable, ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, IoDone,
+    OpenError,
 };
 
 use super::counters::{clock_us, ExportCounters, Op, ProtocolCounters};
@@ -87,6 +88,27 @@ impl MeteredExport {
     }
 }
 
+impl MeteredExport {
+    /// [`MeteredExport::timed`] for a call that hands its result on: timed from now until
+    /// the returned callback runs.
+    fn timed_then(&self, op: Op, bytes: u64, done: IoDone) -> IoDone {
+        let start_us = clock_us();
+        self.counters.busy.start(start_us);
+        let counters = Arc::clone(&self.counters);
+        let protocol = self.protocol;
+        Box::new(move |result| {
+            let end_us = clock_us();
+            counters.busy.end(end_us);
+            counters.protocol(protocol).op(op).record(
+                bytes,
+                end_us.saturating_sub(start_us),
+                result.is_ok(),
+            );
+            done(result);
+        })
+    }
+}
+
 impl ExportHandle for MeteredExport {
     fn info(&self) -> ExportInfo {
         self.inner.info()
@@ -109,8 +131,19 @@ impl ExportHandle for MeteredExport {
         })
     }
 
+    fn write_then(&self, offset_bytes: u64, data: Bytes, fua: bool, done: IoDone) {
+        let bytes = data.len() as u64;
+        let done = self.timed_then(Op::Write, bytes, done);
+        self.inner.write_then(offset_bytes, data, fua, done);
+    }
+
     fn flush(&self) -> Result<(), ExportIoError> {
         self.timed(Op::Flush, 0, || self.inner.flush())
+    }
+
+    fn flush_then(&self, done: IoDone) {
+        let done = self.timed_then(Op::Flush, 0, done);
+        self.inner.flush_then(done);
     }
 
     fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<(), ExportIoError> {

@@ -4,7 +4,9 @@
 //! `weft-nbd`, validates them, takes in-flight permits, reads write payloads straight into a
 //! shared buffer (one copy, from the socket), and hands each command to the worker pool. The
 //! job executes it and sends the completion to the writer task, which encodes replies
-//! and writes them through a `BufWriter`, flushing once per batch. The reader stops on
+//! and writes them through a `BufWriter`, flushing once per batch. A write or FLUSH job does
+//! not wait for the partner c.node's answer: it hands the request on and returns to the pool,
+//! and whoever reads the answer sends the completion ([`super::execute::execute_then`]). The reader stops on
 //! NBD_CMD_DISC, EOF, a framing error, an export that is gone, or shutdown; in every case the
 //! in-flight requests finish and their replies are sent before the socket closes.
 
@@ -24,7 +26,7 @@ use weft_nbd::{
     ReplyHead, Session, Step, TlsMode,
 };
 
-use super::execute::{execute, qos_cost, Disposition, Outcome};
+use super::execute::{execute, execute_then, qos_cost, Disposition, Outcome};
 use super::tls::NbdStream;
 use super::NbdOptions;
 use crate::access::NbdClient;
@@ -463,20 +465,41 @@ struct Job {
 }
 
 impl Job {
+    /// Execute the command; a write's or FLUSH's completion may be sent later, by the thread
+    /// that learns it is acknowledged (see [`execute_then`]).
     fn run(self) {
-        let (outcome, disposition) = serve_received(self.received, || {
-            execute(self.export.as_ref(), self.command, self.payload)
-        });
-        if disposition == Disposition::Disconnect {
-            self.stop.cancel();
-        }
-        // Never blocks: the channel holds INFLIGHT_REQUESTS_MAX and each sender holds a
-        // request permit. Fails only when the writer is gone, and then nobody wants the reply.
-        let _ = self.tx.blocking_send(Completion {
-            handle: self.handle,
-            offset_bytes: self.offset_bytes,
-            outcome,
-            _permits: self.permits,
+        let Job {
+            export,
+            command,
+            handle,
+            offset_bytes,
+            payload,
+            permits,
+            tx,
+            stop,
+            received,
+        } = self;
+        serve_received(received, || {
+            execute_then(
+                export.as_ref(),
+                command,
+                payload,
+                move |outcome, disposition| {
+                    if disposition == Disposition::Disconnect {
+                        stop.cancel();
+                    }
+                    // Never full: the channel holds INFLIGHT_REQUESTS_MAX and each sender holds a
+                    // request permit (`try_send`, not `blocking_send`: this may run on a thread of
+                    // the runtime, one whose inline request read the partner's answer). Fails only
+                    // when the writer is gone, and then nobody wants the reply.
+                    let _ = tx.try_send(Completion {
+                        handle,
+                        offset_bytes,
+                        outcome,
+                        _permits: permits,
+                    });
+                },
+            );
         });
     }
 }

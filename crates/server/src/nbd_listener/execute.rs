@@ -1,5 +1,6 @@
 //! Executes one classified NBD command against an export, on a blocking-pool thread, and maps
-//! backend errors to NBD errnos in one place ([`nbd_status`]).
+//! backend errors to NBD errnos in one place ([`nbd_status`]). [`execute_then`] hands a
+//! write's or a FLUSH's outcome on instead of waiting for it (for the partner c.node's answer).
 //!
 //! Nothing here touches sockets; the connection module moves the results to the writer.
 
@@ -8,7 +9,7 @@ use tracing::debug;
 use weft_nbd::wire::{BLOCK_STATUS_EXTENTS_MAX, STATE_HOLE, STATE_ZERO};
 use weft_nbd::{Command, Errno, Extent};
 
-use crate::backend::{ExportHandle, ExportIoError, ExtentStatus};
+use crate::backend::{ExportHandle, ExportIoError, ExtentStatus, IoDone};
 
 /// Write payloads from this size on are handed to the engine without a copy.
 const OWNED_PAYLOAD_MIN_BYTES: usize = 128 << 10;
@@ -126,6 +127,52 @@ pub(super) fn execute(
             }),
         Command::Disconnect => unreachable!("disconnect is handled by the reader"),
     };
+    completed(result)
+}
+
+/// [`execute`] whose outcome goes to `done`: for a write or a FLUSH, possibly later and on
+/// another thread (the one that read the partner c.node's answer), so the calling worker
+/// does not wait for it; for the other commands, before this returns.
+pub(super) fn execute_then(
+    export: &dyn ExportHandle,
+    command: Command,
+    payload: Bytes,
+    done: impl FnOnce(Outcome, Disposition) + Send + 'static,
+) {
+    let finish = |done: Box<dyn FnOnce(Outcome, Disposition) + Send>| -> IoDone {
+        Box::new(move |result| {
+            let (outcome, disposition) = completed(result.map(|()| Outcome::Done));
+            done(outcome, disposition);
+        })
+    };
+    match command {
+        Command::Write {
+            offset_bytes,
+            length_bytes,
+            fua,
+        } => {
+            assert_eq!(
+                payload.len(),
+                usize::try_from(length_bytes).expect("u32 fits usize")
+            );
+            // As in `execute`: a small payload is copied off the connection's read buffer.
+            let payload = if payload.len() >= OWNED_PAYLOAD_MIN_BYTES {
+                payload
+            } else {
+                Bytes::copy_from_slice(&payload)
+            };
+            export.write_then(offset_bytes, payload, fua, finish(Box::new(done)));
+        }
+        Command::Flush => export.flush_then(finish(Box::new(done))),
+        other => {
+            let (outcome, disposition) = execute(export, other, payload);
+            done(outcome, disposition);
+        }
+    }
+}
+
+/// A backend call's result as the reply's outcome and what the connection does next.
+fn completed(result: Result<Outcome, ExportIoError>) -> (Outcome, Disposition) {
     match result {
         Ok(outcome) => (outcome, Disposition::Continue),
         Err(error) => {

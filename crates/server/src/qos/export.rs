@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::received::received;
 use super::volume::{Direction, VolumeQos};
-use crate::backend::{ExportHandle, ExportInfo, ExportIoError, ExtentStatus};
+use crate::backend::{ExportHandle, ExportInfo, ExportIoError, ExtentStatus, IoDone};
 
 /// An export whose reads and writes take from the volume's buckets first.
 #[derive(Debug)]
@@ -27,6 +27,15 @@ impl<H: ExportHandle + ?Sized> QosExport<H> {
     /// the front end received the request ([`received`]; else from now) to the end of the
     /// call, less the time slept here for the volume's own limit.
     fn run<T>(&self, dir: Direction, bytes: u64, call: impl FnOnce() -> T) -> T {
+        let (start, slept) = self.pay(dir, bytes);
+        let out = call();
+        self.qos
+            .completed(bytes, start.elapsed().saturating_sub(slept));
+        out
+    }
+
+    /// Pay (unless prepaid) and wait: when the latency counts from, and the time slept.
+    fn pay(&self, dir: Direction, bytes: u64) -> (Instant, Duration) {
         let start = received().unwrap_or_else(Instant::now);
         let wait = self.qos.admit(dir, bytes);
         let mut slept = Duration::ZERO;
@@ -35,10 +44,7 @@ impl<H: ExportHandle + ?Sized> QosExport<H> {
             std::thread::sleep(wait);
             slept = before.elapsed();
         }
-        let out = call();
-        self.qos
-            .completed(bytes, start.elapsed().saturating_sub(slept));
-        out
+        (start, slept)
     }
 }
 
@@ -64,8 +70,28 @@ impl<H: ExportHandle + ?Sized> ExportHandle for QosExport<H> {
         })
     }
 
+    /// As [`QosExport::run`], the latency recorded when `done` runs.
+    fn write_then(&self, offset_bytes: u64, data: Bytes, fua: bool, done: IoDone) {
+        let bytes = data.len() as u64;
+        let (start, slept) = self.pay(Direction::Write, bytes);
+        let qos = Arc::clone(&self.qos);
+        self.inner.write_then(
+            offset_bytes,
+            data,
+            fua,
+            Box::new(move |r| {
+                qos.completed(bytes, start.elapsed().saturating_sub(slept));
+                done(r);
+            }),
+        );
+    }
+
     fn flush(&self) -> Result<(), ExportIoError> {
         self.inner.flush()
+    }
+
+    fn flush_then(&self, done: IoDone) {
+        self.inner.flush_then(done);
     }
 
     /// One I/O unit and no bytes: a trim moves no data.

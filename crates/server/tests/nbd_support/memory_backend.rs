@@ -2,19 +2,27 @@
 //!
 //! Each export is a sparse array of 64 KiB chunks behind their own mutexes, so concurrent
 //! requests to different chunks do not contend. Unallocated chunks read as zeroes and report
-//! as holes. Not a model of the engine: no journal, flush is a no-op.
+//! as holes. Not a model of the engine: no journal, flush is a no-op. With
+//! [`MemoryExport::acknowledge_later`], writes and flushes handed on with `write_then` /
+//! `flush_then` are acknowledged a little later on another thread, as a mirrored c.node's are
+//! once its partner answers.
 
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use weft_server::backend::{
-    ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, OpenError,
+    ExportBackend, ExportHandle, ExportInfo, ExportIoError, ExtentStatus, IoDone, OpenError,
     EXPORT_BLOCK_SIZE_BYTES,
 };
 use weft_server::sub_block::{BlockLocks, SubBlockExport};
+
+/// How much later [`MemoryExport::acknowledge_later`] acknowledges: about a round trip to
+/// a partner on a busy machine.
+const ACK_LATER_DELAY: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Allocation unit of the memory export.
 const CHUNK_BYTES: u64 = 64 * 1024;
@@ -33,6 +41,10 @@ pub struct MemoryExport {
     chunks: Vec<Mutex<Option<Box<[u8]>>>>,
     gone: AtomicBool,
     pub flushes: AtomicU64,
+    /// `Some(result)`: writes and flushes handed on are acknowledged later, with `result`.
+    later: Mutex<Option<Result<(), ExportIoError>>>,
+    /// Writes and flushes acknowledged later so far (counted before the reply may leave).
+    pub acked_later: Arc<AtomicU64>,
 }
 
 impl MemoryBackend {
@@ -67,6 +79,8 @@ impl MemoryBackend {
             chunks: (0..chunk_count).map(|_| Mutex::new(None)).collect(),
             gone: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
+            later: Mutex::new(None),
+            acked_later: Arc::new(AtomicU64::new(0)),
         }));
         self
     }
@@ -119,6 +133,56 @@ impl MemoryExport {
             let target =
                 chunk.get_or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice());
             target[within..within + range.len()].copy_from_slice(&data[range]);
+        });
+    }
+
+    /// From now on, acknowledge writes and flushes after `ACK_LATER_DELAY`, with `result` when
+    /// they succeeded here: those handed on (`write_then`, `flush_then`) on another thread,
+    /// the others (`write`, `flush`) on the calling one.
+    pub fn acknowledge_later(&self, result: Result<(), ExportIoError>) {
+        *self.later.lock() = Some(result);
+    }
+
+    fn store(&self, offset_bytes: u64, data: &[u8]) -> Result<(), ExportIoError> {
+        self.check(offset_bytes, data.len() as u64, true)?;
+        self.for_each_piece(offset_bytes, data.len() as u64, |index, within, range| {
+            let mut chunk = self.chunks[index].lock();
+            let target =
+                chunk.get_or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice());
+            target[within..within + range.len()].copy_from_slice(&data[range]);
+        });
+        Ok(())
+    }
+
+    fn flush_here(&self) -> Result<(), ExportIoError> {
+        if self.is_gone() {
+            return Err(ExportIoError::Gone);
+        }
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The outcome `here`, after waiting for the later acknowledgement when configured (the
+    /// blocking calls).
+    fn finish_now(&self, here: Result<(), ExportIoError>) -> Result<(), ExportIoError> {
+        let Some(later) = self.later.lock().clone() else {
+            return here;
+        };
+        std::thread::sleep(ACK_LATER_DELAY);
+        self.acked_later.fetch_add(1, Ordering::SeqCst);
+        here.and(later)
+    }
+
+    /// Hand `done` the outcome `here` on another thread, later, as configured.
+    fn finish_later(&self, here: Result<(), ExportIoError>, done: IoDone) {
+        let Some(later) = self.later.lock().clone() else {
+            return done(here);
+        };
+        let acked = Arc::clone(&self.acked_later);
+        std::thread::spawn(move || {
+            std::thread::sleep(ACK_LATER_DELAY);
+            acked.fetch_add(1, Ordering::SeqCst);
+            done(here.and(later));
         });
     }
 
@@ -216,22 +280,23 @@ impl ExportHandle for MemoryExport {
     }
 
     fn write(&self, offset_bytes: u64, data: &[u8], _fua: bool) -> Result<(), ExportIoError> {
-        self.check(offset_bytes, data.len() as u64, true)?;
-        self.for_each_piece(offset_bytes, data.len() as u64, |index, within, range| {
-            let mut chunk = self.chunks[index].lock();
-            let target =
-                chunk.get_or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice());
-            target[within..within + range.len()].copy_from_slice(&data[range]);
-        });
-        Ok(())
+        let here = self.store(offset_bytes, data);
+        self.finish_now(here)
+    }
+
+    fn write_then(&self, offset_bytes: u64, data: Bytes, _fua: bool, done: IoDone) {
+        let here = self.store(offset_bytes, &data);
+        self.finish_later(here, done);
     }
 
     fn flush(&self) -> Result<(), ExportIoError> {
-        if self.is_gone() {
-            return Err(ExportIoError::Gone);
-        }
-        self.flushes.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        let here = self.flush_here();
+        self.finish_now(here)
+    }
+
+    fn flush_then(&self, done: IoDone) {
+        let here = self.flush_here();
+        self.finish_later(here, done);
     }
 
     fn trim(&self, offset_bytes: u64, length_bytes: u64, _fua: bool) -> Result<(), ExportIoError> {
