@@ -29,7 +29,10 @@ pub mod wire;
 
 pub use login::{Access, ChapCredentials, LoggedIn, Login, LoginProgress};
 pub use negotiate::{SessionParams, TargetLimits};
-pub use pdu::{encode_pdu, parse_pdu, parse_pdu_ref, Digests, FrameError, Pdu, PduRef};
+pub use pdu::{
+    encode_header, encode_pdu, encode_trailer, parse_pdu, parse_pdu_ref, Digests, FrameError, Pdu,
+    PduRef,
+};
 pub use request::{decode, Request, RequestError};
 pub use response::Numbers;
 

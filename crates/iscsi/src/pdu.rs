@@ -224,25 +224,45 @@ fn cut(frame: &[u8], digests: Digests) -> Result<PduRef<'_>, FrameError> {
 
 /// Append a PDU: `bhs` with its data segment length filled in, the header digest, `data`
 /// padded to 4 bytes, and the data digest. Data segments are at most 16 MiB (24-bit field).
-pub fn encode_pdu(mut bhs: [u8; BHS_BYTES], data: &[u8], digests: Digests, out: &mut Vec<u8>) {
-    let len = u32::try_from(data.len())
+pub fn encode_pdu(bhs: [u8; BHS_BYTES], data: &[u8], digests: Digests, out: &mut Vec<u8>) {
+    out.reserve(BHS_BYTES + 2 * DIGEST_BYTES + padded(data.len()));
+    encode_header(bhs, data.len(), digests, out);
+    out.extend_from_slice(data);
+    encode_trailer(data, digests, out);
+}
+
+/// Append what goes before a PDU's data segment: `bhs` with its data segment length set to
+/// `data_len`, then the header digest. With the data and then [`encode_trailer`] it is
+/// [`encode_pdu`]; a sender that writes the data segment from its own buffer (vectored)
+/// uses the two halves and never copies the data.
+pub fn encode_header(
+    mut bhs: [u8; BHS_BYTES],
+    data_len: usize,
+    digests: Digests,
+    out: &mut Vec<u8>,
+) {
+    let len = u32::try_from(data_len)
         .ok()
         .filter(|&l| l < 1 << 24)
         .expect("data segments are cut below 16 MiB by the caller");
     bhs[4] = 0;
     bhs[5..8].copy_from_slice(&len.to_be_bytes()[1..]);
-    out.reserve(BHS_BYTES + 2 * DIGEST_BYTES + padded(data.len()));
     out.extend_from_slice(&bhs);
     if digests.header {
         out.extend_from_slice(&digest(&[&bhs]));
     }
-    if !data.is_empty() {
-        out.extend_from_slice(data);
-        let pad = padded(data.len()) - data.len();
-        out.extend_from_slice(&[0u8; 3][..pad]);
-        if digests.data {
-            out.extend_from_slice(&digest(&[data, &[0u8; 3][..pad]]));
-        }
+}
+
+/// Append what goes after the data segment `data`: its padding to 4 bytes and the data
+/// digest (CRC32C over the data and the padding). Nothing for an empty segment.
+pub fn encode_trailer(data: &[u8], digests: Digests, out: &mut Vec<u8>) {
+    if data.is_empty() {
+        return;
+    }
+    let pad = padded(data.len()) - data.len();
+    out.extend_from_slice(&[0u8; 3][..pad]);
+    if digests.data {
+        out.extend_from_slice(&digest(&[data, &[0u8; 3][..pad]]));
     }
 }
 
@@ -309,6 +329,38 @@ mod tests {
             parse_pdu(&wire[..BHS_BYTES], digests, 4),
             Parse::Invalid(FrameError::DataTooLong { len: 8, max: 4 })
         ));
+    }
+
+    #[test]
+    fn header_data_and_trailer_are_the_whole_pdu() {
+        for digests in [
+            Digests::default(),
+            Digests {
+                header: true,
+                data: false,
+            },
+            Digests {
+                header: true,
+                data: true,
+            },
+        ] {
+            for data in [&b""[..], b"a", b"ab", b"abc", b"abcd", b"abcdefg"] {
+                let mut bhs = [0u8; BHS_BYTES];
+                bhs[0] = 0x25;
+                bhs[16..20].copy_from_slice(&7u32.to_be_bytes());
+                let mut split = Vec::new();
+                encode_header(bhs, data.len(), digests, &mut split);
+                split.extend_from_slice(data);
+                encode_trailer(data, digests, &mut split);
+                let mut whole = Vec::new();
+                encode_pdu(bhs, data, digests, &mut whole);
+                assert_eq!(split, whole);
+                let Parse::Complete(pdu, used) = parse_pdu_ref(&split, digests, 1024) else {
+                    panic!("a whole PDU");
+                };
+                assert_eq!((used, pdu.data), (split.len(), data));
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Target PDUs: one encoder per opcode, each appending the framed PDU (with the negotiated
-//! digests) to a caller-owned buffer.
+//! digests) to a caller-owned buffer. Data-In also has a header-only encoder
+//! ([`data_in_header`]) so a read's data goes out from its own buffer.
 
-use crate::pdu::{encode_pdu, Digests};
+use crate::pdu::{encode_header, encode_pdu, encode_trailer, Digests};
 use crate::wire::*;
 
 /// The session's sequence numbers every target PDU reports (RFC 7143 §4.2.2): the status
@@ -142,6 +143,15 @@ pub struct DataIn<'a> {
 }
 
 pub fn data_in(d: &DataIn<'_>, n: Numbers, digests: Digests, out: &mut Vec<u8>) {
+    data_in_header(d, n, digests, out);
+    out.extend_from_slice(d.data);
+    encode_trailer(d.data, digests, out);
+}
+
+/// A Data-In's BHS and header digest only, for `d.data.len()` bytes of data: the sender
+/// writes `d.data` from its own buffer and then [`encode_trailer`]'s padding and data digest,
+/// so a read's data is never copied into a response buffer.
+pub fn data_in_header(d: &DataIn<'_>, n: Numbers, digests: Digests, out: &mut Vec<u8>) {
     let mut flags = if d.final_ { FLAG_FINAL } else { 0 };
     let mut b = bhs(OP_DATA_IN, 0);
     if let Some((status, expected, actual)) = d.status {
@@ -159,7 +169,7 @@ pub fn data_in(d: &DataIn<'_>, n: Numbers, digests: Digests, out: &mut Vec<u8>) 
     put_u32(&mut b, 32, n.max_cmd_sn);
     put_u32(&mut b, 36, d.data_sn);
     put_u32(&mut b, 40, d.offset);
-    encode_pdu(b, d.data, digests, out);
+    encode_header(b, d.data.len(), digests, out);
 }
 
 /// Ask for `len` bytes of a write's data from `offset`. R2Ts carry the current StatSN but do

@@ -4,7 +4,8 @@
 //! (immediate data, unsolicited Data-Out, then one R2T at a time of at most MaxBurstLength)
 //! and hands whole commands to the portal's worker pool. A job executes its command with
 //! `weft-scsi` and encodes its Data-In and status; encoding and queueing happen under the
-//! session's sequence lock, so responses leave in StatSN order. The writer task sends them.
+//! session's sequence lock, so responses leave in StatSN order. The writer task sends them
+//! with vectored writes, a read's data from the command's own buffer (no copy).
 //!
 //! The session is one I_T nexus (`weft_scsi::Nexus`: InitiatorName and ISID, the portal's
 //! relative target port): every command carries it, so each LU's persistent reservations
@@ -18,12 +19,13 @@
 //! (the session's LUNs and running a command, its CDB decoded once), `inventory` (which LUNs
 //! and targets the session sees), `task_management` (aborts and resets).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::IoSlice;
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
@@ -36,7 +38,7 @@ use weft_iscsi::{decode, parse_pdu, Digests, LoggedIn, Parse, Request};
 use weft_scsi::Nexus;
 
 use super::keepalive::{Due, Keepalive};
-use super::shared::{ConnError, Shared, READ_BUFFER_BYTES};
+use super::shared::{ConnError, Frames, Shared, READ_BUFFER_BYTES};
 use super::{Portal, SharedLu};
 use dispatch::Lun;
 use gather::PendingWrite;
@@ -49,6 +51,9 @@ mod task_management;
 /// Commands a session may have in flight (received, response not yet sent): twice the
 /// CmdSN window, so an initiator inside its window never meets it.
 const INFLIGHT_COMMANDS_MAX: usize = 2 * weft_iscsi::login::COMMAND_WINDOW as usize;
+
+/// Parts the writer task hands to one vectored write (well under IOV_MAX, 1024 on Linux).
+const WRITE_PARTS_MAX: usize = 64;
 
 /// The connection task's state in full feature phase.
 struct Reader<'a> {
@@ -215,22 +220,45 @@ async fn nexus_lost(reader: &Reader<'_>) {
     .await;
 }
 
-async fn write_responses(write_half: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
-    let mut w = BufWriter::with_capacity(256 << 10, write_half);
-    while let Some(pdu) = rx.recv().await {
-        if w.write_all(&pdu).await.is_err() {
-            return;
-        }
-        while let Ok(more) = rx.try_recv() {
-            if w.write_all(&more).await.is_err() {
-                return;
+/// The writer task: sends queued [`Frames`] in order, everything queued at once gathered into
+/// vectored writes of up to [`WRITE_PARTS_MAX`] parts (a read's data straight from its buffer).
+async fn write_responses(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Frames>) {
+    let mut queue = VecDeque::new();
+    while let Some(frames) = rx.recv().await {
+        queue.extend(frames);
+        while !queue.is_empty() {
+            while let Ok(more) = rx.try_recv() {
+                queue.extend(more);
             }
-        }
-        if w.flush().await.is_err() {
-            return;
+            let mut slices = [IoSlice::new(&[]); WRITE_PARTS_MAX];
+            let mut count = 0;
+            for (slot, part) in slices.iter_mut().zip(&queue) {
+                *slot = IoSlice::new(part);
+                count += 1;
+            }
+            match w.write_vectored(&slices[..count]).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => consume(&mut queue, n),
+            }
         }
     }
     let _ = w.shutdown().await;
+}
+
+/// Drop the first `n` bytes of `queue` (written).
+fn consume(queue: &mut VecDeque<Bytes>, mut n: usize) {
+    while n > 0 {
+        let Some(front) = queue.front_mut() else {
+            return;
+        };
+        if front.len() <= n {
+            n -= front.len();
+            queue.pop_front();
+        } else {
+            front.advance(n);
+            n = 0;
+        }
+    }
 }
 
 impl Reader<'_> {

@@ -1,10 +1,11 @@
 //! What the tasks of one connection share, below [`super::connection`], [`super::session`]
 //! and [`super::respond`], which all use it and none of which it uses: the session's
-//! [`Shared`] sequence numbers and response queue, the [`ConnError`] a connection ends with,
-//! and the read buffer step.
+//! [`Shared`] sequence numbers and response queue (of [`Frames`]), the [`ConnError`] a
+//! connection ends with, and the read buffer step.
 
 use std::collections::HashSet;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
@@ -13,6 +14,11 @@ use weft_iscsi::{Digests, Numbers, SessionParams};
 
 /// Read buffer growth step.
 pub(super) const READ_BUFFER_BYTES: usize = 256 * 1024;
+
+/// What one send queues for the writer task: byte strings written back to back, in order.
+/// A read's data segments are slices of the command's own buffer between their headers and
+/// trailers, so the writer sends them with one vectored write and nothing copies them.
+pub(super) type Frames = Vec<Bytes>;
 
 /// Why a connection ended early; logged, never propagated.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +44,7 @@ pub(super) enum ConnError {
 /// What the reader and the command jobs share.
 pub(super) struct Shared {
     pub(super) sequence: Mutex<Sequence>,
-    pub(super) tx: mpsc::UnboundedSender<Vec<u8>>,
+    pub(super) tx: mpsc::UnboundedSender<Frames>,
     pub(super) digests: Digests,
     pub(super) params: SessionParams,
     /// Cancelled when the session must end (export gone, logout).
@@ -55,7 +61,7 @@ impl Shared {
         let mut sequence = self.sequence.lock();
         let mut out = Vec::new();
         encode(sequence.next_status(), &mut out);
-        let _ = self.tx.send(out);
+        let _ = self.tx.send(vec![Bytes::from(out)]);
     }
 
     /// Encode a PDU that carries no status (R2T) and queue it.
@@ -63,6 +69,6 @@ impl Shared {
         let sequence = self.sequence.lock();
         let mut out = Vec::new();
         encode(sequence.current(), &mut out);
-        let _ = self.tx.send(out);
+        let _ = self.tx.send(vec![Bytes::from(out)]);
     }
 }
