@@ -322,33 +322,9 @@ mod tests {
     use crate::build;
     use crate::mem_lun::{Call, MemLun};
     use crate::opcode;
-    use crate::sense::Status;
     use crate::MediumError;
 
-    fn nexus() -> Nexus {
-        Nexus::new("iqn.2024-01.test:host,i,0x800000000001", 1)
-    }
-
-    fn run(lu: &MemLun, cdb: &[u8], data_out: &[u8]) -> Response {
-        execute(&LunState::new(), lu, &nexus(), cdb, data_out)
-    }
-
-    fn assert_sense(r: &Response, key: u8, (asc, ascq): (u8, u8)) {
-        assert_eq!(r.status, Status::CheckCondition, "{r:?}");
-        let s = r.sense.as_ref().expect("sense");
-        assert_eq!((s.key, s.asc, s.ascq), (key, asc, ascq), "{s:?}");
-        assert!(r.data_in.is_empty());
-    }
-
-    fn assert_good(r: &Response) {
-        assert_eq!((r.status, &r.sense), (Status::Good, &None), "{r:?}");
-    }
-
-    fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len)
-            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-            .collect()
-    }
+    use crate::test_support::{assert_good, assert_sense, nexus, pattern, run};
 
     #[test]
     fn write_then_read_back_in_every_cdb_size() {

@@ -95,6 +95,8 @@ mod provisioning;
 pub mod reservation_store;
 mod reservations;
 pub mod sense;
+#[cfg(test)]
+mod test_support;
 mod unit_attention;
 
 pub use alua::{AccessState, AluaProvider, PortGroup, PortGroups};
