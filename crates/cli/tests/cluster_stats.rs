@@ -22,18 +22,6 @@ use serde_json::Value;
 /// How long the writers run at most (the test stops them sooner).
 const WRITE_FOR: Duration = Duration::from_secs(120);
 
-/// The id of the c.node the CLI talks to.
-fn this_id(c: &Cluster) -> String {
-    let listed = c.cli_json(&["cnode", "list", "--json"]);
-    listed
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|n| n["this"] == true)
-        .and_then(|n| n["id"].as_str().map(String::from))
-        .unwrap_or_else(|| panic!("no c.node says it answered: {listed}"))
-}
-
 /// Writes 4 KiB blocks to `export` through `nbd` until `stop` (or [`WRITE_FOR`]); the
 /// number of writes.
 fn writer(
@@ -96,7 +84,7 @@ fn top_and_metrics_show_every_shards_volumes_with_owner_and_shard() {
     opts.cnode_args
         .insert("s1".into(), vec!["--shard".into(), "1".into()]);
     let mut c = Cluster::start("cluster-stats", seed, opts);
-    let c1_id = this_id(&c);
+    let c1_id = c.this_cnode_id();
     let mut s1 = c.spawn_other_cnode("s1");
     s1.wait_ready(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("shard 1's c.node: {e:?}"));
@@ -105,7 +93,7 @@ fn top_and_metrics_show_every_shards_volumes_with_owner_and_shard() {
     let c1_metrics = c.cnode().metrics.clone();
     let c1 = c.make_current(s1).expect("c1");
     c.cli_ok(&["volume", "create", "db1", "--size", "16M"]);
-    let s1_id = this_id(&c);
+    let s1_id = c.this_cnode_id();
     let s1_metrics = c.cnode().metrics.clone();
     c.step("c1 owns shards 0 and 2 (db2 in shard 2), s1 owns shard 1 (db1)");
 

@@ -18,33 +18,6 @@ use common::*;
 
 const MIB: u64 = 1 << 20;
 
-/// The shards c.node `id` owns besides its own, as `weft cnode list` shows them.
-fn extra_shards(c: &Cluster, id: &str) -> Vec<u64> {
-    let listed = c.cli_json(&["cnode", "list", "--json"]);
-    listed
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|n| n["id"] == id)
-        .and_then(|n| n["shards"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(serde_json::Value::as_u64)
-        .collect()
-}
-
-/// The id of the c.node the CLI talks to.
-fn this_id(c: &Cluster) -> String {
-    let listed = c.cli_json(&["cnode", "list", "--json"]);
-    listed
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|n| n["this"] == true)
-        .and_then(|n| n["id"].as_str().map(String::from))
-        .unwrap_or_else(|| panic!("no c.node says it answered: {listed}"))
-}
-
 fn read_back(c: &Cluster, export: &str, want: &[u8], what: &str) {
     let mut client = c.nbd_client(export);
     let got = read_all(&mut client, 0, want.len() as u64)
@@ -67,8 +40,8 @@ fn a_cnode_owns_several_shards_and_adopts_a_drained_ones() {
     opts.cnode_args
         .insert("s1".into(), vec!["--shard".into(), "1".into()]);
     let mut c = Cluster::start("shard-move", seed, opts);
-    let c1_id = this_id(&c);
-    assert_eq!(extra_shards(&c, &c1_id), [2], "c1 owns shard 2 besides 0");
+    let c1_id = c.this_cnode_id();
+    assert_eq!(c.extra_shards_of(&c1_id), [2], "c1 owns shard 2 besides 0");
     let mut s1 = c.spawn_other_cnode("s1");
     s1.wait_ready(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("shard 1's c.node: {e:?}"));
@@ -117,7 +90,7 @@ fn a_cnode_owns_several_shards_and_adopts_a_drained_ones() {
     }
     client.flush().unwrap();
     client.disconnect();
-    let s1_id = this_id(&c);
+    let s1_id = c.this_cnode_id();
 
     // s1 has no standby: its drain hands shard 1 to c1, the only other owner.
     let drained = c.cli_json(&["cnode", "drain", &s1_id, "--yes", "--json"]);
@@ -132,7 +105,7 @@ fn a_cnode_owns_several_shards_and_adopts_a_drained_ones() {
         (!s1.is_running()).then_some(())
     });
     let adopted = poll_until(Duration::from_secs(30), "c1 to adopt shard 1", || {
-        let shards = extra_shards(&c, &c1_id);
+        let shards = c.extra_shards_of(&c1_id);
         (shards == [1, 2]).then_some(shards)
     });
     c.step(&format!(
@@ -154,7 +127,7 @@ fn a_cnode_owns_several_shards_and_adopts_a_drained_ones() {
     // A clean restart of c1: it takes back shard 2 (--shard) and shard 1 (its journal).
     c.cnode().terminate(Duration::from_secs(60));
     c.start_cnode("c1");
-    assert_eq!(extra_shards(&c, &c1_id), [1, 2], "c1 took its shards back");
+    assert_eq!(c.extra_shards_of(&c1_id), [1, 2], "c1 took its shards back");
     read_back(&c, "db1", &db1_now, "db1 after c1's restart");
 
     // Acknowledged writes of the adopted shard only in c1's journal, then kill -9.
@@ -166,7 +139,7 @@ fn a_cnode_owns_several_shards_and_adopts_a_drained_ones() {
     db1_now[MIB as usize..MIB as usize + last.len()].copy_from_slice(&last);
     c.cnode().kill9();
     c.start_cnode("c1");
-    assert_eq!(extra_shards(&c, &c1_id), [1, 2]);
+    assert_eq!(c.extra_shards_of(&c1_id), [1, 2]);
     read_back(&c, "db1", &db1_now, "db1 after a kill -9 of c1");
     read_back(&c, "db2", &db2_data, "db2 after a kill -9 of c1");
     c.step("kill -9 of c1: shard 1's journaled writes recovered from c1's journal of it");
@@ -188,8 +161,8 @@ fn a_joining_cnode_takes_a_shard_under_load_without_an_error() {
     opts.cnode_args
         .insert("c2".into(), vec!["--shard".into(), "3".into()]);
     let mut c = Cluster::start("shard-spread", seed, opts);
-    let c1_id = this_id(&c);
-    assert_eq!(extra_shards(&c, &c1_id), [1, 2]);
+    let c1_id = c.this_cnode_id();
+    assert_eq!(c.extra_shards_of(&c1_id), [1, 2]);
     c.cli_ok(&["volume", "create", "db2", "--size", "16M", "--shard", "2"]);
 
     // 4 KiB writes, each a block of its own, flushed every 32: acknowledged = returned Ok.
@@ -224,21 +197,12 @@ fn a_joining_cnode_takes_a_shard_under_load_without_an_error() {
     c2.wait_ready(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("c2: {e:?}"));
     c.step("c2 joined (shard 3) while a client writes db2 (shard 2) through c1");
-    let c2_id = {
-        let listed = c.cli_json(&["cnode", "list", "--json"]);
-        listed
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|n| n["shard"] == 3)
-            .and_then(|n| n["id"].as_str().map(String::from))
-            .unwrap_or_else(|| panic!("c2 not listed: {listed}"))
-    };
+    let c2_id = c.cnode_id_of_shard(3);
     let moved = poll_until(
         Duration::from_secs(30),
         "c2 to take a shard from c1",
         || {
-            let (mine, theirs) = (extra_shards(&c, &c1_id), extra_shards(&c, &c2_id));
+            let (mine, theirs) = (c.extra_shards_of(&c1_id), c.extra_shards_of(&c2_id));
             (mine == [1] && theirs == [2]).then_some(theirs)
         },
     );
@@ -278,7 +242,7 @@ fn an_operator_moves_a_shard_and_the_spread_policy_leaves_it_there() {
     opts.cnode_args
         .insert("c2".into(), vec!["--shard".into(), "1".into()]);
     let mut c = Cluster::start("shard-pin", seed, opts);
-    let c1_id = this_id(&c);
+    let c1_id = c.this_cnode_id();
     c.cli_ok(&["volume", "create", "db3", "--size", "16M", "--shard", "3"]);
     let data = blocks_data(seed, 3, 0, 256);
     let mut client = c.nbd_client("db3");
@@ -288,38 +252,29 @@ fn an_operator_moves_a_shard_and_the_spread_policy_leaves_it_there() {
     let mut c2 = c.spawn_other_cnode("c2");
     c2.wait_ready(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("c2: {e:?}"));
-    let c2_id = {
-        let listed = c.cli_json(&["cnode", "list", "--json"]);
-        listed
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|n| n["shard"] == 1)
-            .and_then(|n| n["id"].as_str().map(String::from))
-            .unwrap_or_else(|| panic!("c2 not listed: {listed}"))
-    };
+    let c2_id = c.cnode_id_of_shard(1);
     poll_until(
         Duration::from_secs(30),
         "the spread to give c2 shard 3",
-        || (extra_shards(&c, &c2_id) == [3]).then_some(()),
+        || (c.extra_shards_of(&c2_id) == [3]).then_some(()),
     );
     c.step("c2 joined; the spread policy gave it shard 3");
 
     let moved = c.cli_ok(&["cnode", "move-shard", "3", "--to", &c1_id, "--wait", "30s"]);
     assert!(moved.contains("owned by c.node"), "{moved}");
     assert!(
-        extra_shards(&c, &c1_id).contains(&3),
+        c.extra_shards_of(&c1_id).contains(&3),
         "c1 owns shard 3 again"
     );
     // c1 owns 0, 2 and 3 again: the spread gives c2 shard 2, never the pinned 3.
     poll_until(
         Duration::from_secs(30),
         "the spread to give c2 shard 2",
-        || (extra_shards(&c, &c2_id) == [2]).then_some(()),
+        || (c.extra_shards_of(&c2_id) == [2]).then_some(()),
     );
     std::thread::sleep(Duration::from_secs(5));
-    assert_eq!(extra_shards(&c, &c1_id), [3], "shard 3 stays pinned on c1");
-    assert_eq!(extra_shards(&c, &c2_id), [2]);
+    assert_eq!(c.extra_shards_of(&c1_id), [3], "shard 3 stays pinned on c1");
+    assert_eq!(c.extra_shards_of(&c2_id), [2]);
     read_back(&c, "db3", &data, "db3 after two moves");
     c.step("moved back to c1 by the operator; the spread moved shard 2 instead and left 3");
 

@@ -16,33 +16,6 @@ use common::*;
 
 const KIB: u64 = 1 << 10;
 
-/// The shards c.node `id` owns besides its own, as `weft cnode list` shows them.
-fn extra_shards(c: &Cluster, id: &str) -> Vec<u64> {
-    let listed = c.cli_json(&["cnode", "list", "--json"]);
-    listed
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|n| n["id"] == id)
-        .and_then(|n| n["shards"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(serde_json::Value::as_u64)
-        .collect()
-}
-
-/// The id of the c.node the CLI talks to.
-fn this_id(c: &Cluster) -> String {
-    let listed = c.cli_json(&["cnode", "list", "--json"]);
-    listed
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|n| n["this"] == true)
-        .and_then(|n| n["id"].as_str().map(String::from))
-        .unwrap_or_else(|| panic!("no c.node says it answered: {listed}"))
-}
-
 #[test]
 fn an_extra_shards_partner_takes_it_over_when_its_owner_dies() {
     let _serial = serial();
@@ -63,8 +36,8 @@ fn an_extra_shards_partner_takes_it_over_when_its_owner_dies() {
         .insert("c1".into(), vec!["--shard".into(), "0,2".into()]);
     c.cnode().terminate(Duration::from_secs(60));
     c.start_cnode("c1");
-    let c1_id = this_id(&c);
-    assert_eq!(extra_shards(&c, &c1_id), [2], "c1 owns shard 2 besides 0");
+    let c1_id = c.this_cnode_id();
+    assert_eq!(c.extra_shards_of(&c1_id), [2], "c1 owns shard 2 besides 0");
     c.cli_ok(&["volume", "create", "db2", "--size", "16M", "--shard", "2"]);
     let served = poll_until(
         Duration::from_secs(30),
@@ -99,9 +72,9 @@ fn an_extra_shards_partner_takes_it_over_when_its_owner_dies() {
     c.step("c1 killed with -9 and its data dir deleted, 256 KiB acknowledged but not flushed");
 
     let mut c1 = c.make_current(s1).expect("c1");
-    let s1_id = this_id(&c);
+    let s1_id = c.this_cnode_id();
     poll_until(Duration::from_secs(30), "s1 to take shard 2 over", || {
-        (extra_shards(&c, &s1_id) == [2]).then_some(())
+        (c.extra_shards_of(&s1_id) == [2]).then_some(())
     });
     let s1_nbd = c.cnode().nbd;
     let mut client = poll_until(Duration::from_secs(30), "db2 through s1", || {

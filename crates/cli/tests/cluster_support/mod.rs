@@ -687,6 +687,45 @@ impl Cluster {
         out.stdout
     }
 
+    /// The id of the c.node the CLI talks to (`this` in `weft cnode list --json`).
+    pub fn this_cnode_id(&self) -> String {
+        let listed = self.cli_json(&["cnode", "list", "--json"]);
+        listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["this"] == true)
+            .and_then(|n| n["id"].as_str().map(String::from))
+            .unwrap_or_else(|| panic!("no c.node says it answered: {listed}"))
+    }
+
+    /// The id of the c.node whose own shard is `shard`.
+    pub fn cnode_id_of_shard(&self, shard: u64) -> String {
+        let listed = self.cli_json(&["cnode", "list", "--json"]);
+        listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["shard"] == shard)
+            .and_then(|n| n["id"].as_str().map(String::from))
+            .unwrap_or_else(|| panic!("no c.node of shard {shard}: {listed}"))
+    }
+
+    /// The shards c.node `id` owns besides its own, as `weft cnode list` shows them.
+    pub fn extra_shards_of(&self, id: &str) -> Vec<u64> {
+        let listed = self.cli_json(&["cnode", "list", "--json"]);
+        listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["id"] == id)
+            .and_then(|n| n["shards"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(Value::as_u64)
+            .collect()
+    }
+
     pub fn cli_json(&self, args: &[&str]) -> Value {
         let out = self.cli_ok(args);
         serde_json::from_str(&out).unwrap_or_else(|e| {
